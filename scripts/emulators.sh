@@ -1,0 +1,90 @@
+#!/usr/bin/env bash
+# Installs, starts and stops the DynamoDB-compatible emulators the tests run against.
+#
+#   scripts/emulators.sh install   # pinned versions into .emulators/ (idempotent)
+#   scripts/emulators.sh start     # start on 127.0.0.1, wait until they answer
+#   scripts/emulators.sh stop      # stop what `start` started
+#
+# Ports can be changed with DYNALITE_PORT / MOTO_PORT. The pids live in .emulators/run/.
+set -euo pipefail
+
+root=$(cd "$(dirname "$0")/.." && pwd)
+dir="$root/.emulators"
+run="$dir/run"
+DYNALITE_VERSION=4.0.0
+MOTO_VERSION=5.2.5
+DYNALITE_PORT=${DYNALITE_PORT:-4567}
+MOTO_PORT=${MOTO_PORT:-4568}
+
+log() { printf 'emulators: %s\n' "$*" >&2; }
+
+install() {
+  mkdir -p "$dir/node"
+  if [ ! -x "$dir/node/node_modules/.bin/dynalite" ]; then
+    log "installing dynalite $DYNALITE_VERSION from npm"
+    npm install --silent --no-audit --no-fund --prefix "$dir/node" "dynalite@$DYNALITE_VERSION" >&2
+  fi
+  if [ ! -x "$dir/venv/bin/moto_server" ]; then
+    log "installing moto[dynamodb] $MOTO_VERSION from PyPI"
+    python3 -m venv "$dir/venv"
+    "$dir/venv/bin/pip" install --quiet --disable-pip-version-check \
+      "moto[dynamodb,server]==$MOTO_VERSION" flask flask-cors >&2
+  fi
+}
+
+wait_ready() { # name port
+  local name=$1 port=$2 i
+  for i in $(seq 1 200); do
+    # Any HTTP answer means the server is listening (both answer 400 to a bare POST).
+    if curl -s -o /dev/null -X POST "http://127.0.0.1:$port/" 2>/dev/null; then
+      log "$name ready on 127.0.0.1:$port"
+      return 0
+    fi
+    sleep 0.1
+  done
+  log "$name did not answer on 127.0.0.1:$port within 20 s; its log:"
+  cat "$run/$name.log" >&2 || true
+  return 1
+}
+
+start_one() { # name port command...
+  local name=$1 port=$2
+  shift 2
+  if [ -f "$run/$name.pid" ] && kill -0 "$(cat "$run/$name.pid")" 2>/dev/null; then
+    log "$name already running (pid $(cat "$run/$name.pid"))"
+    return 0
+  fi
+  "$@" >"$run/$name.log" 2>&1 &
+  echo $! >"$run/$name.pid"
+  wait_ready "$name" "$port"
+}
+
+start() {
+  install
+  mkdir -p "$run"
+  start_one dynalite "$DYNALITE_PORT" \
+    "$dir/node/node_modules/.bin/dynalite" --host 127.0.0.1 --port "$DYNALITE_PORT"
+  start_one moto "$MOTO_PORT" \
+    "$dir/venv/bin/python" "$root/scripts/moto_atomic.py" -H 127.0.0.1 -p "$MOTO_PORT"
+}
+
+stop() {
+  local f pid
+  for f in "$run"/*.pid; do
+    [ -e "$f" ] || continue
+    pid=$(cat "$f")
+    if kill -0 "$pid" 2>/dev/null; then
+      kill "$pid" 2>/dev/null || true
+      for _ in $(seq 1 50); do kill -0 "$pid" 2>/dev/null || break; sleep 0.1; done
+      kill -9 "$pid" 2>/dev/null || true
+    fi
+    rm -f "$f"
+  done
+}
+
+case "${1:-}" in
+  install) install ;;
+  start) start ;;
+  stop) stop ;;
+  *) echo "usage: $0 install|start|stop" >&2; exit 2 ;;
+esac

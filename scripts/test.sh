@@ -1,0 +1,16 @@
+#!/usr/bin/env bash
+# The whole test suite: installs and starts the DynamoDB emulators (dynalite, moto) on
+# 127.0.0.1, runs every test against the in-memory store and both emulators, and stops the
+# emulators it started.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+scripts/emulators.sh install
+if [ -z "${SHARDLEASE_DYNALITE_ENDPOINT:-}${SHARDLEASE_MOTO_ENDPOINT:-}" ]; then
+  trap 'scripts/emulators.sh stop' EXIT
+  scripts/emulators.sh start
+fi
+
+cargo test --all-targets "$@"
+cargo test --doc "$@"
+echo "conformance targets run: in-memory (conformance_memory), dynalite (conformance_dynalite), moto (conformance_moto)"

@@ -1,0 +1,304 @@
+//! The lease data model: keys, worker ids, leases and membership records.
+//!
+//! These are plain data. Every decision about them (expiry, balance) is made elsewhere, over
+//! values of these types, and every change to them goes through a
+//! [`LeaseStore`](crate::store::LeaseStore) conditional write.
+
+use std::fmt;
+
+/// Prefix reserved for the library's own items in the lease table (membership records).
+/// Lease keys and worker ids may not start with it.
+pub const RESERVED_PREFIX: &str = "shardlease#";
+
+/// Longest lease key or worker id accepted, in bytes. DynamoDB allows 2,048 bytes for a hash
+/// key; the reserved prefix and room for future suffixes are kept out of that.
+pub const MAX_KEY_LEN: usize = 1024;
+
+/// A rejected lease key or worker id.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
+pub enum InvalidId {
+    /// The value is empty.
+    #[error("{what} must not be empty")]
+    Empty {
+        /// "lease key" or "worker id".
+        what: &'static str,
+    },
+    /// The value is longer than [`MAX_KEY_LEN`] bytes.
+    #[error("{what} is {len} bytes long; at most {MAX_KEY_LEN} are allowed")]
+    TooLong {
+        /// "lease key" or "worker id".
+        what: &'static str,
+        /// Its length in bytes.
+        len: usize,
+    },
+    /// The value starts with [`RESERVED_PREFIX`].
+    #[error("{what} {value:?} starts with the reserved prefix {RESERVED_PREFIX:?}")]
+    Reserved {
+        /// "lease key" or "worker id".
+        what: &'static str,
+        /// The rejected value.
+        value: String,
+    },
+    /// The value contains a control character (they make logs and consoles unreadable).
+    #[error("{what} {value:?} contains a control character")]
+    ControlCharacter {
+        /// "lease key" or "worker id".
+        what: &'static str,
+        /// The rejected value.
+        value: String,
+    },
+}
+
+fn validate(what: &'static str, value: &str) -> Result<(), InvalidId> {
+    if value.is_empty() {
+        return Err(InvalidId::Empty { what });
+    }
+    if value.len() > MAX_KEY_LEN {
+        return Err(InvalidId::TooLong {
+            what,
+            len: value.len(),
+        });
+    }
+    if value.starts_with(RESERVED_PREFIX) {
+        return Err(InvalidId::Reserved {
+            what,
+            value: value.to_owned(),
+        });
+    }
+    if value.chars().any(char::is_control) {
+        return Err(InvalidId::ControlCharacter {
+            what,
+            value: value.to_owned(),
+        });
+    }
+    Ok(())
+}
+
+macro_rules! validated_id {
+    ($(#[$doc:meta])* $name:ident, $what:literal) => {
+        $(#[$doc])*
+        #[derive(Clone, PartialEq, Eq, PartialOrd, Ord, Hash)]
+        pub struct $name(String);
+
+        impl $name {
+            /// Validates and wraps `value`.
+            pub fn new(value: impl Into<String>) -> Result<Self, InvalidId> {
+                let value = value.into();
+                validate($what, &value)?;
+                Ok(Self(value))
+            }
+
+            /// The value as a string slice.
+            pub fn as_str(&self) -> &str {
+                &self.0
+            }
+        }
+
+        impl fmt::Display for $name {
+            fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+                f.write_str(&self.0)
+            }
+        }
+
+        impl fmt::Debug for $name {
+            fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+                fmt::Debug::fmt(&self.0, f)
+            }
+        }
+
+        impl TryFrom<&str> for $name {
+            type Error = InvalidId;
+            fn try_from(value: &str) -> Result<Self, InvalidId> {
+                Self::new(value)
+            }
+        }
+
+        impl TryFrom<String> for $name {
+            type Error = InvalidId;
+            fn try_from(value: String) -> Result<Self, InvalidId> {
+                Self::new(value)
+            }
+        }
+
+        impl AsRef<str> for $name {
+            fn as_ref(&self) -> &str {
+                &self.0
+            }
+        }
+    };
+}
+
+validated_id!(
+    /// The key of a lease: usually a shard id. Non-empty, at most [`MAX_KEY_LEN`] bytes, no
+    /// control characters, and not starting with [`RESERVED_PREFIX`].
+    LeaseKey,
+    "lease key"
+);
+
+validated_id!(
+    /// A worker's stable identity. A worker restarted with the same id resumes the leases it
+    /// still owns. Same rules as [`LeaseKey`].
+    WorkerId,
+    "worker id"
+);
+
+/// One lease as stored in the lease table.
+///
+/// `counter` is the liveness counter: it changes on every renewal, checkpoint and change of
+/// owner, so an observer that sees it unchanged for a lease duration of its own clock knows the
+/// owner has stopped renewing. `tenure` is the fencing token: it changes only when the owner
+/// changes (take, handoff), so a checkpoint is accepted only from the owner *of this tenure*,
+/// and renewals (which change `counter`, not `tenure`) never make a checkpoint fail.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Lease {
+    /// The lease's key.
+    pub key: LeaseKey,
+    /// The current owner; `None` when unowned (new or released).
+    pub owner: Option<WorkerId>,
+    /// Liveness counter, see the type's documentation.
+    pub counter: u64,
+    /// Fencing token, see the type's documentation.
+    pub tenure: u64,
+    /// The application's checkpoint, opaque to the library.
+    pub checkpoint: Option<String>,
+    /// How many times the owner changed since the last checkpoint.
+    pub owner_switches_since_checkpoint: u64,
+    /// Keys of the parent leases (a split has one parent, a merge two).
+    pub parents: Vec<LeaseKey>,
+    /// The worker this lease is being handed to, while a graceful handoff is pending.
+    pub handoff_to: Option<WorkerId>,
+    /// The application's load figure for this lease (records/s, bytes/s, ...), if it reports one.
+    pub load: Option<f64>,
+}
+
+impl Lease {
+    /// True when `worker` owns this lease.
+    pub fn is_owned_by(&self, worker: &WorkerId) -> bool {
+        self.owner.as_ref() == Some(worker)
+    }
+}
+
+/// What is needed to create a lease: its key, parents and a starting checkpoint.
+#[derive(Debug, Clone, PartialEq)]
+pub struct NewLease {
+    /// The lease's key.
+    pub key: LeaseKey,
+    /// Keys of the parent leases.
+    pub parents: Vec<LeaseKey>,
+    /// The checkpoint to start from, if any (for example when re-creating a deleted lease).
+    pub checkpoint: Option<String>,
+}
+
+impl NewLease {
+    /// A new lease with no parents and no checkpoint.
+    pub fn new(key: LeaseKey) -> Self {
+        Self {
+            key,
+            parents: Vec::new(),
+            checkpoint: None,
+        }
+    }
+
+    /// Sets the parent keys.
+    #[must_use]
+    pub fn with_parents(mut self, parents: Vec<LeaseKey>) -> Self {
+        self.parents = parents;
+        self
+    }
+
+    /// Sets the starting checkpoint.
+    #[must_use]
+    pub fn with_checkpoint(mut self, checkpoint: impl Into<String>) -> Self {
+        self.checkpoint = Some(checkpoint.into());
+        self
+    }
+
+    /// The lease as it is stored right after creation.
+    pub fn into_lease(self) -> Lease {
+        Lease {
+            key: self.key,
+            owner: None,
+            counter: 0,
+            tenure: 0,
+            checkpoint: self.checkpoint,
+            owner_switches_since_checkpoint: 0,
+            parents: self.parents,
+            handoff_to: None,
+            load: None,
+        }
+    }
+}
+
+/// A worker's membership record: proof that it is alive, even when it holds no lease.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Member {
+    /// The worker.
+    pub worker: WorkerId,
+    /// Changes on every heartbeat; observers judge liveness by it, on their own clock.
+    pub heartbeat: u64,
+    /// The worker's own load figure (CPU share, throughput), if it reports one.
+    pub load: Option<f64>,
+    /// How many leases the worker may hold at most, if it declares a limit.
+    pub capacity: Option<u32>,
+}
+
+/// Everything in the lease table at one moment: leases, members, and how many items could not
+/// be decoded (they are logged and skipped, never overwritten).
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct Snapshot {
+    /// Every lease, in key order.
+    pub leases: Vec<Lease>,
+    /// Every membership record, in worker id order.
+    pub members: Vec<Member>,
+    /// Items that could not be decoded and were skipped.
+    pub malformed: usize,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn keys_are_validated() {
+        assert!(LeaseKey::new("shardId-000000000001").is_ok());
+        assert_eq!(
+            LeaseKey::new(""),
+            Err(InvalidId::Empty { what: "lease key" })
+        );
+        assert!(matches!(
+            LeaseKey::new("x".repeat(MAX_KEY_LEN + 1)),
+            Err(InvalidId::TooLong { len, .. }) if len == MAX_KEY_LEN + 1
+        ));
+        assert!(matches!(
+            WorkerId::new("shardlease#worker#a"),
+            Err(InvalidId::Reserved {
+                what: "worker id",
+                ..
+            })
+        ));
+        assert!(matches!(
+            LeaseKey::new("a\nb"),
+            Err(InvalidId::ControlCharacter { .. })
+        ));
+        assert!(LeaseKey::new("x".repeat(MAX_KEY_LEN)).is_ok());
+    }
+
+    #[test]
+    fn errors_say_what_is_wrong() {
+        let err = WorkerId::new("").unwrap_err();
+        assert_eq!(err.to_string(), "worker id must not be empty");
+    }
+
+    #[test]
+    fn new_lease_starts_unowned_at_zero() {
+        let key = LeaseKey::new("a").unwrap();
+        let lease = NewLease::new(key.clone())
+            .with_checkpoint("42")
+            .into_lease();
+        assert_eq!(lease.owner, None);
+        assert_eq!((lease.counter, lease.tenure), (0, 0));
+        assert_eq!(lease.checkpoint.as_deref(), Some("42"));
+        assert_eq!(lease.key, key);
+    }
+}

@@ -1,0 +1,659 @@
+//! The DynamoDB backend: the distributed store users scale on.
+//!
+//! Every write is one `PutItem`, `UpdateItem` or `DeleteItem` with a condition expression
+//! (see [`schema`]); no transactions. Conditional failures ask for the current item with
+//! `ReturnValuesOnConditionCheckFailure = ALL_OLD` and fall back to a consistent `GetItem`
+//! where the server does not return it (dynalite, for one).
+
+mod classify;
+pub mod schema;
+mod table;
+
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+
+use async_trait::async_trait;
+use aws_sdk_dynamodb::config::retry::RetryConfig;
+use aws_sdk_dynamodb::operation::delete_item::DeleteItemError;
+use aws_sdk_dynamodb::operation::put_item::PutItemError;
+use aws_sdk_dynamodb::operation::update_item::UpdateItemError;
+use aws_sdk_dynamodb::types::{AttributeValue, ReturnValue, ReturnValuesOnConditionCheckFailure};
+use aws_sdk_dynamodb::Client;
+use tokio::time::Instant;
+
+use self::classify::classify;
+use self::schema::{Decoded, Item};
+use super::{LeaseStore, Outcome, Page, PageToken, RetryPolicy, StoreError, StoreResult};
+use crate::lease::{Lease, LeaseKey, Member, NewLease, WorkerId};
+
+/// How the lease table is billed when the store creates it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Billing {
+    /// On-demand (pay per request): no capacity planning, no throttling below the account
+    /// limits. The default, as in KCL.
+    OnDemand,
+    /// Provisioned capacity units.
+    Provisioned {
+        /// Read capacity units.
+        read: i64,
+        /// Write capacity units.
+        write: i64,
+    },
+}
+
+/// Configuration of the DynamoDB store.
+#[derive(Debug, Clone)]
+pub struct DynamoConfig {
+    /// The lease table's name. Required.
+    pub table_name: String,
+    /// Create the table when it does not exist. Default: `true`.
+    pub create_if_missing: bool,
+    /// Billing of a table the store creates. Default: [`Billing::OnDemand`].
+    pub billing: Billing,
+    /// Tags of a table the store creates. Default: none.
+    pub tags: Vec<(String, String)>,
+    /// Deletion protection of a table the store creates. Default: `false`.
+    pub deletion_protection: bool,
+    /// How long to wait for the table to become ACTIVE. Default: 60 s (a new on-demand table
+    /// usually takes a few seconds).
+    pub active_timeout: Duration,
+    /// Retries of throttled and transient failures. Default: [`RetryPolicy::default`].
+    pub retry: RetryPolicy,
+    /// Items per listing page. Default: `None`, DynamoDB's own 1 MB pages.
+    pub page_limit: Option<u32>,
+}
+
+impl DynamoConfig {
+    /// A configuration with every default and the given table name.
+    pub fn new(table_name: impl Into<String>) -> Self {
+        Self {
+            table_name: table_name.into(),
+            create_if_missing: true,
+            billing: Billing::OnDemand,
+            tags: Vec::new(),
+            deletion_protection: false,
+            active_timeout: Duration::from_secs(60),
+            retry: RetryPolicy::default(),
+            page_limit: None,
+        }
+    }
+
+    fn validate(&self) -> StoreResult<()> {
+        let name = &self.table_name;
+        let valid_chars = name
+            .chars()
+            .all(|c| c.is_ascii_alphanumeric() || "_-.".contains(c));
+        if !(3..=255).contains(&name.len()) || !valid_chars {
+            return Err(StoreError::InvalidConfig(format!(
+                "table name {name:?} must be 3 to 255 characters of a-z, A-Z, 0-9, '_', '-', '.'"
+            )));
+        }
+        if let Billing::Provisioned { read, write } = self.billing {
+            if read < 1 || write < 1 {
+                return Err(StoreError::InvalidConfig(format!(
+                    "provisioned capacity must be at least 1 (read {read}, write {write})"
+                )));
+            }
+        }
+        if self.page_limit == Some(0) {
+            return Err(StoreError::InvalidConfig(
+                "page_limit must be at least 1".into(),
+            ));
+        }
+        Ok(())
+    }
+}
+
+/// The lease table in DynamoDB. Cheap to clone.
+#[derive(Debug, Clone)]
+pub struct DynamoStore {
+    client: Client,
+    config: Arc<DynamoConfig>,
+    malformed_seen: Arc<AtomicU64>,
+}
+
+/// The attributes of an expression: `(":name", value)` pairs.
+type Values = Vec<(&'static str, AttributeValue)>;
+
+/// Decodes an item into a value and the token of its last write.
+type Decoder<T> = fn(&Item) -> StoreResult<(T, Option<String>)>;
+
+impl DynamoStore {
+    /// Connects with the standard AWS configuration chain (environment, profile, instance
+    /// role; `AWS_ENDPOINT_URL` points it at a local emulator), then prepares the table.
+    pub async fn from_env(config: DynamoConfig) -> StoreResult<Self> {
+        let sdk = aws_config::load_defaults(aws_config::BehaviorVersion::latest()).await;
+        Self::connect(Client::new(&sdk), config).await
+    }
+
+    /// Uses `client` (endpoint, region and credentials are the client's), then creates the
+    /// table if allowed and missing, checks its key schema and waits until it is ACTIVE.
+    ///
+    /// The SDK's own retries are turned off on a copy of the client: the store retries by its
+    /// [`RetryPolicy`], within each call's deadline, and must see every lost response to
+    /// recognise its own writes.
+    pub async fn connect(client: Client, config: DynamoConfig) -> StoreResult<Self> {
+        config.validate()?;
+        let client = Client::from_conf(
+            client
+                .config()
+                .to_builder()
+                .retry_config(RetryConfig::disabled())
+                .build(),
+        );
+        table::ensure_table(&client, &config).await?;
+        Ok(Self {
+            client,
+            config: Arc::new(config),
+            malformed_seen: Arc::default(),
+        })
+    }
+
+    /// The table's name.
+    pub fn table_name(&self) -> &str {
+        &self.config.table_name
+    }
+
+    /// How many malformed items listings have skipped since the store was created.
+    pub fn malformed_items_seen(&self) -> u64 {
+        self.malformed_seen.load(Ordering::Relaxed)
+    }
+
+    async fn get_item(&self, op: &'static str, key: &str) -> StoreResult<Option<Item>> {
+        self.client
+            .get_item()
+            .table_name(self.table_name())
+            .key(schema::KEY, schema::s(key))
+            .consistent_read(true)
+            .send()
+            .await
+            .map(|out| out.item)
+            .map_err(|e| classify(op, key, e))
+    }
+
+    /// The current item after a failed condition: the one the server returned, or a
+    /// consistent read where it returned none.
+    async fn current(
+        &self,
+        op: &'static str,
+        key: &str,
+        returned: Option<Item>,
+    ) -> StoreResult<Option<Item>> {
+        match returned {
+            Some(item) => Ok(Some(item)),
+            None => self.get_item(op, key).await,
+        }
+    }
+
+    /// One conditional `UpdateItem`, retried within `deadline`.
+    #[allow(clippy::too_many_arguments)]
+    async fn update<T: Send>(
+        &self,
+        op: &'static str,
+        key: &str,
+        condition: &str,
+        update: &str,
+        values: Values,
+        decode: Decoder<T>,
+        deadline: Instant,
+    ) -> StoreResult<Outcome<T>> {
+        let token = uuid::Uuid::new_v4().to_string();
+        let mut values: HashMap<String, AttributeValue> = values
+            .into_iter()
+            .map(|(name, value)| (name.to_owned(), value))
+            .collect();
+        values.insert(":op".into(), schema::s(&token));
+        values.insert(":now".into(), schema::s(now()));
+        self.config
+            .retry
+            .run(deadline, |_| async {
+                let sent = self
+                    .client
+                    .update_item()
+                    .table_name(self.table_name())
+                    .key(schema::KEY, schema::s(key))
+                    .condition_expression(condition)
+                    .update_expression(update)
+                    .set_expression_attribute_values(Some(values.clone()))
+                    .return_values(ReturnValue::AllNew)
+                    .return_values_on_condition_check_failure(
+                        ReturnValuesOnConditionCheckFailure::AllOld,
+                    )
+                    .send()
+                    .await;
+                match sent {
+                    Ok(out) => {
+                        let item = out.attributes.unwrap_or_default();
+                        Ok(Outcome::Done(decode(&item)?.0))
+                    }
+                    Err(err) => match err.as_service_error() {
+                        Some(UpdateItemError::ConditionalCheckFailedException(e)) => {
+                            let current = self.current(op, key, e.item().cloned()).await?;
+                            self.lost_or_ours(current, &token, decode)
+                        }
+                        _ => Err(classify(op, key, err)),
+                    },
+                }
+            })
+            .await
+    }
+
+    /// After a failed condition: our own write, if the item carries our token (an earlier
+    /// attempt landed and its answer was lost); otherwise a lost race.
+    fn lost_or_ours<T>(
+        &self,
+        current: Option<Item>,
+        token: &str,
+        decode: Decoder<T>,
+    ) -> StoreResult<Outcome<T>> {
+        let Some(item) = current else {
+            return Ok(Outcome::LostRace { current: None });
+        };
+        let (value, last_op) = decode(&item)?;
+        if last_op.as_deref() == Some(token) {
+            tracing::debug!("a write whose answer was lost had landed; accepted");
+            Ok(Outcome::Done(value))
+        } else {
+            Ok(Outcome::LostRace {
+                current: Some(value),
+            })
+        }
+    }
+
+    fn lease_update(
+        &self,
+        op: &'static str,
+        key: &LeaseKey,
+        condition: &'static str,
+        update: &'static str,
+        values: Values,
+        deadline: Instant,
+    ) -> impl std::future::Future<Output = StoreResult<Outcome<Lease>>> + Send + '_ {
+        let key = key.as_str().to_owned();
+        async move {
+            self.update(
+                op,
+                &key,
+                condition,
+                update,
+                values,
+                schema::decode_lease,
+                deadline,
+            )
+            .await
+        }
+    }
+}
+
+/// Wall-clock time for the informational `updatedAt` attribute. Never read back.
+fn now() -> String {
+    chrono::Utc::now().to_rfc3339_opts(chrono::SecondsFormat::Millis, true)
+}
+
+fn held(owner: &WorkerId, tenure: u64) -> Values {
+    vec![
+        (":owner", schema::s(owner.as_str())),
+        (":tenure", schema::n(tenure)),
+    ]
+}
+
+fn one() -> (&'static str, AttributeValue) {
+    (":one", schema::n(1))
+}
+
+#[async_trait]
+impl LeaseStore for DynamoStore {
+    async fn create(&self, lease: NewLease, deadline: Instant) -> StoreResult<Outcome<Lease>> {
+        let lease = lease.into_lease();
+        let key = lease.key.as_str();
+        let token = uuid::Uuid::new_v4().to_string();
+        let item = schema::encode_lease(&lease, &token, &now());
+        self.config
+            .retry
+            .run(deadline, |_| async {
+                let sent = self
+                    .client
+                    .put_item()
+                    .table_name(self.table_name())
+                    .set_item(Some(item.clone()))
+                    .condition_expression(schema::COND_CREATE)
+                    .return_values_on_condition_check_failure(
+                        ReturnValuesOnConditionCheckFailure::AllOld,
+                    )
+                    .send()
+                    .await;
+                match sent {
+                    Ok(_) => Ok(Outcome::Done(lease.clone())),
+                    Err(err) => match err.as_service_error() {
+                        Some(PutItemError::ConditionalCheckFailedException(e)) => {
+                            let current = self.current("create", key, e.item().cloned()).await?;
+                            self.lost_or_ours(current, &token, schema::decode_lease)
+                        }
+                        _ => Err(classify("create", key, err)),
+                    },
+                }
+            })
+            .await
+    }
+
+    async fn get(&self, key: &LeaseKey, deadline: Instant) -> StoreResult<Option<Lease>> {
+        let item = self
+            .config
+            .retry
+            .run(deadline, |_| self.get_item("get", key.as_str()))
+            .await?;
+        item.map(|item| schema::decode_lease(&item).map(|(lease, _)| lease))
+            .transpose()
+    }
+
+    async fn list_page(&self, from: Option<PageToken>, deadline: Instant) -> StoreResult<Page> {
+        let table = self.table_name();
+        let out = self
+            .config
+            .retry
+            .run(deadline, |_| {
+                let request = self
+                    .client
+                    .scan()
+                    .table_name(table)
+                    .consistent_read(true)
+                    .set_limit(
+                        self.config
+                            .page_limit
+                            .map(|l| l.min(i32::MAX as u32) as i32),
+                    )
+                    .set_exclusive_start_key(from.as_ref().map(|token| {
+                        HashMap::from([(schema::KEY.to_owned(), schema::s(token.0.as_str()))])
+                    }));
+                async move { request.send().await.map_err(|e| classify("scan", table, e)) }
+            })
+            .await?;
+        let mut page = Page::default();
+        for item in out.items() {
+            match schema::decode(item) {
+                Ok(Decoded::Lease(lease, _)) => page.leases.push(lease),
+                Ok(Decoded::Member(member, _)) => page.members.push(member),
+                Err(err) => {
+                    page.malformed += 1;
+                    self.malformed_seen.fetch_add(1, Ordering::Relaxed);
+                    tracing::warn!(table, error = %err, "skipping a malformed item in the lease table");
+                }
+            }
+        }
+        page.next = match out.last_evaluated_key() {
+            Some(last) => match last.get(schema::KEY) {
+                Some(AttributeValue::S(key)) => Some(PageToken(key.clone())),
+                _ => {
+                    return Err(StoreError::Malformed {
+                        key: format!("{last:?}"),
+                        field: schema::KEY,
+                        reason: "LastEvaluatedKey has no string key".into(),
+                    })
+                }
+            },
+            None => None,
+        };
+        Ok(page)
+    }
+
+    async fn renew(
+        &self,
+        key: &LeaseKey,
+        owner: &WorkerId,
+        tenure: u64,
+        load: Option<f64>,
+        deadline: Instant,
+    ) -> StoreResult<Outcome<Lease>> {
+        let mut values = held(owner, tenure);
+        values.push(one());
+        let update = match load {
+            Some(load) => {
+                values.push((":load", schema::n(load)));
+                schema::UPDATE_RENEW_LOAD
+            }
+            None => schema::UPDATE_RENEW,
+        };
+        self.lease_update("renew", key, schema::COND_HELD, update, values, deadline)
+            .await
+    }
+
+    async fn take(
+        &self,
+        key: &LeaseKey,
+        taker: &WorkerId,
+        observed_counter: u64,
+        deadline: Instant,
+    ) -> StoreResult<Outcome<Lease>> {
+        let values = vec![
+            (":counter", schema::n(observed_counter)),
+            (":to", schema::s(taker.as_str())),
+            one(),
+        ];
+        self.lease_update(
+            "take",
+            key,
+            schema::COND_TAKE,
+            schema::UPDATE_NEW_OWNER,
+            values,
+            deadline,
+        )
+        .await
+    }
+
+    async fn request_handoff(
+        &self,
+        key: &LeaseKey,
+        owner: &WorkerId,
+        tenure: u64,
+        requester: &WorkerId,
+        deadline: Instant,
+    ) -> StoreResult<Outcome<Lease>> {
+        let mut values = held(owner, tenure);
+        values.push((":to", schema::s(requester.as_str())));
+        self.lease_update(
+            "request_handoff",
+            key,
+            schema::COND_REQUEST_HANDOFF,
+            schema::UPDATE_REQUEST_HANDOFF,
+            values,
+            deadline,
+        )
+        .await
+    }
+
+    async fn complete_handoff(
+        &self,
+        key: &LeaseKey,
+        owner: &WorkerId,
+        tenure: u64,
+        to: &WorkerId,
+        deadline: Instant,
+    ) -> StoreResult<Outcome<Lease>> {
+        let mut values = held(owner, tenure);
+        values.extend([(":to", schema::s(to.as_str())), one()]);
+        self.lease_update(
+            "complete_handoff",
+            key,
+            schema::COND_COMPLETE_HANDOFF,
+            schema::UPDATE_NEW_OWNER,
+            values,
+            deadline,
+        )
+        .await
+    }
+
+    async fn release(
+        &self,
+        key: &LeaseKey,
+        owner: &WorkerId,
+        tenure: u64,
+        deadline: Instant,
+    ) -> StoreResult<Outcome<Lease>> {
+        let mut values = held(owner, tenure);
+        values.push(one());
+        self.lease_update(
+            "release",
+            key,
+            schema::COND_HELD,
+            schema::UPDATE_RELEASE,
+            values,
+            deadline,
+        )
+        .await
+    }
+
+    async fn checkpoint(
+        &self,
+        key: &LeaseKey,
+        owner: &WorkerId,
+        tenure: u64,
+        checkpoint: &str,
+        deadline: Instant,
+    ) -> StoreResult<Outcome<Lease>> {
+        let mut values = held(owner, tenure);
+        values.extend([
+            (":checkpoint", schema::s(checkpoint)),
+            (":zero", schema::n(0)),
+            one(),
+        ]);
+        self.lease_update(
+            "checkpoint",
+            key,
+            schema::COND_HELD,
+            schema::UPDATE_CHECKPOINT,
+            values,
+            deadline,
+        )
+        .await
+    }
+
+    async fn delete(
+        &self,
+        key: &LeaseKey,
+        observed_counter: u64,
+        observed_tenure: u64,
+        deadline: Instant,
+    ) -> StoreResult<Outcome<Lease>> {
+        let values = HashMap::from([
+            (":counter".to_owned(), schema::n(observed_counter)),
+            (":tenure".to_owned(), schema::n(observed_tenure)),
+        ]);
+        self.delete_item(
+            "delete",
+            key.as_str(),
+            schema::COND_DELETE,
+            values,
+            schema::decode_lease,
+            deadline,
+        )
+        .await
+    }
+
+    async fn heartbeat(
+        &self,
+        worker: &WorkerId,
+        load: Option<f64>,
+        capacity: Option<u32>,
+        deadline: Instant,
+    ) -> StoreResult<Outcome<Member>> {
+        let mut values = vec![
+            (":worker", schema::s(worker.as_str())),
+            (":zero", schema::n(0)),
+            one(),
+        ];
+        if let Some(load) = load {
+            values.push((":load", schema::n(load)));
+        }
+        if let Some(capacity) = capacity {
+            values.push((":capacity", schema::n(capacity)));
+        }
+        let update = schema::heartbeat_update(load.is_some(), capacity.is_some());
+        self.update(
+            "heartbeat",
+            &schema::member_key(worker),
+            schema::COND_HEARTBEAT,
+            &update,
+            values,
+            schema::decode_member,
+            deadline,
+        )
+        .await
+    }
+
+    async fn remove_member(
+        &self,
+        worker: &WorkerId,
+        observed_heartbeat: Option<u64>,
+        deadline: Instant,
+    ) -> StoreResult<Outcome<Member>> {
+        let mut values = HashMap::new();
+        let condition = match observed_heartbeat {
+            Some(heartbeat) => {
+                values.insert(":heartbeat".to_owned(), schema::n(heartbeat));
+                schema::COND_MEMBER_AT
+            }
+            None => schema::COND_MEMBER,
+        };
+        self.delete_item(
+            "remove_member",
+            &schema::member_key(worker),
+            condition,
+            values,
+            schema::decode_member,
+            deadline,
+        )
+        .await
+    }
+}
+
+impl DynamoStore {
+    /// One conditional `DeleteItem`, retried within `deadline`. After a lost answer, an item
+    /// already gone reads as `LostRace { current: None }`: gone either way.
+    async fn delete_item<T: Send>(
+        &self,
+        op: &'static str,
+        key: &str,
+        condition: &str,
+        values: HashMap<String, AttributeValue>,
+        decode: Decoder<T>,
+        deadline: Instant,
+    ) -> StoreResult<Outcome<T>> {
+        let values = (!values.is_empty()).then_some(values);
+        self.config
+            .retry
+            .run(deadline, |_| async {
+                let sent = self
+                    .client
+                    .delete_item()
+                    .table_name(self.table_name())
+                    .key(schema::KEY, schema::s(key))
+                    .condition_expression(condition)
+                    .set_expression_attribute_values(values.clone())
+                    .return_values(ReturnValue::AllOld)
+                    .return_values_on_condition_check_failure(
+                        ReturnValuesOnConditionCheckFailure::AllOld,
+                    )
+                    .send()
+                    .await;
+                match sent {
+                    Ok(out) => match out.attributes {
+                        Some(item) => Ok(Outcome::Done(decode(&item)?.0)),
+                        None => Ok(Outcome::LostRace { current: None }),
+                    },
+                    Err(err) => match err.as_service_error() {
+                        Some(DeleteItemError::ConditionalCheckFailedException(e)) => {
+                            let current = self.current(op, key, e.item().cloned()).await?;
+                            current
+                                .map(|item| decode(&item).map(|(value, _)| value))
+                                .transpose()
+                                .map(|current| Outcome::LostRace { current })
+                        }
+                        _ => Err(classify(op, key, err)),
+                    },
+                }
+            })
+            .await
+    }
+}

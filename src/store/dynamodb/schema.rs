@@ -1,0 +1,441 @@
+//! The DynamoDB item format: every attribute name, condition and update expression, and the
+//! encoding and decoding of items. Nothing else in the crate names an attribute.
+//!
+//! One table, hash key `leaseKey` (string). A lease item is keyed by its lease key; a
+//! membership record by [`RESERVED_PREFIX`]`member#<worker id>`.
+
+use std::collections::HashMap;
+
+use aws_sdk_dynamodb::types::AttributeValue;
+
+use crate::lease::{Lease, LeaseKey, Member, WorkerId, RESERVED_PREFIX};
+use crate::store::StoreError;
+
+/// Hash key of every item (string).
+pub const KEY: &str = "leaseKey";
+/// Lease owner's worker id (string; absent when unowned).
+pub const OWNER: &str = "leaseOwner";
+/// Liveness counter (number).
+pub const COUNTER: &str = "leaseCounter";
+/// Fencing token: changes with each new owner (number).
+pub const TENURE: &str = "leaseTenure";
+/// The application's checkpoint (string; absent when none).
+pub const CHECKPOINT: &str = "checkpoint";
+/// Owner changes since the last checkpoint (number).
+pub const OWNER_SWITCHES: &str = "ownerSwitchesSinceCheckpoint";
+/// Parent lease keys (list of strings; absent when none).
+pub const PARENTS: &str = "parentLeaseKeys";
+/// Worker a pending handoff goes to (string; absent when none).
+pub const HANDOFF_TO: &str = "handoffTo";
+/// Per-lease load figure (number; absent when not reported).
+pub const LEASE_LOAD: &str = "leaseLoad";
+/// Token of the last write, to recognise one's own write after a lost response (string).
+pub const LAST_OP: &str = "lastOp";
+/// Wall-clock time of the last write, RFC 3339, for operators only: never read by the library.
+pub const UPDATED_AT: &str = "updatedAt";
+/// Membership record: the worker id (string).
+pub const WORKER: &str = "workerId";
+/// Membership record: heartbeat counter (number).
+pub const HEARTBEAT: &str = "heartbeat";
+/// Membership record: the worker's load figure (number; optional).
+pub const MEMBER_LOAD: &str = "workerLoad";
+/// Membership record: the most leases the worker accepts (number; optional).
+pub const CAPACITY: &str = "workerCapacity";
+
+/// `create`: no item has this key.
+pub const COND_CREATE: &str = "attribute_not_exists(leaseKey)";
+/// `renew`, `release`, `checkpoint`: held by the caller in the caller's tenure.
+pub const COND_HELD: &str = "leaseOwner = :owner AND leaseTenure = :tenure";
+/// `take`: the counter is still the one the taker observed.
+pub const COND_TAKE: &str = "leaseCounter = :counter";
+/// `request_handoff`: held as observed, and no handoff to somebody else pending.
+pub const COND_REQUEST_HANDOFF: &str = "leaseOwner = :owner AND leaseTenure = :tenure \
+     AND (attribute_not_exists(handoffTo) OR handoffTo = :to)";
+/// `complete_handoff`: held by the caller, and the handoff goes to `:to`.
+pub const COND_COMPLETE_HANDOFF: &str =
+    "leaseOwner = :owner AND leaseTenure = :tenure AND handoffTo = :to";
+/// `delete`: counter and tenure as observed.
+pub const COND_DELETE: &str = "leaseCounter = :counter AND leaseTenure = :tenure";
+/// `heartbeat`: the item is absent or is a membership record.
+pub const COND_HEARTBEAT: &str = "attribute_not_exists(leaseKey) OR attribute_exists(heartbeat)";
+/// `remove_member`: the item is a membership record.
+pub const COND_MEMBER: &str = "attribute_exists(heartbeat)";
+/// `remove_member` with an observed heartbeat.
+pub const COND_MEMBER_AT: &str = "heartbeat = :heartbeat";
+
+/// `renew` (`:load` variant sets the load figure too).
+pub const UPDATE_RENEW: &str =
+    "SET leaseCounter = leaseCounter + :one, lastOp = :op, updatedAt = :now";
+/// `renew` with a load figure.
+pub const UPDATE_RENEW_LOAD: &str =
+    "SET leaseCounter = leaseCounter + :one, leaseLoad = :load, lastOp = :op, updatedAt = :now";
+/// `take` and `complete_handoff`: a new owner and a new tenure.
+pub const UPDATE_NEW_OWNER: &str = "SET leaseOwner = :to, leaseCounter = leaseCounter + :one, \
+     leaseTenure = leaseTenure + :one, \
+     ownerSwitchesSinceCheckpoint = ownerSwitchesSinceCheckpoint + :one, \
+     lastOp = :op, updatedAt = :now REMOVE handoffTo";
+/// `request_handoff`.
+pub const UPDATE_REQUEST_HANDOFF: &str = "SET handoffTo = :to, lastOp = :op, updatedAt = :now";
+/// `release`.
+pub const UPDATE_RELEASE: &str = "SET leaseCounter = leaseCounter + :one, lastOp = :op, \
+     updatedAt = :now REMOVE leaseOwner, handoffTo";
+/// `checkpoint`.
+pub const UPDATE_CHECKPOINT: &str = "SET checkpoint = :checkpoint, \
+     ownerSwitchesSinceCheckpoint = :zero, leaseCounter = leaseCounter + :one, \
+     lastOp = :op, updatedAt = :now";
+/// `heartbeat`; `:load` and `:capacity` are set or removed by [`heartbeat_update`].
+pub const UPDATE_HEARTBEAT: &str = "SET workerId = :worker, \
+     heartbeat = if_not_exists(heartbeat, :zero) + :one, lastOp = :op, updatedAt = :now";
+
+/// The heartbeat update expression for the figures a worker reports.
+pub fn heartbeat_update(load: bool, capacity: bool) -> String {
+    let mut set = UPDATE_HEARTBEAT.to_owned();
+    let mut remove = Vec::new();
+    for (present, attr, value) in [
+        (load, MEMBER_LOAD, ":load"),
+        (capacity, CAPACITY, ":capacity"),
+    ] {
+        if present {
+            set.push_str(&format!(", {attr} = {value}"));
+        } else {
+            remove.push(attr);
+        }
+    }
+    if remove.is_empty() {
+        set
+    } else {
+        format!("{set} REMOVE {}", remove.join(", "))
+    }
+}
+
+/// The item key of `worker`'s membership record.
+pub fn member_key(worker: &WorkerId) -> String {
+    format!("{RESERVED_PREFIX}member#{worker}")
+}
+
+/// A DynamoDB item.
+pub type Item = HashMap<String, AttributeValue>;
+
+/// A decoded item.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Decoded {
+    /// A lease, with the token of its last write.
+    Lease(Lease, Option<String>),
+    /// A membership record, with the token of its last write.
+    Member(Member, Option<String>),
+}
+
+/// Encodes a number attribute.
+pub fn n(value: impl ToString) -> AttributeValue {
+    AttributeValue::N(value.to_string())
+}
+
+/// Encodes a string attribute.
+pub fn s(value: impl Into<String>) -> AttributeValue {
+    AttributeValue::S(value.into())
+}
+
+/// Encodes a freshly created lease as a full item.
+pub fn encode_lease(lease: &Lease, op: &str, now: &str) -> Item {
+    let mut item = Item::from([
+        (KEY.to_owned(), s(lease.key.as_str())),
+        (COUNTER.to_owned(), n(lease.counter)),
+        (TENURE.to_owned(), n(lease.tenure)),
+        (
+            OWNER_SWITCHES.to_owned(),
+            n(lease.owner_switches_since_checkpoint),
+        ),
+        (LAST_OP.to_owned(), s(op)),
+        (UPDATED_AT.to_owned(), s(now)),
+    ]);
+    let optional = [
+        (OWNER, lease.owner.as_ref().map(|o| s(o.as_str()))),
+        (CHECKPOINT, lease.checkpoint.as_ref().map(|c| s(c.as_str()))),
+        (HANDOFF_TO, lease.handoff_to.as_ref().map(|h| s(h.as_str()))),
+        (LEASE_LOAD, lease.load.map(n)),
+        (
+            PARENTS,
+            (!lease.parents.is_empty())
+                .then(|| AttributeValue::L(lease.parents.iter().map(|p| s(p.as_str())).collect())),
+        ),
+    ];
+    for (name, value) in optional {
+        if let Some(value) = value {
+            item.insert(name.to_owned(), value);
+        }
+    }
+    item
+}
+
+/// Reads attributes of one item, naming the item and the field in every error.
+struct Fields<'a> {
+    item: &'a Item,
+    key: &'a str,
+}
+
+impl<'a> Fields<'a> {
+    fn err(&self, field: &'static str, reason: impl Into<String>) -> StoreError {
+        StoreError::Malformed {
+            key: self.key.to_owned(),
+            field,
+            reason: reason.into(),
+        }
+    }
+
+    fn string(&self, field: &'static str) -> Result<Option<&'a str>, StoreError> {
+        match self.item.get(field) {
+            None | Some(AttributeValue::Null(_)) => Ok(None),
+            Some(AttributeValue::S(value)) => Ok(Some(value)),
+            Some(other) => Err(self.err(field, format!("is not a string: {other:?}"))),
+        }
+    }
+
+    fn number<T: std::str::FromStr>(&self, field: &'static str) -> Result<Option<T>, StoreError> {
+        match self.item.get(field) {
+            None | Some(AttributeValue::Null(_)) => Ok(None),
+            Some(AttributeValue::N(value)) => value.parse().map(Some).map_err(|_| {
+                self.err(
+                    field,
+                    format!("{value:?} is not a {}", std::any::type_name::<T>()),
+                )
+            }),
+            Some(other) => Err(self.err(field, format!("is not a number: {other:?}"))),
+        }
+    }
+
+    fn required<T: std::str::FromStr>(&self, field: &'static str) -> Result<T, StoreError> {
+        self.number(field)?
+            .ok_or_else(|| self.err(field, "is missing"))
+    }
+
+    fn worker(&self, field: &'static str) -> Result<Option<WorkerId>, StoreError> {
+        self.string(field)?
+            .map(|v| WorkerId::new(v).map_err(|e| self.err(field, e.to_string())))
+            .transpose()
+    }
+
+    fn parents(&self) -> Result<Vec<LeaseKey>, StoreError> {
+        let list = match self.item.get(PARENTS) {
+            None | Some(AttributeValue::Null(_)) => return Ok(Vec::new()),
+            Some(AttributeValue::L(list)) => list.iter().collect::<Vec<_>>(),
+            Some(AttributeValue::Ss(set)) => {
+                return set
+                    .iter()
+                    .map(|p| {
+                        LeaseKey::new(p.as_str()).map_err(|e| self.err(PARENTS, e.to_string()))
+                    })
+                    .collect()
+            }
+            Some(other) => {
+                return Err(self.err(PARENTS, format!("is not a list of strings: {other:?}")))
+            }
+        };
+        list.into_iter()
+            .map(|value| match value {
+                AttributeValue::S(p) => {
+                    LeaseKey::new(p.as_str()).map_err(|e| self.err(PARENTS, e.to_string()))
+                }
+                other => Err(self.err(PARENTS, format!("holds a non-string: {other:?}"))),
+            })
+            .collect()
+    }
+}
+
+/// Decodes any item of the lease table.
+pub fn decode(item: &Item) -> Result<Decoded, StoreError> {
+    let raw_key = match item.get(KEY) {
+        Some(AttributeValue::S(key)) => key.as_str(),
+        _ => {
+            return Err(StoreError::Malformed {
+                key: "<missing>".into(),
+                field: KEY,
+                reason: "is missing or not a string".into(),
+            })
+        }
+    };
+    let fields = Fields { item, key: raw_key };
+    let last_op = fields.string(LAST_OP)?.map(str::to_owned);
+    if let Some(worker) = raw_key.strip_prefix(RESERVED_PREFIX) {
+        let Some(worker) = worker.strip_prefix("member#") else {
+            return Err(fields.err(KEY, "uses the reserved prefix for an unknown kind of item"));
+        };
+        let worker = WorkerId::new(worker).map_err(|e| fields.err(KEY, e.to_string()))?;
+        let member = Member {
+            worker,
+            heartbeat: fields.required(HEARTBEAT)?,
+            load: fields.number(MEMBER_LOAD)?,
+            capacity: fields.number(CAPACITY)?,
+        };
+        return Ok(Decoded::Member(member, last_op));
+    }
+    let key = LeaseKey::new(raw_key).map_err(|e| fields.err(KEY, e.to_string()))?;
+    let load: Option<f64> = fields.number(LEASE_LOAD)?;
+    if load.is_some_and(|l| !l.is_finite()) {
+        return Err(fields.err(LEASE_LOAD, "is not a finite number"));
+    }
+    let lease = Lease {
+        key,
+        owner: fields.worker(OWNER)?,
+        counter: fields.required(COUNTER)?,
+        tenure: fields.required(TENURE)?,
+        checkpoint: fields.string(CHECKPOINT)?.map(str::to_owned),
+        owner_switches_since_checkpoint: fields.number(OWNER_SWITCHES)?.unwrap_or(0),
+        parents: fields.parents()?,
+        handoff_to: fields.worker(HANDOFF_TO)?,
+        load,
+    };
+    Ok(Decoded::Lease(lease, last_op))
+}
+
+/// Decodes an item that must be a lease.
+pub fn decode_lease(item: &Item) -> Result<(Lease, Option<String>), StoreError> {
+    match decode(item)? {
+        Decoded::Lease(lease, op) => Ok((lease, op)),
+        Decoded::Member(member, _) => Err(StoreError::Malformed {
+            key: member_key(&member.worker),
+            field: KEY,
+            reason: "names a membership record where a lease was expected".into(),
+        }),
+    }
+}
+
+/// Decodes an item that must be a membership record.
+pub fn decode_member(item: &Item) -> Result<(Member, Option<String>), StoreError> {
+    match decode(item)? {
+        Decoded::Member(member, op) => Ok((member, op)),
+        Decoded::Lease(lease, _) => Err(StoreError::Malformed {
+            key: lease.key.to_string(),
+            field: HEARTBEAT,
+            reason: "is missing: the item is a lease, not a membership record".into(),
+        }),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::lease::NewLease;
+
+    fn full_lease() -> Lease {
+        let mut lease = NewLease::new(LeaseKey::new("shard-3").unwrap())
+            .with_parents(vec![
+                LeaseKey::new("shard-1").unwrap(),
+                LeaseKey::new("shard-2").unwrap(),
+            ])
+            .with_checkpoint("49590338271490256608559692538361571095921575989136588898")
+            .into_lease();
+        lease.owner = Some(WorkerId::new("worker-a").unwrap());
+        lease.handoff_to = Some(WorkerId::new("worker-b").unwrap());
+        lease.counter = 17;
+        lease.tenure = 4;
+        lease.owner_switches_since_checkpoint = 2;
+        lease.load = Some(12.5);
+        lease
+    }
+
+    #[test]
+    fn a_lease_survives_a_round_trip() {
+        let lease = full_lease();
+        let item = encode_lease(&lease, "op-1", "2026-01-01T00:00:00Z");
+        assert_eq!(
+            decode(&item).unwrap(),
+            Decoded::Lease(lease, Some("op-1".into()))
+        );
+        let bare = NewLease::new(LeaseKey::new("k").unwrap()).into_lease();
+        let item = encode_lease(&bare, "op-2", "now");
+        assert!(!item.contains_key(OWNER) && !item.contains_key(PARENTS));
+        assert_eq!(decode_lease(&item).unwrap().0, bare);
+    }
+
+    #[test]
+    fn a_membership_record_decodes() {
+        let item = Item::from([
+            (KEY.into(), s("shardlease#member#w1")),
+            (WORKER.into(), s("w1")),
+            (HEARTBEAT.into(), n(3)),
+            (CAPACITY.into(), n(10)),
+        ]);
+        let (member, _) = decode_member(&item).unwrap();
+        assert_eq!(member.worker.as_str(), "w1");
+        assert_eq!(
+            (member.heartbeat, member.capacity, member.load),
+            (3, Some(10), None)
+        );
+        assert!(decode_lease(&item).is_err());
+    }
+
+    fn field_of(item: &Item) -> &'static str {
+        match decode(item) {
+            Err(StoreError::Malformed { field, .. }) => field,
+            other => panic!("expected a malformed-item error, got {other:?}"),
+        }
+    }
+
+    fn with(change: impl FnOnce(&mut Item)) -> Item {
+        let mut item = encode_lease(&full_lease(), "op", "now");
+        change(&mut item);
+        item
+    }
+
+    #[test]
+    fn every_malformed_field_is_named() {
+        assert_eq!(field_of(&with(|i| drop(i.remove(KEY)))), KEY);
+        assert_eq!(field_of(&with(|i| drop(i.insert(KEY.into(), n(1))))), KEY);
+        assert_eq!(field_of(&with(|i| drop(i.insert(KEY.into(), s(""))))), KEY);
+        assert_eq!(field_of(&with(|i| drop(i.remove(COUNTER)))), COUNTER);
+        assert_eq!(
+            field_of(&with(|i| drop(i.insert(COUNTER.into(), s("7"))))),
+            COUNTER
+        );
+        assert_eq!(
+            field_of(&with(|i| drop(i.insert(COUNTER.into(), n(-1))))),
+            COUNTER
+        );
+        assert_eq!(
+            field_of(&with(|i| drop(i.insert(TENURE.into(), n(1.5))))),
+            TENURE
+        );
+        assert_eq!(
+            field_of(&with(|i| drop(i.insert(OWNER.into(), s(""))))),
+            OWNER
+        );
+        assert_eq!(
+            field_of(&with(|i| drop(i.insert(OWNER.into(), n(3))))),
+            OWNER
+        );
+        assert_eq!(
+            field_of(&with(|i| drop(
+                i.insert(PARENTS.into(), AttributeValue::L(vec![n(1)]))
+            ))),
+            PARENTS
+        );
+        assert_eq!(
+            field_of(&with(|i| drop(i.insert(PARENTS.into(), s("p"))))),
+            PARENTS
+        );
+        assert_eq!(
+            field_of(&with(|i| drop(
+                i.insert(CHECKPOINT.into(), AttributeValue::Bool(true))
+            ))),
+            CHECKPOINT
+        );
+        assert_eq!(
+            field_of(&with(|i| drop(i.insert(LEASE_LOAD.into(), s("x"))))),
+            LEASE_LOAD
+        );
+        assert_eq!(
+            field_of(&with(|i| drop(i.insert(KEY.into(), s("shardlease#other"))))),
+            KEY
+        );
+        let member_without_heartbeat = Item::from([(KEY.into(), s("shardlease#member#w"))]);
+        assert_eq!(field_of(&member_without_heartbeat), HEARTBEAT);
+    }
+
+    #[test]
+    fn heartbeat_update_sets_or_removes_each_figure() {
+        assert!(heartbeat_update(true, true)
+            .ends_with("workerLoad = :load, workerCapacity = :capacity"));
+        assert!(heartbeat_update(false, true).ends_with("REMOVE workerLoad"));
+        assert!(heartbeat_update(false, false).ends_with("REMOVE workerLoad, workerCapacity"));
+    }
+}

@@ -1,0 +1,177 @@
+//! Creating, validating and waiting for the lease table.
+
+use std::time::Duration;
+
+use aws_sdk_dynamodb::types::{
+    AttributeDefinition, BillingMode, KeySchemaElement, KeyType, ProvisionedThroughput,
+    ScalarAttributeType, TableDescription, TableStatus, Tag,
+};
+use aws_sdk_dynamodb::Client;
+use tokio::time::Instant;
+
+use super::classify::classify;
+use super::schema::KEY;
+use super::{Billing, DynamoConfig};
+use crate::store::{StoreError, StoreResult};
+
+/// How often the table status is polled while waiting for ACTIVE.
+const POLL: Duration = Duration::from_millis(200);
+
+/// Makes sure the lease table exists, has our key schema, and is ACTIVE.
+pub(super) async fn ensure_table(client: &Client, config: &DynamoConfig) -> StoreResult<()> {
+    let table = &config.table_name;
+    let description = match describe(client, table).await? {
+        Some(description) => description,
+        None if config.create_if_missing => create(client, config).await?,
+        None => {
+            return Err(StoreError::TableNotFound {
+                table: table.clone(),
+            })
+        }
+    };
+    check_key_schema(table, &description)?;
+    wait_active(client, table, description, config.active_timeout).await
+}
+
+async fn describe(client: &Client, table: &str) -> StoreResult<Option<TableDescription>> {
+    match client.describe_table().table_name(table).send().await {
+        Ok(out) => Ok(out.table),
+        Err(err)
+            if err
+                .as_service_error()
+                .is_some_and(|e| e.is_resource_not_found_exception()) =>
+        {
+            Ok(None)
+        }
+        Err(err) => Err(classify("describe_table", table, err)),
+    }
+}
+
+async fn create(client: &Client, config: &DynamoConfig) -> StoreResult<TableDescription> {
+    let table = &config.table_name;
+    let build = |e: aws_sdk_dynamodb::error::BuildError| StoreError::InvalidConfig(e.to_string());
+    let mut request = client
+        .create_table()
+        .table_name(table)
+        .attribute_definitions(
+            AttributeDefinition::builder()
+                .attribute_name(KEY)
+                .attribute_type(ScalarAttributeType::S)
+                .build()
+                .map_err(build)?,
+        )
+        .key_schema(
+            KeySchemaElement::builder()
+                .attribute_name(KEY)
+                .key_type(KeyType::Hash)
+                .build()
+                .map_err(build)?,
+        )
+        .deletion_protection_enabled(config.deletion_protection);
+    request = match config.billing {
+        Billing::OnDemand => request.billing_mode(BillingMode::PayPerRequest),
+        Billing::Provisioned { read, write } => request
+            .billing_mode(BillingMode::Provisioned)
+            .provisioned_throughput(
+                ProvisionedThroughput::builder()
+                    .read_capacity_units(read)
+                    .write_capacity_units(write)
+                    .build()
+                    .map_err(build)?,
+            ),
+    };
+    for (key, value) in &config.tags {
+        request = request.tags(
+            Tag::builder()
+                .key(key)
+                .value(value)
+                .build()
+                .map_err(build)?,
+        );
+    }
+    tracing::info!(table = %table, "creating lease table");
+    match request.send().await {
+        Ok(out) => out
+            .table_description
+            .ok_or_else(|| StoreError::SchemaMismatch {
+                table: table.clone(),
+                detail: "CreateTable returned no table description".into(),
+            }),
+        // Another worker created it first: use theirs.
+        Err(err)
+            if err
+                .as_service_error()
+                .is_some_and(|e| e.is_resource_in_use_exception()) =>
+        {
+            describe(client, table)
+                .await?
+                .ok_or_else(|| StoreError::TableNotFound {
+                    table: table.clone(),
+                })
+        }
+        Err(err) => Err(classify("create_table", table, err)),
+    }
+}
+
+fn check_key_schema(table: &str, description: &TableDescription) -> StoreResult<()> {
+    let mismatch = |detail: String| StoreError::SchemaMismatch {
+        table: table.to_owned(),
+        detail,
+    };
+    let keys: Vec<_> = description
+        .key_schema()
+        .iter()
+        .map(|k| format!("{} ({})", k.attribute_name(), k.key_type().as_str()))
+        .collect();
+    let expected = format!("{KEY} ({})", KeyType::Hash.as_str());
+    if keys != [expected.clone()] {
+        return Err(mismatch(format!(
+            "expected the single key {expected}, found [{}]",
+            keys.join(", ")
+        )));
+    }
+    let key_type = description
+        .attribute_definitions()
+        .iter()
+        .find(|d| d.attribute_name() == KEY)
+        .map(|d| d.attribute_type().clone());
+    if key_type != Some(ScalarAttributeType::S) {
+        return Err(mismatch(format!(
+            "expected {KEY} to be a string (S), found {key_type:?}"
+        )));
+    }
+    Ok(())
+}
+
+async fn wait_active(
+    client: &Client,
+    table: &str,
+    mut description: TableDescription,
+    timeout: Duration,
+) -> StoreResult<()> {
+    let start = Instant::now();
+    loop {
+        let status = description.table_status().cloned();
+        if status == Some(TableStatus::Active) {
+            return Ok(());
+        }
+        if start.elapsed() >= timeout {
+            return Err(StoreError::TableNotActive {
+                table: table.to_owned(),
+                status: status.map_or("UNKNOWN".into(), |s| s.as_str().to_owned()),
+                waited: start.elapsed(),
+            });
+        }
+        tracing::debug!(
+            table,
+            ?status,
+            "waiting for the lease table to become ACTIVE"
+        );
+        tokio::time::sleep(POLL).await;
+        description = describe(client, table)
+            .await?
+            .ok_or_else(|| StoreError::TableNotFound {
+                table: table.to_owned(),
+            })?;
+    }
+}

@@ -1,0 +1,156 @@
+//! Store errors, classified so that callers know what to do with them.
+//!
+//! A lost conditional write is *not* an error: it is [`Outcome::LostRace`](super::Outcome).
+//! Errors are what stops an operation from having a definite answer.
+
+use std::time::Duration;
+
+/// A boxed error from a backend (an SDK error, for DynamoDB).
+pub type BoxError = Box<dyn std::error::Error + Send + Sync + 'static>;
+
+/// Result of a store operation.
+pub type StoreResult<T> = Result<T, StoreError>;
+
+/// Why a store operation has no definite answer.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum StoreError {
+    /// The backend refused the request for lack of capacity. The write was not applied.
+    /// Retryable.
+    #[error("{operation} on {key:?} was throttled")]
+    Throttled {
+        /// The store operation (`"renew"`, `"take"`, ...).
+        operation: &'static str,
+        /// The item's key, or the table name for table-wide operations.
+        key: String,
+        /// What the backend said.
+        #[source]
+        source: BoxError,
+    },
+    /// A passing failure: a timeout, a dropped connection, a server error. Retryable.
+    ///
+    /// When `ambiguous` is true the request may have been applied even though no answer came
+    /// back; see [`LeaseStore`](super::LeaseStore) for how to recover.
+    #[error("{operation} on {key:?} failed transiently (ambiguous: {ambiguous})")]
+    Transient {
+        /// The store operation.
+        operation: &'static str,
+        /// The item's key, or the table name.
+        key: String,
+        /// True when the write may have been applied.
+        ambiguous: bool,
+        /// What went wrong.
+        #[source]
+        source: BoxError,
+    },
+    /// A failure that retrying will not cure: bad credentials, access denied, a validation
+    /// error, an item too large.
+    #[error("{operation} on {key:?} failed")]
+    Fatal {
+        /// The store operation.
+        operation: &'static str,
+        /// The item's key, or the table name.
+        key: String,
+        /// What went wrong.
+        #[source]
+        source: BoxError,
+    },
+    /// An item in the table could not be decoded. It is left as it is.
+    #[error("item {key:?} is malformed: field {field:?} {reason}")]
+    Malformed {
+        /// The item's key (or `"<missing>"` when the key itself is absent).
+        key: String,
+        /// The attribute at fault.
+        field: &'static str,
+        /// What is wrong with it.
+        reason: String,
+    },
+    /// The lease table does not exist and the store was not allowed to create it.
+    #[error("table {table:?} does not exist (set create_if_missing to create it)")]
+    TableNotFound {
+        /// The table's name.
+        table: String,
+    },
+    /// The lease table exists but its key schema is not the one this library writes.
+    #[error("table {table:?} has an incompatible key schema: {detail}")]
+    SchemaMismatch {
+        /// The table's name.
+        table: String,
+        /// What differs.
+        detail: String,
+    },
+    /// The lease table did not become ACTIVE in time.
+    #[error("table {table:?} is still {status} after {waited:?}")]
+    TableNotActive {
+        /// The table's name.
+        table: String,
+        /// Its last seen status.
+        status: String,
+        /// How long the store waited.
+        waited: Duration,
+    },
+    /// A configuration value is not acceptable.
+    #[error("invalid store configuration: {0}")]
+    InvalidConfig(String),
+}
+
+impl StoreError {
+    /// True for throttling and transient failures: the same call may succeed later.
+    pub fn is_retryable(&self) -> bool {
+        matches!(self, Self::Throttled { .. } | Self::Transient { .. })
+    }
+
+    /// True when the failed write may nevertheless have been applied.
+    pub fn is_ambiguous(&self) -> bool {
+        matches!(
+            self,
+            Self::Transient {
+                ambiguous: true,
+                ..
+            }
+        )
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn src() -> BoxError {
+        "boom".into()
+    }
+
+    #[test]
+    fn only_throttling_and_transient_errors_are_retryable() {
+        let throttled = StoreError::Throttled {
+            operation: "renew",
+            key: "a".into(),
+            source: src(),
+        };
+        let transient = StoreError::Transient {
+            operation: "take",
+            key: "a".into(),
+            ambiguous: true,
+            source: src(),
+        };
+        let fatal = StoreError::Fatal {
+            operation: "take",
+            key: "a".into(),
+            source: src(),
+        };
+        assert!(throttled.is_retryable() && !throttled.is_ambiguous());
+        assert!(transient.is_retryable() && transient.is_ambiguous());
+        assert!(!fatal.is_retryable());
+        assert!(!StoreError::TableNotFound { table: "t".into() }.is_retryable());
+    }
+
+    #[test]
+    fn messages_name_the_item_and_do_not_repeat_the_source() {
+        let err = StoreError::Fatal {
+            operation: "checkpoint",
+            key: "shard-1".into(),
+            source: src(),
+        };
+        assert_eq!(err.to_string(), r#"checkpoint on "shard-1" failed"#);
+    }
+}

@@ -1,0 +1,313 @@
+//! The in-memory store: the embedded default for demos, tests and the simulator.
+//!
+//! It applies exactly the conditions of the DynamoDB backend (the conformance suite runs the
+//! same tests on both), atomically per item under one lock that is never held across an
+//! `.await`. Clone it to share one table between many workers in a process.
+
+use std::collections::BTreeMap;
+use std::sync::{Arc, Mutex, MutexGuard};
+
+use async_trait::async_trait;
+use tokio::time::Instant;
+
+use super::{LeaseStore, Outcome, Page, PageToken, StoreResult};
+use crate::lease::{Lease, LeaseKey, Member, NewLease, WorkerId, RESERVED_PREFIX};
+
+/// Default number of items per [`list_page`](LeaseStore::list_page) page.
+pub const DEFAULT_PAGE_SIZE: usize = 1000;
+
+#[derive(Debug, Clone)]
+enum Item {
+    Lease(Lease),
+    Member(Member),
+}
+
+/// A lease table in memory. Cheap to clone; clones share the table.
+#[derive(Debug, Clone)]
+pub struct InMemoryStore {
+    items: Arc<Mutex<BTreeMap<String, Item>>>,
+    page_size: usize,
+}
+
+impl Default for InMemoryStore {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+fn member_key(worker: &WorkerId) -> String {
+    format!("{RESERVED_PREFIX}member#{worker}")
+}
+
+impl InMemoryStore {
+    /// An empty table.
+    pub fn new() -> Self {
+        Self {
+            items: Arc::default(),
+            page_size: DEFAULT_PAGE_SIZE,
+        }
+    }
+
+    /// Sets how many items a listing page holds (at least 1). Default: [`DEFAULT_PAGE_SIZE`].
+    #[must_use]
+    pub fn with_page_size(mut self, page_size: usize) -> Self {
+        self.page_size = page_size.max(1);
+        self
+    }
+
+    fn lock(&self) -> MutexGuard<'_, BTreeMap<String, Item>> {
+        // A panic while holding the lock cannot leave an item half-written (every change is a
+        // single assignment), so a poisoned lock is still consistent.
+        self.items.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// Applies `change` to the lease at `key` if `condition` holds for it.
+    fn update_lease(
+        &self,
+        key: &LeaseKey,
+        condition: impl FnOnce(&Lease) -> bool,
+        change: impl FnOnce(&mut Lease),
+    ) -> Outcome<Lease> {
+        let mut items = self.lock();
+        match items.get_mut(key.as_str()) {
+            Some(Item::Lease(lease)) if condition(lease) => {
+                change(lease);
+                Outcome::Done(lease.clone())
+            }
+            Some(Item::Lease(lease)) => Outcome::LostRace {
+                current: Some(lease.clone()),
+            },
+            _ => Outcome::LostRace { current: None },
+        }
+    }
+}
+
+fn held(lease: &Lease, owner: &WorkerId, tenure: u64) -> bool {
+    lease.is_owned_by(owner) && lease.tenure == tenure
+}
+
+fn change_owner(lease: &mut Lease, to: Option<WorkerId>) {
+    let new_tenure = to.is_some();
+    lease.owner = to;
+    lease.counter += 1;
+    lease.handoff_to = None;
+    if new_tenure {
+        lease.tenure += 1;
+        lease.owner_switches_since_checkpoint += 1;
+    }
+}
+
+#[async_trait]
+impl LeaseStore for InMemoryStore {
+    async fn create(&self, lease: NewLease, _deadline: Instant) -> StoreResult<Outcome<Lease>> {
+        let mut items = self.lock();
+        let key = lease.key.as_str().to_owned();
+        Ok(match items.get(&key) {
+            Some(Item::Lease(current)) => Outcome::LostRace {
+                current: Some(current.clone()),
+            },
+            Some(Item::Member(_)) => Outcome::LostRace { current: None },
+            None => {
+                let lease = lease.into_lease();
+                items.insert(key, Item::Lease(lease.clone()));
+                Outcome::Done(lease)
+            }
+        })
+    }
+
+    async fn get(&self, key: &LeaseKey, _deadline: Instant) -> StoreResult<Option<Lease>> {
+        Ok(match self.lock().get(key.as_str()) {
+            Some(Item::Lease(lease)) => Some(lease.clone()),
+            _ => None,
+        })
+    }
+
+    async fn list_page(&self, from: Option<PageToken>, _deadline: Instant) -> StoreResult<Page> {
+        use std::ops::Bound::{Excluded, Unbounded};
+        let items = self.lock();
+        let start = match &from {
+            Some(token) => Excluded(token.0.as_str()),
+            None => Unbounded,
+        };
+        let mut page = Page::default();
+        let mut last = None;
+        for (key, item) in items.range::<str, _>((start, Unbounded)) {
+            if last.is_some() && page.leases.len() + page.members.len() == self.page_size {
+                page.next = last.map(PageToken);
+                break;
+            }
+            match item {
+                Item::Lease(lease) => page.leases.push(lease.clone()),
+                Item::Member(member) => page.members.push(member.clone()),
+            }
+            last = Some(key.clone());
+        }
+        Ok(page)
+    }
+
+    async fn renew(
+        &self,
+        key: &LeaseKey,
+        owner: &WorkerId,
+        tenure: u64,
+        load: Option<f64>,
+        _deadline: Instant,
+    ) -> StoreResult<Outcome<Lease>> {
+        Ok(self.update_lease(
+            key,
+            |l| held(l, owner, tenure),
+            |l| {
+                l.counter += 1;
+                if load.is_some() {
+                    l.load = load;
+                }
+            },
+        ))
+    }
+
+    async fn take(
+        &self,
+        key: &LeaseKey,
+        taker: &WorkerId,
+        observed_counter: u64,
+        _deadline: Instant,
+    ) -> StoreResult<Outcome<Lease>> {
+        Ok(self.update_lease(
+            key,
+            |l| l.counter == observed_counter,
+            |l| change_owner(l, Some(taker.clone())),
+        ))
+    }
+
+    async fn request_handoff(
+        &self,
+        key: &LeaseKey,
+        owner: &WorkerId,
+        tenure: u64,
+        requester: &WorkerId,
+        _deadline: Instant,
+    ) -> StoreResult<Outcome<Lease>> {
+        Ok(self.update_lease(
+            key,
+            |l| held(l, owner, tenure) && l.handoff_to.as_ref().is_none_or(|to| to == requester),
+            |l| l.handoff_to = Some(requester.clone()),
+        ))
+    }
+
+    async fn complete_handoff(
+        &self,
+        key: &LeaseKey,
+        owner: &WorkerId,
+        tenure: u64,
+        to: &WorkerId,
+        _deadline: Instant,
+    ) -> StoreResult<Outcome<Lease>> {
+        Ok(self.update_lease(
+            key,
+            |l| held(l, owner, tenure) && l.handoff_to.as_ref() == Some(to),
+            |l| change_owner(l, Some(to.clone())),
+        ))
+    }
+
+    async fn release(
+        &self,
+        key: &LeaseKey,
+        owner: &WorkerId,
+        tenure: u64,
+        _deadline: Instant,
+    ) -> StoreResult<Outcome<Lease>> {
+        Ok(self.update_lease(key, |l| held(l, owner, tenure), |l| change_owner(l, None)))
+    }
+
+    async fn checkpoint(
+        &self,
+        key: &LeaseKey,
+        owner: &WorkerId,
+        tenure: u64,
+        checkpoint: &str,
+        _deadline: Instant,
+    ) -> StoreResult<Outcome<Lease>> {
+        Ok(self.update_lease(
+            key,
+            |l| held(l, owner, tenure),
+            |l| {
+                l.checkpoint = Some(checkpoint.to_owned());
+                l.owner_switches_since_checkpoint = 0;
+                l.counter += 1;
+            },
+        ))
+    }
+
+    async fn delete(
+        &self,
+        key: &LeaseKey,
+        observed_counter: u64,
+        observed_tenure: u64,
+        _deadline: Instant,
+    ) -> StoreResult<Outcome<Lease>> {
+        let mut items = self.lock();
+        Ok(match items.get(key.as_str()) {
+            Some(Item::Lease(l))
+                if l.counter == observed_counter && l.tenure == observed_tenure =>
+            {
+                match items.remove(key.as_str()) {
+                    Some(Item::Lease(lease)) => Outcome::Done(lease),
+                    _ => Outcome::LostRace { current: None },
+                }
+            }
+            Some(Item::Lease(l)) => Outcome::LostRace {
+                current: Some(l.clone()),
+            },
+            _ => Outcome::LostRace { current: None },
+        })
+    }
+
+    async fn heartbeat(
+        &self,
+        worker: &WorkerId,
+        load: Option<f64>,
+        capacity: Option<u32>,
+        _deadline: Instant,
+    ) -> StoreResult<Outcome<Member>> {
+        let mut items = self.lock();
+        let item = items.entry(member_key(worker)).or_insert_with(|| {
+            Item::Member(Member {
+                worker: worker.clone(),
+                heartbeat: 0,
+                load: None,
+                capacity: None,
+            })
+        });
+        Ok(match item {
+            Item::Member(member) => {
+                member.heartbeat += 1;
+                member.load = load;
+                member.capacity = capacity;
+                Outcome::Done(member.clone())
+            }
+            Item::Lease(_) => Outcome::LostRace { current: None },
+        })
+    }
+
+    async fn remove_member(
+        &self,
+        worker: &WorkerId,
+        observed_heartbeat: Option<u64>,
+        _deadline: Instant,
+    ) -> StoreResult<Outcome<Member>> {
+        let mut items = self.lock();
+        let key = member_key(worker);
+        Ok(match items.get(&key) {
+            Some(Item::Member(m)) if observed_heartbeat.is_none_or(|hb| hb == m.heartbeat) => {
+                match items.remove(&key) {
+                    Some(Item::Member(member)) => Outcome::Done(member),
+                    _ => Outcome::LostRace { current: None },
+                }
+            }
+            Some(Item::Member(m)) => Outcome::LostRace {
+                current: Some(m.clone()),
+            },
+            _ => Outcome::LostRace { current: None },
+        })
+    }
+}

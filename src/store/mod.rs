@@ -1,0 +1,228 @@
+//! The lease store: one trait, two backends with identical conditional semantics.
+//!
+//! Every write is a single-item conditional write. A write whose condition does not hold
+//! returns [`Outcome::LostRace`] with the item as it is now (`None` when it does not exist);
+//! that is a normal answer, not an error. [`StoreError`] is kept for "no definite answer".
+//!
+//! # Conditions
+//!
+//! | operation | condition | effect |
+//! |---|---|---|
+//! | [`create`](LeaseStore::create) | key absent | lease at counter 0, tenure 0, unowned |
+//! | [`renew`](LeaseStore::renew) | owner = me, tenure = mine | counter + 1 |
+//! | [`take`](LeaseStore::take) | counter = observed | owner := me, counter + 1, tenure + 1, switches + 1, no handoff |
+//! | [`request_handoff`](LeaseStore::request_handoff) | owner and tenure as observed, no other handoff pending | handoff_to := requester |
+//! | [`complete_handoff`](LeaseStore::complete_handoff) | owner = me, tenure = mine, handoff_to = to | owner := to, counter + 1, tenure + 1, switches + 1, no handoff |
+//! | [`release`](LeaseStore::release) | owner = me, tenure = mine | unowned, counter + 1, no handoff |
+//! | [`checkpoint`](LeaseStore::checkpoint) | owner = me, tenure = mine | checkpoint := value, switches := 0, counter + 1 |
+//! | [`delete`](LeaseStore::delete) | counter and tenure as observed | item removed |
+//! | [`heartbeat`](LeaseStore::heartbeat) | absent or a membership record | heartbeat + 1, load and capacity set |
+//! | [`remove_member`](LeaseStore::remove_member) | a membership record (with the observed heartbeat, if given) | item removed |
+//!
+//! Renewals are conditioned on the tenure, not on the counter, so a renewal and a checkpoint of
+//! the same owner never make each other fail, and a renewal whose response was lost can simply
+//! be sent again.
+//!
+//! # Ambiguous writes
+//!
+//! A write can be applied by the backend and its answer lost (a timeout, a dropped
+//! connection). The DynamoDB backend retries such writes itself and recognises its own earlier
+//! write by a per-call token stored in the item, so a retried write whose first attempt landed
+//! returns [`Outcome::Done`]. When the caller's deadline runs out first, the error says
+//! [`is_ambiguous`](StoreError::is_ambiguous) and the caller recovers with a
+//! [`get`](LeaseStore::get):
+//!
+//! - `renew`, `checkpoint`: conditioned on owner and tenure only, so they are idempotent: send
+//!   them again.
+//! - `take`: applied if the lease is now owned by the caller with `tenure` one more than
+//!   observed.
+//! - `complete_handoff`: applied if the owner is now `to` with the tenure one more than the
+//!   caller's.
+//! - `release`: either way the caller no longer owns the lease.
+//! - `request_handoff`: applied if `handoff_to` names the requester.
+//! - `create`: the lease exists either way; compare its fields if it matters.
+//! - `delete`, `remove_member`: gone either way, unless someone re-created it.
+
+mod error;
+pub mod memory;
+pub(crate) mod retry;
+
+#[cfg(feature = "dynamodb")]
+pub mod dynamodb;
+
+pub use error::{BoxError, StoreError, StoreResult};
+pub use retry::RetryPolicy;
+
+use async_trait::async_trait;
+use tokio::time::Instant;
+
+use crate::lease::{Lease, LeaseKey, Member, NewLease, Snapshot, WorkerId};
+
+/// The answer to a conditional write.
+#[derive(Debug, Clone, PartialEq)]
+#[must_use]
+pub enum Outcome<T> {
+    /// The write was applied; carries the item as written.
+    Done(T),
+    /// The condition did not hold; carries the item as it is now (`None`: no such item).
+    LostRace {
+        /// The current item.
+        current: Option<T>,
+    },
+}
+
+impl<T> Outcome<T> {
+    /// True for [`Outcome::Done`].
+    pub fn is_done(&self) -> bool {
+        matches!(self, Self::Done(_))
+    }
+
+    /// The written item, if the write was applied.
+    pub fn done(self) -> Option<T> {
+        match self {
+            Self::Done(value) => Some(value),
+            Self::LostRace { .. } => None,
+        }
+    }
+}
+
+/// An opaque position in a paged listing.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct PageToken(pub(crate) String);
+
+/// One page of a listing.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct Page {
+    /// Leases on this page.
+    pub leases: Vec<Lease>,
+    /// Membership records on this page.
+    pub members: Vec<Member>,
+    /// Items on this page that could not be decoded (logged and skipped).
+    pub malformed: usize,
+    /// Where the next page starts; `None` on the last page.
+    pub next: Option<PageToken>,
+}
+
+/// The lease table. Implementations: [`memory::InMemoryStore`] and, with the `dynamodb`
+/// feature, [`dynamodb::DynamoStore`].
+///
+/// Every operation takes a `deadline` (tokio monotonic time): retries of throttled and
+/// transient failures stop there, and the last error is returned. Reads are strongly
+/// consistent.
+#[async_trait]
+pub trait LeaseStore: Send + Sync + 'static {
+    /// Creates `lease` if no item has its key.
+    async fn create(&self, lease: NewLease, deadline: Instant) -> StoreResult<Outcome<Lease>>;
+
+    /// Reads one lease; `None` when it does not exist.
+    async fn get(&self, key: &LeaseKey, deadline: Instant) -> StoreResult<Option<Lease>>;
+
+    /// Lists one page of the table (leases and membership records), starting at `from`.
+    async fn list_page(&self, from: Option<PageToken>, deadline: Instant) -> StoreResult<Page>;
+
+    /// Renews a lease held by `owner` in tenure `tenure`, setting its load figure if given.
+    async fn renew(
+        &self,
+        key: &LeaseKey,
+        owner: &WorkerId,
+        tenure: u64,
+        load: Option<f64>,
+        deadline: Instant,
+    ) -> StoreResult<Outcome<Lease>>;
+
+    /// Takes a lease whose counter the caller observed as `observed_counter` (unowned,
+    /// expired, or stolen).
+    async fn take(
+        &self,
+        key: &LeaseKey,
+        taker: &WorkerId,
+        observed_counter: u64,
+        deadline: Instant,
+    ) -> StoreResult<Outcome<Lease>>;
+
+    /// Asks `owner` (in `tenure`) to hand the lease over to `requester`.
+    async fn request_handoff(
+        &self,
+        key: &LeaseKey,
+        owner: &WorkerId,
+        tenure: u64,
+        requester: &WorkerId,
+        deadline: Instant,
+    ) -> StoreResult<Outcome<Lease>>;
+
+    /// Hands a lease held by `owner` in `tenure` to the worker that asked for it, `to`.
+    async fn complete_handoff(
+        &self,
+        key: &LeaseKey,
+        owner: &WorkerId,
+        tenure: u64,
+        to: &WorkerId,
+        deadline: Instant,
+    ) -> StoreResult<Outcome<Lease>>;
+
+    /// Gives up a lease held by `owner` in `tenure`; it becomes unowned at once.
+    async fn release(
+        &self,
+        key: &LeaseKey,
+        owner: &WorkerId,
+        tenure: u64,
+        deadline: Instant,
+    ) -> StoreResult<Outcome<Lease>>;
+
+    /// Stores `checkpoint`, fenced: accepted only from `owner` in `tenure`.
+    async fn checkpoint(
+        &self,
+        key: &LeaseKey,
+        owner: &WorkerId,
+        tenure: u64,
+        checkpoint: &str,
+        deadline: Instant,
+    ) -> StoreResult<Outcome<Lease>>;
+
+    /// Deletes a lease if its counter and tenure are still as observed. `Done` carries the
+    /// deleted lease.
+    async fn delete(
+        &self,
+        key: &LeaseKey,
+        observed_counter: u64,
+        observed_tenure: u64,
+        deadline: Instant,
+    ) -> StoreResult<Outcome<Lease>>;
+
+    /// Creates or refreshes `worker`'s membership record.
+    async fn heartbeat(
+        &self,
+        worker: &WorkerId,
+        load: Option<f64>,
+        capacity: Option<u32>,
+        deadline: Instant,
+    ) -> StoreResult<Outcome<Member>>;
+
+    /// Removes `worker`'s membership record; with `observed_heartbeat`, only if it has not
+    /// been refreshed since.
+    async fn remove_member(
+        &self,
+        worker: &WorkerId,
+        observed_heartbeat: Option<u64>,
+        deadline: Instant,
+    ) -> StoreResult<Outcome<Member>>;
+
+    /// Lists the whole table, page after page.
+    async fn snapshot(&self, deadline: Instant) -> StoreResult<Snapshot> {
+        let mut snapshot = Snapshot::default();
+        let mut from = None;
+        loop {
+            let page = self.list_page(from, deadline).await?;
+            snapshot.leases.extend(page.leases);
+            snapshot.members.extend(page.members);
+            snapshot.malformed += page.malformed;
+            match page.next {
+                Some(next) => from = Some(next),
+                None => break,
+            }
+        }
+        snapshot.leases.sort_by(|a, b| a.key.cmp(&b.key));
+        snapshot.members.sort_by(|a, b| a.worker.cmp(&b.worker));
+        Ok(snapshot)
+    }
+}

@@ -1,0 +1,163 @@
+//! Jittered exponential backoff for throttled and transient failures, bounded by a deadline.
+
+use std::future::Future;
+use std::time::Duration;
+
+use rand::Rng;
+use tokio::time::Instant;
+
+use super::StoreResult;
+
+/// How a backend retries throttled and transient failures. Other errors are returned at once.
+#[derive(Debug, Clone, PartialEq)]
+pub struct RetryPolicy {
+    /// Backoff before the first retry; doubled on each further retry.
+    /// Default: 25 ms (the AWS SDKs' base delay for DynamoDB).
+    pub base_delay: Duration,
+    /// Upper bound on one backoff. Default: 1 s, so that a renewal deadline of a few seconds
+    /// still gets several attempts.
+    pub max_delay: Duration,
+    /// Most attempts in all, first one included. Default: 10.
+    pub max_attempts: u32,
+}
+
+impl Default for RetryPolicy {
+    fn default() -> Self {
+        Self {
+            base_delay: Duration::from_millis(25),
+            max_delay: Duration::from_secs(1),
+            max_attempts: 10,
+        }
+    }
+}
+
+impl RetryPolicy {
+    /// The backoff before retry number `retry` (1-based): "full jitter", uniform in
+    /// `[0, min(max_delay, base_delay * 2^(retry-1))]`.
+    pub fn backoff(&self, retry: u32) -> Duration {
+        let ceiling = self
+            .base_delay
+            .saturating_mul(1u32 << retry.saturating_sub(1).min(20))
+            .min(self.max_delay);
+        ceiling.mul_f64(rand::thread_rng().gen::<f64>())
+    }
+
+    /// Runs `attempt` until it succeeds, fails with a non-retryable error, runs out of
+    /// attempts, or the next backoff would end past `deadline`. `attempt` is told whether an
+    /// earlier attempt may have been applied (an ambiguous failure), so it can recognise its
+    /// own write.
+    pub async fn run<T, F, Fut>(&self, deadline: Instant, mut attempt: F) -> StoreResult<T>
+    where
+        F: FnMut(bool) -> Fut,
+        Fut: Future<Output = StoreResult<T>>,
+    {
+        let mut maybe_applied = false;
+        let mut retry = 0;
+        loop {
+            let err = match attempt(maybe_applied).await {
+                Ok(value) => return Ok(value),
+                Err(err) => err,
+            };
+            retry += 1;
+            if !err.is_retryable() || retry >= self.max_attempts {
+                return Err(err);
+            }
+            let pause = self.backoff(retry);
+            if Instant::now() + pause >= deadline {
+                return Err(err);
+            }
+            maybe_applied |= err.is_ambiguous();
+            tracing::debug!(error = %err, retry, ?pause, "retrying store operation");
+            tokio::time::sleep(pause).await;
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::store::StoreError;
+    use std::sync::atomic::{AtomicU32, Ordering};
+
+    fn transient(ambiguous: bool) -> StoreError {
+        StoreError::Transient {
+            operation: "test",
+            key: "k".into(),
+            ambiguous,
+            source: "lost".into(),
+        }
+    }
+
+    #[test]
+    fn backoff_grows_and_is_capped() {
+        let policy = RetryPolicy::default();
+        for _ in 0..100 {
+            assert!(policy.backoff(1) <= Duration::from_millis(25));
+            assert!(policy.backoff(3) <= Duration::from_millis(100));
+            assert!(policy.backoff(30) <= Duration::from_secs(1));
+        }
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn transient_failures_are_retried_and_ambiguity_is_reported() {
+        let calls = AtomicU32::new(0);
+        let policy = RetryPolicy::default();
+        let seen = policy
+            .run(Instant::now() + Duration::from_secs(10), |maybe_applied| {
+                let n = calls.fetch_add(1, Ordering::SeqCst);
+                async move {
+                    match n {
+                        0 => Err(transient(false)),
+                        1 => {
+                            assert!(!maybe_applied);
+                            Err(transient(true))
+                        }
+                        _ => Ok(maybe_applied),
+                    }
+                }
+            })
+            .await
+            .unwrap();
+        assert!(
+            seen,
+            "the third attempt must know an earlier one may have landed"
+        );
+        assert_eq!(calls.load(Ordering::SeqCst), 3);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn fatal_errors_are_not_retried() {
+        let calls = AtomicU32::new(0);
+        let result: StoreResult<()> = RetryPolicy::default()
+            .run(Instant::now() + Duration::from_secs(10), |_| {
+                calls.fetch_add(1, Ordering::SeqCst);
+                async {
+                    Err(StoreError::Fatal {
+                        operation: "test",
+                        key: "k".into(),
+                        source: "denied".into(),
+                    })
+                }
+            })
+            .await;
+        assert!(matches!(result, Err(StoreError::Fatal { .. })));
+        assert_eq!(calls.load(Ordering::SeqCst), 1);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn retries_stop_at_the_deadline() {
+        let start = Instant::now();
+        let deadline = start + Duration::from_millis(300);
+        let result: StoreResult<()> = RetryPolicy {
+            max_attempts: u32::MAX,
+            ..RetryPolicy::default()
+        }
+        .run(deadline, |_| async { Err(transient(false)) })
+        .await;
+        assert!(result.unwrap_err().is_retryable());
+        assert!(
+            Instant::now() < deadline,
+            "no sleep may run past the deadline"
+        );
+    }
+}

@@ -1,0 +1,607 @@
+//! The cases of the conformance suite, generic over the backend.
+
+use std::time::Duration;
+
+use shardlease::store::{LeaseStore, Outcome};
+use shardlease::{Lease, LeaseKey, NewLease, WorkerId};
+use tokio::time::Instant;
+
+use super::Target;
+
+fn deadline() -> Instant {
+    Instant::now() + Duration::from_secs(20)
+}
+
+fn key(name: &str) -> LeaseKey {
+    LeaseKey::new(name).unwrap()
+}
+
+fn worker(name: &str) -> WorkerId {
+    WorkerId::new(name).unwrap()
+}
+
+fn done<T: std::fmt::Debug>(outcome: Outcome<T>, what: &str) -> T {
+    match outcome {
+        Outcome::Done(value) => value,
+        other => panic!("{what}: expected Done, got {other:?}"),
+    }
+}
+
+fn lost<T: std::fmt::Debug>(outcome: Outcome<T>, what: &str) -> Option<T> {
+    match outcome {
+        Outcome::LostRace { current } => current,
+        other => panic!("{what}: expected LostRace, got {other:?}"),
+    }
+}
+
+async fn created<S: LeaseStore>(store: &S, name: &str) -> Lease {
+    done(
+        store
+            .create(NewLease::new(key(name)), deadline())
+            .await
+            .unwrap(),
+        "create",
+    )
+}
+
+/// Creates `name` and takes it for `owner`.
+async fn held_by<S: LeaseStore>(store: &S, name: &str, owner: &WorkerId) -> Lease {
+    let lease = created(store, name).await;
+    done(
+        store
+            .take(&lease.key, owner, lease.counter, deadline())
+            .await
+            .unwrap(),
+        "take",
+    )
+}
+
+pub async fn create_is_conditional_on_absence<T: Target>(target: &T, test: &str) {
+    let store = target.store(test).await;
+    let new = NewLease::new(key("shard-1"))
+        .with_parents(vec![key("shard-0")])
+        .with_checkpoint("100");
+    let lease = done(
+        store.create(new.clone(), deadline()).await.unwrap(),
+        "create",
+    );
+    assert_eq!(lease, new.clone().into_lease());
+    let again = NewLease::new(key("shard-1")).with_checkpoint("other");
+    let current = lost(
+        store.create(again, deadline()).await.unwrap(),
+        "second create",
+    );
+    assert_eq!(
+        current,
+        Some(lease),
+        "the existing lease is returned unchanged"
+    );
+}
+
+pub async fn get_reads_what_was_written_and_none_when_absent<T: Target>(target: &T, test: &str) {
+    let store = target.store(test).await;
+    assert_eq!(store.get(&key("nope"), deadline()).await.unwrap(), None);
+    let a = worker("a");
+    let lease = held_by(&store, "shard-1", &a).await;
+    assert_eq!(
+        store.get(&lease.key, deadline()).await.unwrap(),
+        Some(lease)
+    );
+}
+
+pub async fn renew_needs_owner_and_tenure<T: Target>(target: &T, test: &str) {
+    let store = target.store(test).await;
+    let (a, b) = (worker("a"), worker("b"));
+    let lease = held_by(&store, "shard-1", &a).await;
+    let renewed = done(
+        store
+            .renew(&lease.key, &a, lease.tenure, Some(2.5), deadline())
+            .await
+            .unwrap(),
+        "renew",
+    );
+    assert_eq!(renewed.counter, lease.counter + 1);
+    assert_eq!((renewed.tenure, renewed.load), (lease.tenure, Some(2.5)));
+    let again = done(
+        store
+            .renew(&lease.key, &a, lease.tenure, None, deadline())
+            .await
+            .unwrap(),
+        "renew without load",
+    );
+    assert_eq!(
+        again.load,
+        Some(2.5),
+        "a renewal without a figure keeps the last one"
+    );
+
+    let current = lost(
+        store
+            .renew(&lease.key, &b, lease.tenure, None, deadline())
+            .await
+            .unwrap(),
+        "renew by a non-owner",
+    );
+    assert_eq!(current, Some(again.clone()));
+    let current = lost(
+        store
+            .renew(&lease.key, &a, lease.tenure + 1, None, deadline())
+            .await
+            .unwrap(),
+        "renew in another tenure",
+    );
+    assert_eq!(current, Some(again));
+    let current = lost(
+        store
+            .renew(&key("missing"), &a, 1, None, deadline())
+            .await
+            .unwrap(),
+        "renew of a missing lease",
+    );
+    assert_eq!(current, None);
+}
+
+pub async fn take_is_conditional_on_the_observed_counter<T: Target>(target: &T, test: &str) {
+    let store = target.store(test).await;
+    let (a, b) = (worker("a"), worker("b"));
+    let lease = created(&store, "shard-1").await;
+    let taken = done(
+        store
+            .take(&lease.key, &a, lease.counter, deadline())
+            .await
+            .unwrap(),
+        "take unowned",
+    );
+    assert_eq!(taken.owner, Some(a.clone()));
+    assert_eq!((taken.counter, taken.tenure), (1, 1));
+    assert_eq!(taken.owner_switches_since_checkpoint, 1);
+
+    let current = lost(
+        store
+            .take(&lease.key, &b, lease.counter, deadline())
+            .await
+            .unwrap(),
+        "take with a stale counter",
+    );
+    assert_eq!(current, Some(taken.clone()));
+
+    let stolen = done(
+        store
+            .take(&lease.key, &b, taken.counter, deadline())
+            .await
+            .unwrap(),
+        "steal with the current counter",
+    );
+    assert_eq!(stolen.owner, Some(b));
+    assert_eq!((stolen.counter, stolen.tenure), (2, 2));
+    assert_eq!(stolen.owner_switches_since_checkpoint, 2);
+    let current = lost(
+        store
+            .take(&key("missing"), &a, 0, deadline())
+            .await
+            .unwrap(),
+        "take of a missing lease",
+    );
+    assert_eq!(current, None);
+}
+
+pub async fn request_handoff_names_one_requester<T: Target>(target: &T, test: &str) {
+    let store = target.store(test).await;
+    let (a, b, c) = (worker("a"), worker("b"), worker("c"));
+    let lease = held_by(&store, "shard-1", &a).await;
+    let requested = done(
+        store
+            .request_handoff(&lease.key, &a, lease.tenure, &b, deadline())
+            .await
+            .unwrap(),
+        "request",
+    );
+    assert_eq!(requested.handoff_to, Some(b.clone()));
+    assert_eq!(
+        requested.counter, lease.counter,
+        "a request is not a sign of life of the owner"
+    );
+    let again = done(
+        store
+            .request_handoff(&lease.key, &a, lease.tenure, &b, deadline())
+            .await
+            .unwrap(),
+        "the same request again",
+    );
+    assert_eq!(again.handoff_to, Some(b.clone()));
+    let current = lost(
+        store
+            .request_handoff(&lease.key, &a, lease.tenure, &c, deadline())
+            .await
+            .unwrap(),
+        "a second requester",
+    );
+    assert_eq!(current.unwrap().handoff_to, Some(b.clone()));
+    let current = lost(
+        store
+            .request_handoff(&lease.key, &c, lease.tenure, &b, deadline())
+            .await
+            .unwrap(),
+        "a request naming the wrong owner",
+    );
+    assert!(current.is_some());
+}
+
+pub async fn complete_handoff_moves_to_the_requester_in_a_new_tenure<T: Target>(
+    target: &T,
+    test: &str,
+) {
+    let store = target.store(test).await;
+    let (a, b, c) = (worker("a"), worker("b"), worker("c"));
+    let lease = held_by(&store, "shard-1", &a).await;
+    let current = lost(
+        store
+            .complete_handoff(&lease.key, &a, lease.tenure, &b, deadline())
+            .await
+            .unwrap(),
+        "complete without a request",
+    );
+    assert_eq!(current.unwrap().owner, Some(a.clone()));
+    done(
+        store
+            .request_handoff(&lease.key, &a, lease.tenure, &b, deadline())
+            .await
+            .unwrap(),
+        "request",
+    );
+    let current = lost(
+        store
+            .complete_handoff(&lease.key, &a, lease.tenure, &c, deadline())
+            .await
+            .unwrap(),
+        "complete to somebody who did not ask",
+    );
+    assert_eq!(current.unwrap().handoff_to, Some(b.clone()));
+    let moved = done(
+        store
+            .complete_handoff(&lease.key, &a, lease.tenure, &b, deadline())
+            .await
+            .unwrap(),
+        "complete",
+    );
+    assert_eq!(moved.owner, Some(b.clone()));
+    assert_eq!(moved.handoff_to, None);
+    assert_eq!(
+        (moved.counter, moved.tenure),
+        (lease.counter + 1, lease.tenure + 1)
+    );
+    assert_eq!(moved.owner_switches_since_checkpoint, 2);
+    done(
+        store
+            .renew(&lease.key, &b, moved.tenure, None, deadline())
+            .await
+            .unwrap(),
+        "the new owner renews",
+    );
+    lost(
+        store
+            .renew(&lease.key, &a, lease.tenure, None, deadline())
+            .await
+            .unwrap(),
+        "the old owner renews",
+    );
+}
+
+pub async fn release_leaves_the_lease_unowned<T: Target>(target: &T, test: &str) {
+    let store = target.store(test).await;
+    let (a, b) = (worker("a"), worker("b"));
+    let lease = held_by(&store, "shard-1", &a).await;
+    done(
+        store
+            .request_handoff(&lease.key, &a, lease.tenure, &b, deadline())
+            .await
+            .unwrap(),
+        "request",
+    );
+    let released = done(
+        store
+            .release(&lease.key, &a, lease.tenure, deadline())
+            .await
+            .unwrap(),
+        "release",
+    );
+    assert_eq!(
+        (released.owner.clone(), released.handoff_to.clone()),
+        (None, None)
+    );
+    assert_eq!(released.counter, lease.counter + 1);
+    assert_eq!(released.tenure, lease.tenure);
+    let current = lost(
+        store
+            .release(&lease.key, &a, lease.tenure, deadline())
+            .await
+            .unwrap(),
+        "release twice",
+    );
+    assert_eq!(current, Some(released.clone()));
+    let retaken = done(
+        store
+            .take(&lease.key, &b, released.counter, deadline())
+            .await
+            .unwrap(),
+        "take after release",
+    );
+    assert_eq!(retaken.tenure, lease.tenure + 1);
+}
+
+pub async fn checkpoint_is_fenced_by_tenure<T: Target>(target: &T, test: &str) {
+    let store = target.store(test).await;
+    let (a, b) = (worker("a"), worker("b"));
+    let lease = held_by(&store, "shard-1", &a).await;
+    assert_eq!(lease.owner_switches_since_checkpoint, 1);
+    let saved = done(
+        store
+            .checkpoint(&lease.key, &a, lease.tenure, "seq-10", deadline())
+            .await
+            .unwrap(),
+        "checkpoint",
+    );
+    assert_eq!(saved.checkpoint.as_deref(), Some("seq-10"));
+    assert_eq!(saved.owner_switches_since_checkpoint, 0);
+    assert_eq!(
+        saved.counter,
+        lease.counter + 1,
+        "a checkpoint is a sign of life"
+    );
+    let current = lost(
+        store
+            .checkpoint(&lease.key, &b, lease.tenure, "seq-99", deadline())
+            .await
+            .unwrap(),
+        "checkpoint by a non-owner",
+    );
+    assert_eq!(current.unwrap().checkpoint.as_deref(), Some("seq-10"));
+}
+
+pub async fn a_stale_checkpoint_after_re_take_is_rejected<T: Target>(target: &T, test: &str) {
+    let store = target.store(test).await;
+    let (a, b) = (worker("a"), worker("b"));
+    let first = held_by(&store, "shard-1", &a).await;
+    let by_b = done(
+        store
+            .take(&first.key, &b, first.counter, deadline())
+            .await
+            .unwrap(),
+        "b steals",
+    );
+    let again = done(
+        store
+            .take(&first.key, &a, by_b.counter, deadline())
+            .await
+            .unwrap(),
+        "a takes it back",
+    );
+    assert_eq!(again.owner, Some(a.clone()));
+    let current = lost(
+        store
+            .checkpoint(
+                &first.key,
+                &a,
+                first.tenure,
+                "from-the-first-tenure",
+                deadline(),
+            )
+            .await
+            .unwrap(),
+        "a checkpoint of the earlier tenure",
+    );
+    assert_eq!(current.unwrap().checkpoint, None);
+    done(
+        store
+            .checkpoint(&first.key, &a, again.tenure, "from-this-tenure", deadline())
+            .await
+            .unwrap(),
+        "a checkpoint of this tenure",
+    );
+}
+
+pub async fn renewals_and_checkpoints_do_not_race<T: Target>(target: &T, test: &str) {
+    let store = target.store(test).await;
+    let a = worker("a");
+    let lease = held_by(&store, "shard-1", &a).await;
+    let mut tasks = Vec::new();
+    for i in 0..20 {
+        let (store, key, a) = (store.clone(), lease.key.clone(), a.clone());
+        tasks.push(tokio::spawn(async move {
+            if i % 2 == 0 {
+                store.renew(&key, &a, lease.tenure, None, deadline()).await
+            } else {
+                store
+                    .checkpoint(&key, &a, lease.tenure, &format!("seq-{i}"), deadline())
+                    .await
+            }
+        }));
+    }
+    for task in tasks {
+        done(
+            task.await.unwrap().unwrap(),
+            "concurrent renew or checkpoint",
+        );
+    }
+    let last = store.get(&lease.key, deadline()).await.unwrap().unwrap();
+    assert_eq!(last.counter, lease.counter + 20);
+}
+
+pub async fn delete_is_conditional_on_counter_and_tenure<T: Target>(target: &T, test: &str) {
+    let store = target.store(test).await;
+    let a = worker("a");
+    let lease = held_by(&store, "shard-1", &a).await;
+    let renewed = done(
+        store
+            .renew(&lease.key, &a, lease.tenure, None, deadline())
+            .await
+            .unwrap(),
+        "renew",
+    );
+    let current = lost(
+        store
+            .delete(&lease.key, lease.counter, lease.tenure, deadline())
+            .await
+            .unwrap(),
+        "delete with a stale counter",
+    );
+    assert_eq!(current, Some(renewed.clone()));
+    let deleted = done(
+        store
+            .delete(&lease.key, renewed.counter, renewed.tenure, deadline())
+            .await
+            .unwrap(),
+        "delete",
+    );
+    assert_eq!(deleted, renewed);
+    assert_eq!(store.get(&lease.key, deadline()).await.unwrap(), None);
+    let current = lost(
+        store.delete(&lease.key, 0, 0, deadline()).await.unwrap(),
+        "delete of a missing lease",
+    );
+    assert_eq!(current, None);
+}
+
+pub async fn heartbeat_creates_and_refreshes_membership<T: Target>(target: &T, test: &str) {
+    let store = target.store(test).await;
+    let a = worker("a");
+    let first = done(
+        store
+            .heartbeat(&a, Some(0.5), Some(10), deadline())
+            .await
+            .unwrap(),
+        "first heartbeat",
+    );
+    assert_eq!(
+        (first.heartbeat, first.load, first.capacity),
+        (1, Some(0.5), Some(10))
+    );
+    let second = done(
+        store.heartbeat(&a, None, None, deadline()).await.unwrap(),
+        "second heartbeat",
+    );
+    assert_eq!(
+        (second.heartbeat, second.load, second.capacity),
+        (2, None, None)
+    );
+    let snapshot = store.snapshot(deadline()).await.unwrap();
+    assert_eq!(snapshot.members, vec![second]);
+    assert!(snapshot.leases.is_empty());
+}
+
+pub async fn remove_member_is_conditional<T: Target>(target: &T, test: &str) {
+    let store = target.store(test).await;
+    let (a, b) = (worker("a"), worker("b"));
+    let member = done(
+        store.heartbeat(&a, None, None, deadline()).await.unwrap(),
+        "heartbeat",
+    );
+    let fresh = done(
+        store.heartbeat(&a, None, None, deadline()).await.unwrap(),
+        "heartbeat again",
+    );
+    let current = lost(
+        store
+            .remove_member(&a, Some(member.heartbeat), deadline())
+            .await
+            .unwrap(),
+        "remove with a stale heartbeat",
+    );
+    assert_eq!(current, Some(fresh.clone()));
+    done(
+        store
+            .remove_member(&a, Some(fresh.heartbeat), deadline())
+            .await
+            .unwrap(),
+        "remove",
+    );
+    let current = lost(
+        store.remove_member(&b, None, deadline()).await.unwrap(),
+        "remove a missing member",
+    );
+    assert_eq!(current, None);
+    done(
+        store.heartbeat(&b, None, None, deadline()).await.unwrap(),
+        "heartbeat b",
+    );
+    done(
+        store.remove_member(&b, None, deadline()).await.unwrap(),
+        "remove unconditionally",
+    );
+    assert!(store.snapshot(deadline()).await.unwrap().members.is_empty());
+}
+
+pub async fn listing_pages_through_many_small_pages<T: Target>(target: &T, test: &str) {
+    let store = target.paged_store(test, 7).await;
+    for i in 0..100 {
+        created(&store, &format!("shard-{i:03}")).await;
+    }
+    let mut pages = 0;
+    let mut seen = Vec::new();
+    let mut from = None;
+    loop {
+        let page = store.list_page(from, deadline()).await.unwrap();
+        pages += 1;
+        assert!(page.leases.len() <= 7, "a page holds at most its limit");
+        seen.extend(page.leases.into_iter().map(|l| l.key));
+        match page.next {
+            Some(next) => from = Some(next),
+            None => break,
+        }
+    }
+    assert!(
+        pages >= 15,
+        "100 items in pages of 7 take at least 15 pages, got {pages}"
+    );
+    seen.sort();
+    let expected: Vec<_> = (0..100).map(|i| key(&format!("shard-{i:03}"))).collect();
+    assert_eq!(seen, expected, "every lease exactly once");
+    assert_eq!(store.snapshot(deadline()).await.unwrap().leases.len(), 100);
+}
+
+pub async fn listing_separates_leases_from_members<T: Target>(target: &T, test: &str) {
+    let store = target.store(test).await;
+    let a = worker("a");
+    held_by(&store, "shard-2", &a).await;
+    created(&store, "shard-1").await;
+    done(
+        store.heartbeat(&a, None, None, deadline()).await.unwrap(),
+        "heartbeat",
+    );
+    let snapshot = store.snapshot(deadline()).await.unwrap();
+    let keys: Vec<_> = snapshot.leases.iter().map(|l| l.key.as_str()).collect();
+    assert_eq!(keys, ["shard-1", "shard-2"], "leases in key order");
+    assert_eq!(snapshot.members.len(), 1);
+    assert_eq!(snapshot.malformed, 0);
+}
+
+pub async fn sixteen_concurrent_takers_have_exactly_one_winner<T: Target>(target: &T, test: &str) {
+    let store = target.store(test).await;
+    let mut lease = created(&store, "contended").await;
+    for round in 0..5 {
+        let mut tasks = Vec::new();
+        for t in 0..16 {
+            let (store, key) = (store.clone(), lease.key.clone());
+            let observed = lease.counter;
+            tasks.push(tokio::spawn(async move {
+                let me = worker(&format!("taker-{t}"));
+                (
+                    me.clone(),
+                    store.take(&key, &me, observed, deadline()).await.unwrap(),
+                )
+            }));
+        }
+        let mut winners = Vec::new();
+        for task in tasks {
+            let (me, outcome) = task.await.unwrap();
+            if let Outcome::Done(won) = outcome {
+                assert_eq!(won.owner, Some(me.clone()));
+                winners.push(me);
+            }
+        }
+        assert_eq!(winners.len(), 1, "round {round}: winners {winners:?}");
+        lease = store.get(&lease.key, deadline()).await.unwrap().unwrap();
+        assert_eq!(lease.owner.as_ref(), Some(&winners[0]));
+        assert_eq!(lease.tenure, round + 1);
+    }
+}

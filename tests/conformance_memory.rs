@@ -1,0 +1,5 @@
+//! The conformance suite on the in-memory store.
+
+mod conformance;
+
+crate::conformance_suite!(conformance::Memory);
