@@ -1,129 +1,137 @@
-//! Three workers share eight shards through the in-memory lease table, using the store's
-//! conditional writes directly: they take leases, checkpoint, hand one over gracefully, and a
-//! stale checkpoint from an earlier tenure is refused.
+//! A fleet of workers shares eight shards through the in-memory lease table, in real time with
+//! a 2 s lease: workers join (leases are handed over gracefully), one crashes (its leases are
+//! taken once they expire), one leaves (its leases are released and taken at once).
 //!
-//! Run: `cargo run --example quickstart`
+//! Run: `cargo run --example quickstart` (about 25 s).
 
+use std::collections::BTreeMap;
+use std::sync::Arc;
 use std::time::Duration;
 
 use shardlease::store::memory::InMemoryStore;
-use shardlease::store::{LeaseStore, Outcome};
-use shardlease::{LeaseKey, NewLease, WorkerId};
-use tokio::time::Instant;
+use shardlease::store::LeaseStore;
+use shardlease::worker::{LeaseEvent, StopReason, Worker};
+use shardlease::{LeaseKey, WorkerConfig, WorkerId};
+use tokio::time::{sleep, Instant};
 
 type Error = Box<dyn std::error::Error>;
 
-fn deadline() -> Instant {
-    Instant::now() + Duration::from_secs(5)
-}
-
-async fn print_table(store: &InMemoryStore, title: &str) -> Result<(), Error> {
-    println!("\n{title}");
-    for lease in store.snapshot(deadline()).await?.leases {
-        println!(
-            "  {:<10} owner={:<9} tenure={} counter={:<2} checkpoint={}",
-            lease.key,
-            lease.owner.as_ref().map_or("-", |o| o.as_str()),
-            lease.tenure,
-            lease.counter,
-            lease.checkpoint.as_deref().unwrap_or("-"),
-        );
-    }
-    Ok(())
-}
-
-#[tokio::main(flavor = "current_thread")]
-async fn main() -> Result<(), Error> {
-    let store = InMemoryStore::new();
-    let workers: Vec<WorkerId> = ["alpha", "bravo", "charlie"]
-        .into_iter()
-        .map(WorkerId::new)
-        .collect::<Result<_, _>>()?;
-    for i in 0..8 {
-        let _ = store
-            .create(
-                NewLease::new(LeaseKey::new(format!("shard-{i}"))?),
-                deadline(),
-            )
-            .await?;
-    }
-    for worker in &workers {
-        let _ = store.heartbeat(worker, None, None, deadline()).await?;
-    }
-
-    // Each worker in turn takes unowned leases up to its share; all race on the same counters,
-    // so a lease taken by one is refused to the others.
-    for round in 0..3 {
-        for (i, worker) in workers.iter().enumerate() {
-            let snapshot = store.snapshot(deadline()).await?;
-            let share = (snapshot.leases.len() + workers.len() - 1 - i) / workers.len();
-            let held = snapshot
-                .leases
-                .iter()
-                .filter(|l| l.is_owned_by(worker))
-                .count();
-            if held >= share {
-                continue;
-            }
-            if let Some(free) = snapshot.leases.iter().find(|l| l.owner.is_none()) {
-                if let Outcome::Done(lease) = store
-                    .take(&free.key, worker, free.counter, deadline())
-                    .await?
-                {
-                    println!("round {round}: {worker} took {}", lease.key);
+/// Starts a worker whose "application" prints what happens to its leases, pretends to
+/// process records, and checkpoints before it lets a lease go.
+async fn start(
+    store: &Arc<InMemoryStore>,
+    name: &str,
+    shards: &[LeaseKey],
+    started: Instant,
+) -> Result<Worker, Error> {
+    let store: Arc<dyn LeaseStore> = store.clone();
+    let mut worker = Worker::builder(store, WorkerId::new(name)?)
+        .config(WorkerConfig::with_lease_duration(Duration::from_secs(2)))
+        .shards(shards.to_vec())
+        .start()
+        .await?;
+    let mut events = worker.take_events().ok_or("events are taken once")?;
+    let name = name.to_owned();
+    tokio::spawn(async move {
+        let t = move || format!("{:5.1}s", started.elapsed().as_secs_f64());
+        while let Some(event) = events.recv().await {
+            match event {
+                LeaseEvent::Acquired(mut grant) => {
+                    println!(
+                        "{} {name:<7} starts  {} from checkpoint {}",
+                        t(),
+                        grant.key(),
+                        grant.checkpoint().unwrap_or("-")
+                    );
+                    let name = name.clone();
+                    tokio::spawn(async move {
+                        let reason = grant.stopped().await;
+                        if let StopReason::Handoff { to, .. } = &reason {
+                            println!("{} {name:<7} asked to hand {} to {to}", t(), grant.key());
+                        }
+                        if reason != StopReason::Lost {
+                            let checkpoint = format!("{name}@{}", t().trim());
+                            if grant.checkpoint_at(&checkpoint).await.is_ok() {
+                                println!(
+                                    "{} {name:<7} saved   {} at {checkpoint}",
+                                    t(),
+                                    grant.key()
+                                );
+                            }
+                        }
+                        grant.finish();
+                    });
                 }
+                LeaseEvent::HandedOff { key, to } => {
+                    println!("{} {name:<7} handed  {key} over to {to}", t());
+                }
+                LeaseEvent::Released { key } => println!("{} {name:<7} released {key}", t()),
+                LeaseEvent::Lost { key } => println!("{} {name:<7} lost    {key}", t()),
+                _ => {}
             }
         }
+    });
+    Ok(worker)
+}
+
+fn show(title: &str, workers: &BTreeMap<&str, Worker>) {
+    println!("\n== {title}");
+    for (name, worker) in workers {
+        let held: Vec<String> = worker.held_leases().iter().map(|k| k.to_string()).collect();
+        println!("   {name:<7} {} leases: {}", held.len(), held.join(" "));
     }
-    print_table(&store, "after taking (3+3+2):").await?;
+    println!();
+}
 
-    // Every owner checkpoints; the fencing token is the tenure it took the lease in.
-    for lease in store.snapshot(deadline()).await?.leases {
-        let owner = lease.owner.clone().ok_or("every lease is owned by now")?;
-        let _ = store
-            .checkpoint(&lease.key, &owner, lease.tenure, "seq-100", deadline())
-            .await?;
-    }
-
-    // charlie asks alpha for one lease; alpha checkpoints and hands it over.
-    let (alpha, charlie) = (&workers[0], &workers[2]);
-    let lease = store
-        .snapshot(deadline())
-        .await?
-        .leases
-        .into_iter()
-        .find(|l| l.is_owned_by(alpha))
-        .ok_or("alpha holds a lease")?;
-    let _ = store
-        .request_handoff(&lease.key, alpha, lease.tenure, charlie, deadline())
-        .await?;
-    println!("\n{charlie} asked {alpha} for {}", lease.key);
-    let _ = store
-        .checkpoint(&lease.key, alpha, lease.tenure, "seq-150", deadline())
-        .await?;
-    let moved = store
-        .complete_handoff(&lease.key, alpha, lease.tenure, charlie, deadline())
-        .await?
-        .done()
-        .ok_or("the handoff completes")?;
-    println!(
-        "{alpha} saved seq-150 and handed {} to {charlie}",
-        moved.key
-    );
-
-    // alpha, late, tries to checkpoint in its old tenure: fenced.
-    let late = store
-        .checkpoint(&lease.key, alpha, lease.tenure, "seq-151", deadline())
-        .await?;
-    println!(
-        "{alpha}'s late checkpoint of {}: {}",
-        lease.key,
-        if late.is_done() {
-            "ACCEPTED (bug!)"
-        } else {
-            "refused (fenced)"
+/// Waits until every shard is held and the counts differ by at most one.
+async fn settle(workers: &BTreeMap<&str, Worker>, shards: usize) {
+    let limit = Instant::now() + Duration::from_secs(15);
+    while Instant::now() < limit {
+        let counts: Vec<usize> = workers.values().map(|w| w.held_leases().len()).collect();
+        let (min, max) = (counts.iter().min(), counts.iter().max());
+        if counts.iter().sum::<usize>() == shards && max.zip(min).is_some_and(|(a, b)| a - b <= 1) {
+            return;
         }
+        sleep(Duration::from_millis(50)).await;
+    }
+}
+
+#[tokio::main]
+async fn main() -> Result<(), Error> {
+    let started = Instant::now();
+    let store = Arc::new(InMemoryStore::new());
+    let shards: Vec<LeaseKey> = (0..8)
+        .map(|i| LeaseKey::new(format!("shard-{i}")))
+        .collect::<Result<_, _>>()?;
+    let mut workers = BTreeMap::new();
+
+    workers.insert("alpha", start(&store, "alpha", &shards, started).await?);
+    settle(&workers, shards.len()).await;
+    show("alpha alone holds every shard", &workers);
+
+    workers.insert("bravo", start(&store, "bravo", &shards, started).await?);
+    workers.insert("charlie", start(&store, "charlie", &shards, started).await?);
+    settle(&workers, shards.len()).await;
+    show(
+        "bravo and charlie joined: leases handed over gracefully (3+3+2)",
+        &workers,
     );
-    print_table(&store, "after the handoff:").await?;
+
+    println!("charlie crashes (no goodbye; its leases expire after 2 s)\n");
+    drop(workers.remove("charlie"));
+    settle(&workers, shards.len()).await;
+    show("charlie's leases were taken over (4+4)", &workers);
+
+    println!("bravo leaves gracefully (checkpoints, releases)\n");
+    if let Some(bravo) = workers.remove("bravo") {
+        bravo.shutdown().await;
+    }
+    settle(&workers, shards.len()).await;
+    show("alpha holds every shard again", &workers);
+
+    if let Some(alpha) = workers.remove("alpha") {
+        alpha.shutdown().await;
+    }
+    println!("done in {:.1}s", started.elapsed().as_secs_f64());
     Ok(())
 }

@@ -33,11 +33,17 @@
 #![forbid(unsafe_code)]
 #![warn(missing_docs)]
 
+pub mod balance;
+pub mod config;
+pub mod expiry;
 pub mod lease;
 pub mod store;
+pub mod worker;
 
+pub use config::{ConfigError, WorkerConfig};
 pub use lease::{InvalidId, Lease, LeaseKey, Member, NewLease, Snapshot, WorkerId};
 pub use store::{LeaseStore, Outcome, StoreError, StoreResult};
+pub use worker::{LeaseEvent, LeaseGrant, StopReason, Worker};
 
 /// The README's examples, compiled as doc tests so that they stay true.
 #[cfg(doctest)]

@@ -44,8 +44,10 @@
 //! - `delete`, `remove_member`: gone either way, unless someone re-created it.
 
 mod error;
+pub mod fault;
 pub mod memory;
 pub(crate) mod retry;
+mod shared;
 
 #[cfg(feature = "dynamodb")]
 pub mod dynamodb;

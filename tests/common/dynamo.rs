@@ -1,6 +1,8 @@
 //! DynamoDB emulator targets for the integration tests: clients, unique tables, and an
 //! interceptor that loses responses after the server applied the write.
 
+#![allow(dead_code)]
+
 use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
 use std::sync::Arc;
 

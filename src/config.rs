@@ -1,0 +1,203 @@
+//! The worker's configuration: one struct of [`Duration`]s and limits, validated when the
+//! worker starts.
+
+use std::time::Duration;
+
+/// A configuration value that cannot work.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("invalid worker configuration: {0}")]
+pub struct ConfigError(pub String);
+
+/// How a worker keeps, takes and hands over leases.
+///
+/// Every default says where it comes from. [`WorkerConfig::validate`] explains what is wrong
+/// with a combination that cannot work.
+#[derive(Debug, Clone, PartialEq)]
+pub struct WorkerConfig {
+    /// How long a lease stays valid without a renewal: the failover time after a crash.
+    /// Default: 10 s (KCL's `failoverTimeMillis`).
+    pub lease_duration: Duration,
+    /// How often held leases are renewed (and the membership record refreshed).
+    /// Default: `lease_duration / 3` (KCL renews every 10/3 s), so two renewals can fail
+    /// before a lease is lost.
+    pub renew_interval: Duration,
+    /// How often the taker scans the table when nothing is about to expire. The taker also
+    /// runs at the moment an observed lease would expire, so a crash is noticed one lease
+    /// duration after its last renewal was first seen. Default: `lease_duration / 2` (KCL:
+    /// 2 x lease duration; ours is 4 x faster, and costs one table scan per 5 s per worker).
+    pub taker_interval: Duration,
+    /// Safety margin taken off the local validity of a lease: a lease is valid locally until
+    /// (start of the last successful renewal request) + `lease_duration` - this. It covers
+    /// clock-rate drift between hosts and the time the application needs to notice its stop
+    /// signal. Default: `lease_duration / 20` (500 ms).
+    pub drift_allowance: Duration,
+    /// How long the owner of a lease asked for in a graceful handoff has to finish and hand it
+    /// over before the requester takes it anyway. Default: 30 s (KCL 3.x's graceful handoff
+    /// timeout).
+    pub handoff_timeout: Duration,
+    /// How often a worker waiting for a handoff reads the lease to start the moment it is
+    /// handed over. Default: 250 ms (a handful of reads, only while a handoff is pending).
+    pub handoff_poll_interval: Duration,
+    /// A pause after every move before the new owner starts, for applications that back up
+    /// state elsewhere. Default: zero.
+    pub quiet_period: Duration,
+    /// How long `shutdown()` lets the application finish and checkpoint before it stops
+    /// waiting; leases not finished by then are left to expire instead of being released.
+    /// Default: 30 s (as `handoff_timeout`).
+    pub shutdown_timeout: Duration,
+    /// The most leases this worker holds. Default: `u32::MAX` (no limit; KCL's
+    /// `maxLeasesForWorker` default is also unlimited).
+    pub max_leases_per_worker: u32,
+    /// Most renewals in flight at once. Default: 64: at 10 ms a request, 10,000 leases are
+    /// renewed in about 1.6 s, well within the renew interval. (KCL: 20 threads.)
+    pub max_concurrent_renewals: usize,
+    /// Deadline of one store call made by the taker (scans, takes). Default: 5 s.
+    pub store_timeout: Duration,
+}
+
+impl Default for WorkerConfig {
+    fn default() -> Self {
+        Self::with_lease_duration(Duration::from_secs(10))
+    }
+}
+
+impl WorkerConfig {
+    /// The defaults, scaled to `lease_duration`: renew every third, scan every half, drift
+    /// allowance a twentieth.
+    pub fn with_lease_duration(lease_duration: Duration) -> Self {
+        Self {
+            lease_duration,
+            renew_interval: lease_duration / 3,
+            taker_interval: lease_duration / 2,
+            drift_allowance: lease_duration / 20,
+            handoff_timeout: Duration::from_secs(30),
+            handoff_poll_interval: Duration::from_millis(250),
+            quiet_period: Duration::ZERO,
+            shutdown_timeout: Duration::from_secs(30),
+            max_leases_per_worker: u32::MAX,
+            max_concurrent_renewals: 64,
+            store_timeout: Duration::from_secs(5),
+        }
+    }
+
+    /// Sets [`handoff_timeout`](Self::handoff_timeout).
+    #[must_use]
+    pub fn handoff_timeout(mut self, value: Duration) -> Self {
+        self.handoff_timeout = value;
+        self
+    }
+
+    /// Sets [`quiet_period`](Self::quiet_period).
+    #[must_use]
+    pub fn quiet_period(mut self, value: Duration) -> Self {
+        self.quiet_period = value;
+        self
+    }
+
+    /// Sets [`max_leases_per_worker`](Self::max_leases_per_worker).
+    #[must_use]
+    pub fn max_leases_per_worker(mut self, value: u32) -> Self {
+        self.max_leases_per_worker = value;
+        self
+    }
+
+    /// Sets [`shutdown_timeout`](Self::shutdown_timeout).
+    #[must_use]
+    pub fn shutdown_timeout(mut self, value: Duration) -> Self {
+        self.shutdown_timeout = value;
+        self
+    }
+
+    /// The local validity a renewal buys: `lease_duration - drift_allowance`.
+    pub fn validity(&self) -> Duration {
+        self.lease_duration.saturating_sub(self.drift_allowance)
+    }
+
+    /// Checks that the values can work together.
+    pub fn validate(&self) -> Result<(), ConfigError> {
+        let fail = |msg: String| Err(ConfigError(msg));
+        if self.lease_duration < Duration::from_millis(100) {
+            return fail(format!(
+                "lease_duration {:?} is too short: at least 100 ms",
+                self.lease_duration
+            ));
+        }
+        if self.renew_interval.is_zero() || self.renew_interval * 2 > self.lease_duration {
+            return fail(format!(
+                "renew_interval {:?} must be non-zero and at most half of lease_duration {:?} \
+                 (a third is the default), so that one failed renewal does not lose the lease",
+                self.renew_interval, self.lease_duration
+            ));
+        }
+        if self.drift_allowance + self.renew_interval >= self.lease_duration {
+            return fail(format!(
+                "drift_allowance {:?} + renew_interval {:?} must be less than lease_duration {:?}",
+                self.drift_allowance, self.renew_interval, self.lease_duration
+            ));
+        }
+        for (name, value) in [
+            ("taker_interval", self.taker_interval),
+            ("handoff_poll_interval", self.handoff_poll_interval),
+            ("store_timeout", self.store_timeout),
+        ] {
+            if value.is_zero() {
+                return fail(format!("{name} must be non-zero"));
+            }
+        }
+        if self.max_leases_per_worker == 0 {
+            return fail("max_leases_per_worker must be at least 1".into());
+        }
+        if self.max_concurrent_renewals == 0 {
+            return fail("max_concurrent_renewals must be at least 1".into());
+        }
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn defaults_follow_the_lease_duration_and_are_valid() {
+        let config = WorkerConfig::default();
+        assert_eq!(config.lease_duration, Duration::from_secs(10));
+        assert_eq!(config.renew_interval, Duration::from_secs(10) / 3);
+        assert_eq!(config.validity(), Duration::from_millis(9500));
+        config.validate().unwrap();
+        WorkerConfig::with_lease_duration(Duration::from_millis(300))
+            .validate()
+            .unwrap();
+    }
+
+    #[test]
+    fn a_renew_interval_close_to_the_lease_duration_is_refused() {
+        let config = WorkerConfig {
+            renew_interval: Duration::from_secs(9),
+            ..WorkerConfig::default()
+        };
+        let err = config.validate().unwrap_err();
+        assert!(err.0.contains("renew_interval"), "{err}");
+        assert!(err.0.contains("half of lease_duration"), "{err}");
+    }
+
+    #[test]
+    fn zero_limits_are_refused() {
+        let config = WorkerConfig::default().max_leases_per_worker(0);
+        assert!(config
+            .validate()
+            .unwrap_err()
+            .0
+            .contains("max_leases_per_worker"));
+        let config = WorkerConfig {
+            taker_interval: Duration::ZERO,
+            ..WorkerConfig::default()
+        };
+        assert!(config.validate().unwrap_err().0.contains("taker_interval"));
+        let config = WorkerConfig {
+            drift_allowance: Duration::from_secs(7),
+            ..WorkerConfig::default()
+        };
+        assert!(config.validate().unwrap_err().0.contains("drift_allowance"));
+    }
+}

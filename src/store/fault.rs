@@ -1,0 +1,210 @@
+//! A store wrapper that injects faults, for tests and the simulator: a worker cut off from the
+//! table, and a fixed latency per call.
+
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+
+use async_trait::async_trait;
+use tokio::time::Instant;
+
+use super::{LeaseStore, Outcome, Page, PageToken, StoreError, StoreResult};
+use crate::lease::{Lease, LeaseKey, Member, NewLease, WorkerId};
+
+/// Switches for a [`FaultyStore`]. Cheap to clone; clones share the switches.
+#[derive(Debug, Clone, Default)]
+pub struct Faults {
+    cut_off: Arc<AtomicBool>,
+    latency_micros: Arc<AtomicU64>,
+    calls: Arc<AtomicU64>,
+}
+
+impl Faults {
+    /// Cuts the store off (every call fails as a connection error would) or reconnects it.
+    pub fn set_cut_off(&self, cut_off: bool) {
+        self.cut_off.store(cut_off, Ordering::SeqCst);
+    }
+
+    /// Adds `latency` before every call (on tokio time, so paused-time tests are exact).
+    pub fn set_latency(&self, latency: Duration) {
+        let micros = u64::try_from(latency.as_micros()).unwrap_or(u64::MAX);
+        self.latency_micros.store(micros, Ordering::SeqCst);
+    }
+
+    /// How many calls went through this store.
+    pub fn calls(&self) -> u64 {
+        self.calls.load(Ordering::SeqCst)
+    }
+}
+
+/// Wraps a store and applies [`Faults`] to every call.
+#[derive(Debug, Clone)]
+pub struct FaultyStore<S> {
+    inner: S,
+    faults: Faults,
+}
+
+impl<S: LeaseStore> FaultyStore<S> {
+    /// Wraps `inner`; the returned [`Faults`] controls it.
+    pub fn new(inner: S) -> (Self, Faults) {
+        let faults = Faults::default();
+        (
+            Self {
+                inner,
+                faults: faults.clone(),
+            },
+            faults,
+        )
+    }
+
+    async fn gate(&self, operation: &'static str, key: &str, deadline: Instant) -> StoreResult<()> {
+        self.faults.calls.fetch_add(1, Ordering::Relaxed);
+        let latency = Duration::from_micros(self.faults.latency_micros.load(Ordering::SeqCst));
+        if !latency.is_zero() {
+            tokio::time::sleep_until((Instant::now() + latency).min(deadline)).await;
+        }
+        if self.faults.cut_off.load(Ordering::SeqCst) {
+            return Err(StoreError::Transient {
+                operation,
+                key: key.to_owned(),
+                ambiguous: false,
+                source: "cut off from the store (injected fault)".into(),
+            });
+        }
+        Ok(())
+    }
+}
+
+#[async_trait]
+impl<S: LeaseStore> LeaseStore for FaultyStore<S> {
+    async fn create(&self, lease: NewLease, deadline: Instant) -> StoreResult<Outcome<Lease>> {
+        self.gate("create", lease.key.as_str(), deadline).await?;
+        self.inner.create(lease, deadline).await
+    }
+
+    async fn get(&self, key: &LeaseKey, deadline: Instant) -> StoreResult<Option<Lease>> {
+        self.gate("get", key.as_str(), deadline).await?;
+        self.inner.get(key, deadline).await
+    }
+
+    async fn list_page(&self, from: Option<PageToken>, deadline: Instant) -> StoreResult<Page> {
+        self.gate("scan", "", deadline).await?;
+        self.inner.list_page(from, deadline).await
+    }
+
+    async fn renew(
+        &self,
+        key: &LeaseKey,
+        owner: &WorkerId,
+        tenure: u64,
+        load: Option<f64>,
+        deadline: Instant,
+    ) -> StoreResult<Outcome<Lease>> {
+        self.gate("renew", key.as_str(), deadline).await?;
+        self.inner.renew(key, owner, tenure, load, deadline).await
+    }
+
+    async fn take(
+        &self,
+        key: &LeaseKey,
+        taker: &WorkerId,
+        observed_counter: u64,
+        deadline: Instant,
+    ) -> StoreResult<Outcome<Lease>> {
+        self.gate("take", key.as_str(), deadline).await?;
+        self.inner
+            .take(key, taker, observed_counter, deadline)
+            .await
+    }
+
+    async fn request_handoff(
+        &self,
+        key: &LeaseKey,
+        owner: &WorkerId,
+        tenure: u64,
+        requester: &WorkerId,
+        deadline: Instant,
+    ) -> StoreResult<Outcome<Lease>> {
+        self.gate("request_handoff", key.as_str(), deadline).await?;
+        self.inner
+            .request_handoff(key, owner, tenure, requester, deadline)
+            .await
+    }
+
+    async fn complete_handoff(
+        &self,
+        key: &LeaseKey,
+        owner: &WorkerId,
+        tenure: u64,
+        to: &WorkerId,
+        deadline: Instant,
+    ) -> StoreResult<Outcome<Lease>> {
+        self.gate("complete_handoff", key.as_str(), deadline)
+            .await?;
+        self.inner
+            .complete_handoff(key, owner, tenure, to, deadline)
+            .await
+    }
+
+    async fn release(
+        &self,
+        key: &LeaseKey,
+        owner: &WorkerId,
+        tenure: u64,
+        deadline: Instant,
+    ) -> StoreResult<Outcome<Lease>> {
+        self.gate("release", key.as_str(), deadline).await?;
+        self.inner.release(key, owner, tenure, deadline).await
+    }
+
+    async fn checkpoint(
+        &self,
+        key: &LeaseKey,
+        owner: &WorkerId,
+        tenure: u64,
+        checkpoint: &str,
+        deadline: Instant,
+    ) -> StoreResult<Outcome<Lease>> {
+        self.gate("checkpoint", key.as_str(), deadline).await?;
+        self.inner
+            .checkpoint(key, owner, tenure, checkpoint, deadline)
+            .await
+    }
+
+    async fn delete(
+        &self,
+        key: &LeaseKey,
+        observed_counter: u64,
+        observed_tenure: u64,
+        deadline: Instant,
+    ) -> StoreResult<Outcome<Lease>> {
+        self.gate("delete", key.as_str(), deadline).await?;
+        self.inner
+            .delete(key, observed_counter, observed_tenure, deadline)
+            .await
+    }
+
+    async fn heartbeat(
+        &self,
+        worker: &WorkerId,
+        load: Option<f64>,
+        capacity: Option<u32>,
+        deadline: Instant,
+    ) -> StoreResult<Outcome<Member>> {
+        self.gate("heartbeat", worker.as_str(), deadline).await?;
+        self.inner.heartbeat(worker, load, capacity, deadline).await
+    }
+
+    async fn remove_member(
+        &self,
+        worker: &WorkerId,
+        observed_heartbeat: Option<u64>,
+        deadline: Instant,
+    ) -> StoreResult<Outcome<Member>> {
+        self.gate("remove_member", worker.as_str(), deadline)
+            .await?;
+        self.inner
+            .remove_member(worker, observed_heartbeat, deadline)
+            .await
+    }
+}

@@ -1,0 +1,127 @@
+//! `Arc<S>` is a store too, so one table can be shared by many workers and wrappers.
+
+use std::sync::Arc;
+
+use async_trait::async_trait;
+use tokio::time::Instant;
+
+use super::{LeaseStore, Outcome, Page, PageToken, StoreResult};
+use crate::lease::{Lease, LeaseKey, Member, NewLease, WorkerId};
+
+#[async_trait]
+impl<S: LeaseStore + ?Sized> LeaseStore for Arc<S> {
+    async fn create(&self, lease: NewLease, deadline: Instant) -> StoreResult<Outcome<Lease>> {
+        (**self).create(lease, deadline).await
+    }
+
+    async fn get(&self, key: &LeaseKey, deadline: Instant) -> StoreResult<Option<Lease>> {
+        (**self).get(key, deadline).await
+    }
+
+    async fn list_page(&self, from: Option<PageToken>, deadline: Instant) -> StoreResult<Page> {
+        (**self).list_page(from, deadline).await
+    }
+
+    async fn renew(
+        &self,
+        key: &LeaseKey,
+        owner: &WorkerId,
+        tenure: u64,
+        load: Option<f64>,
+        deadline: Instant,
+    ) -> StoreResult<Outcome<Lease>> {
+        (**self).renew(key, owner, tenure, load, deadline).await
+    }
+
+    async fn take(
+        &self,
+        key: &LeaseKey,
+        taker: &WorkerId,
+        observed_counter: u64,
+        deadline: Instant,
+    ) -> StoreResult<Outcome<Lease>> {
+        (**self).take(key, taker, observed_counter, deadline).await
+    }
+
+    async fn request_handoff(
+        &self,
+        key: &LeaseKey,
+        owner: &WorkerId,
+        tenure: u64,
+        requester: &WorkerId,
+        deadline: Instant,
+    ) -> StoreResult<Outcome<Lease>> {
+        (**self)
+            .request_handoff(key, owner, tenure, requester, deadline)
+            .await
+    }
+
+    async fn complete_handoff(
+        &self,
+        key: &LeaseKey,
+        owner: &WorkerId,
+        tenure: u64,
+        to: &WorkerId,
+        deadline: Instant,
+    ) -> StoreResult<Outcome<Lease>> {
+        (**self)
+            .complete_handoff(key, owner, tenure, to, deadline)
+            .await
+    }
+
+    async fn release(
+        &self,
+        key: &LeaseKey,
+        owner: &WorkerId,
+        tenure: u64,
+        deadline: Instant,
+    ) -> StoreResult<Outcome<Lease>> {
+        (**self).release(key, owner, tenure, deadline).await
+    }
+
+    async fn checkpoint(
+        &self,
+        key: &LeaseKey,
+        owner: &WorkerId,
+        tenure: u64,
+        checkpoint: &str,
+        deadline: Instant,
+    ) -> StoreResult<Outcome<Lease>> {
+        (**self)
+            .checkpoint(key, owner, tenure, checkpoint, deadline)
+            .await
+    }
+
+    async fn delete(
+        &self,
+        key: &LeaseKey,
+        observed_counter: u64,
+        observed_tenure: u64,
+        deadline: Instant,
+    ) -> StoreResult<Outcome<Lease>> {
+        (**self)
+            .delete(key, observed_counter, observed_tenure, deadline)
+            .await
+    }
+
+    async fn heartbeat(
+        &self,
+        worker: &WorkerId,
+        load: Option<f64>,
+        capacity: Option<u32>,
+        deadline: Instant,
+    ) -> StoreResult<Outcome<Member>> {
+        (**self).heartbeat(worker, load, capacity, deadline).await
+    }
+
+    async fn remove_member(
+        &self,
+        worker: &WorkerId,
+        observed_heartbeat: Option<u64>,
+        deadline: Instant,
+    ) -> StoreResult<Outcome<Member>> {
+        (**self)
+            .remove_member(worker, observed_heartbeat, deadline)
+            .await
+    }
+}

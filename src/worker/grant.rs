@@ -1,0 +1,257 @@
+//! What the application receives: events, and per lease a grant with its stop signal and a
+//! fenced checkpointer.
+
+use std::sync::Arc;
+
+use tokio::sync::{mpsc, watch};
+use tokio::time::Instant;
+
+use super::state::Shared;
+use crate::lease::{LeaseKey, WorkerId};
+use crate::store::{Outcome, StoreError};
+
+/// Why the application must stop working on a lease.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum StopReason {
+    /// The lease is no longer this worker's (taken over, deleted, or its validity ran out
+    /// without a renewal). Stop at once; no checkpoint is possible.
+    Lost,
+    /// Another worker asked for the lease to balance the fleet. Finish in-flight work,
+    /// checkpoint, then call [`LeaseGrant::finish`] (or drop the grant) before `deadline`;
+    /// after it, the lease is taken anyway.
+    Handoff {
+        /// The worker the lease goes to.
+        to: WorkerId,
+        /// When the requester stops waiting.
+        deadline: Instant,
+    },
+    /// The worker is shutting down. Checkpoint and finish before `deadline`; the lease is
+    /// then released for a peer to take at once.
+    Shutdown {
+        /// When the worker stops waiting.
+        deadline: Instant,
+    },
+}
+
+/// Something that happened to one of this worker's leases.
+#[derive(Debug)]
+#[non_exhaustive]
+pub enum LeaseEvent {
+    /// The application may start working on a lease.
+    Acquired(LeaseGrant),
+    /// The application must stop working on a lease (the grant's signal fires too).
+    StopRequested {
+        /// The lease.
+        key: LeaseKey,
+        /// Why.
+        reason: StopReason,
+    },
+    /// The lease was handed over to `to` after the application finished.
+    HandedOff {
+        /// The lease.
+        key: LeaseKey,
+        /// The new owner.
+        to: WorkerId,
+    },
+    /// The lease was released (on shutdown) for a peer to take.
+    Released {
+        /// The lease.
+        key: LeaseKey,
+    },
+    /// The lease was lost without a graceful stop.
+    Lost {
+        /// The lease.
+        key: LeaseKey,
+    },
+}
+
+/// Why a checkpoint was refused.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum CheckpointError {
+    /// The lease is no longer held in the tenure this grant was given for.
+    #[error("lease {key} is no longer held by {worker} in tenure {tenure}; the checkpoint was not stored")]
+    NotHeld {
+        /// The lease.
+        key: LeaseKey,
+        /// This worker.
+        worker: WorkerId,
+        /// The tenure of the grant.
+        tenure: u64,
+    },
+    /// The store gave no definite answer.
+    #[error("checkpoint of lease {key} failed")]
+    Store {
+        /// The lease.
+        key: LeaseKey,
+        /// The store's error.
+        #[source]
+        source: StoreError,
+    },
+}
+
+/// Stores checkpoints for one lease, fenced by the tenure it was granted in. Cheap to clone.
+#[derive(Clone)]
+pub struct Checkpointer {
+    shared: Arc<Shared>,
+    key: LeaseKey,
+    tenure: u64,
+}
+
+impl std::fmt::Debug for Checkpointer {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Checkpointer")
+            .field("key", &self.key)
+            .field("tenure", &self.tenure)
+            .finish()
+    }
+}
+
+impl Checkpointer {
+    /// Stores `value` as the lease's checkpoint. Fails with [`CheckpointError::NotHeld`]
+    /// without writing when this worker already knows the lease is gone, and when the store
+    /// refuses it because the lease changed hands (even if it came back in a later tenure).
+    pub async fn checkpoint(&self, value: &str) -> Result<(), CheckpointError> {
+        let not_held = || CheckpointError::NotHeld {
+            key: self.key.clone(),
+            worker: self.shared.id.clone(),
+            tenure: self.tenure,
+        };
+        let Some(valid_until) = self.shared.valid_until(&self.key, self.tenure) else {
+            return Err(not_held());
+        };
+        let deadline = valid_until.min(Instant::now() + self.shared.config.store_timeout);
+        let outcome = self
+            .shared
+            .store
+            .checkpoint(&self.key, &self.shared.id, self.tenure, value, deadline)
+            .await
+            .map_err(|source| CheckpointError::Store {
+                key: self.key.clone(),
+                source,
+            })?;
+        match outcome {
+            Outcome::Done(_) => {
+                tracing::debug!(lease_key = %self.key, tenure = self.tenure, "checkpointed");
+                Ok(())
+            }
+            Outcome::LostRace { .. } => Err(not_held()),
+        }
+    }
+
+    /// The lease this checkpointer writes to.
+    pub fn key(&self) -> &LeaseKey {
+        &self.key
+    }
+}
+
+/// Tells the worker, once, that the application has finished with a lease.
+#[derive(Debug)]
+pub(crate) struct FinishGuard {
+    pub(crate) key: LeaseKey,
+    pub(crate) tenure: u64,
+    pub(crate) tx: mpsc::UnboundedSender<(LeaseKey, u64)>,
+}
+
+impl Drop for FinishGuard {
+    fn drop(&mut self) {
+        let _ = self.tx.send((self.key.clone(), self.tenure));
+    }
+}
+
+/// One lease handed to the application: its last checkpoint, its stop signal and its
+/// checkpointer.
+///
+/// Keep the grant while working on the lease. When [`stopped`](Self::stopped) fires with a
+/// handoff or shutdown, checkpoint and call [`finish`](Self::finish): the worker then hands the
+/// lease over (or releases it) at once. Dropping the grant counts as finishing: a lease whose
+/// grant was dropped is handed over as soon as it is asked for.
+#[derive(Debug)]
+pub struct LeaseGrant {
+    key: LeaseKey,
+    tenure: u64,
+    checkpoint: Option<String>,
+    stop: watch::Receiver<Option<StopReason>>,
+    checkpointer: Checkpointer,
+    _finish: FinishGuard,
+}
+
+impl LeaseGrant {
+    pub(crate) fn new(
+        shared: Arc<Shared>,
+        key: LeaseKey,
+        tenure: u64,
+        checkpoint: Option<String>,
+        stop: watch::Receiver<Option<StopReason>>,
+        finished: mpsc::UnboundedSender<(LeaseKey, u64)>,
+    ) -> Self {
+        Self {
+            checkpointer: Checkpointer {
+                shared,
+                key: key.clone(),
+                tenure,
+            },
+            _finish: FinishGuard {
+                key: key.clone(),
+                tenure,
+                tx: finished,
+            },
+            key,
+            tenure,
+            checkpoint,
+            stop,
+        }
+    }
+
+    /// The lease.
+    pub fn key(&self) -> &LeaseKey {
+        &self.key
+    }
+
+    /// The tenure (fencing token) this grant is for.
+    pub fn tenure(&self) -> u64 {
+        self.tenure
+    }
+
+    /// The checkpoint stored when the lease was acquired.
+    pub fn checkpoint(&self) -> Option<&str> {
+        self.checkpoint.as_deref()
+    }
+
+    /// The stop reason, if a stop was already requested.
+    pub fn stop_reason(&self) -> Option<StopReason> {
+        self.stop.borrow().clone()
+    }
+
+    /// Resolves when the application must stop working on the lease.
+    pub async fn stopped(&mut self) -> StopReason {
+        match self.stop.wait_for(Option::is_some).await {
+            Ok(reason) => reason.clone().unwrap_or(StopReason::Lost),
+            // The worker is gone: nothing proves ownership any more.
+            Err(_) => StopReason::Lost,
+        }
+    }
+
+    /// Resolves when the lease is lost, even after a handoff or shutdown stop was requested
+    /// (for example when the requester took it after its timeout). Use it to cut a graceful
+    /// finish short.
+    pub async fn lost(&mut self) {
+        let _ = self
+            .stop
+            .wait_for(|reason| matches!(reason, Some(StopReason::Lost)))
+            .await;
+    }
+
+    /// A fenced checkpointer for this lease (clone it into the processing code).
+    pub fn checkpointer(&self) -> Checkpointer {
+        self.checkpointer.clone()
+    }
+
+    /// Stores a checkpoint; see [`Checkpointer::checkpoint`].
+    pub async fn checkpoint_at(&self, value: &str) -> Result<(), CheckpointError> {
+        self.checkpointer.checkpoint(value).await
+    }
+
+    /// The application has finished with the lease: hand it over or release it now.
+    pub fn finish(self) {}
+}

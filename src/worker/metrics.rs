@@ -1,0 +1,61 @@
+//! Counters, gauges and histograms through the `metrics` facade. Install any `metrics`
+//! recorder (Prometheus, StatsD, ...) to collect them; without one they cost next to nothing.
+//! Every series carries the label `worker`.
+
+use std::time::Duration;
+
+use crate::lease::WorkerId;
+
+/// Gauge: leases this worker holds.
+pub const LEASES_HELD: &str = "shardlease_leases_held";
+/// Counter: leases taken (unowned, expired, forced, resumed, or received in a handoff).
+pub const LEASES_TAKEN: &str = "shardlease_leases_taken_total";
+/// Counter: handoffs this worker asked for to balance the fleet.
+pub const HANDOFFS_REQUESTED: &str = "shardlease_handoffs_requested_total";
+/// Counter: leases this worker handed over gracefully.
+pub const LEASES_HANDED_OFF: &str = "shardlease_leases_handed_off_total";
+/// Counter: leases taken by force after the owner did not finish a handoff in time.
+pub const LEASES_STOLEN: &str = "shardlease_leases_stolen_total";
+/// Counter: leases lost (taken over, deleted, or expired locally).
+pub const LEASES_LOST: &str = "shardlease_leases_lost_total";
+/// Histogram: seconds one successful renewal took.
+pub const RENEWAL_SECONDS: &str = "shardlease_renewal_seconds";
+/// Counter: store calls that failed with an error (label `op`).
+pub const STORE_ERRORS: &str = "shardlease_store_errors_total";
+
+fn worker(id: &WorkerId) -> [(&'static str, String); 1] {
+    [("worker", id.to_string())]
+}
+
+pub(crate) fn held(id: &WorkerId, count: usize) {
+    metrics::gauge!(LEASES_HELD, &worker(id)).set(count as f64);
+}
+
+pub(crate) fn taken(id: &WorkerId) {
+    metrics::counter!(LEASES_TAKEN, &worker(id)).increment(1);
+}
+
+pub(crate) fn handoff_requested(id: &WorkerId) {
+    metrics::counter!(HANDOFFS_REQUESTED, &worker(id)).increment(1);
+}
+
+pub(crate) fn handed_off(id: &WorkerId) {
+    metrics::counter!(LEASES_HANDED_OFF, &worker(id)).increment(1);
+}
+
+pub(crate) fn stolen(id: &WorkerId) {
+    metrics::counter!(LEASES_STOLEN, &worker(id)).increment(1);
+}
+
+pub(crate) fn lost(id: &WorkerId) {
+    metrics::counter!(LEASES_LOST, &worker(id)).increment(1);
+}
+
+pub(crate) fn renewal(id: &WorkerId, took: Duration) {
+    metrics::histogram!(RENEWAL_SECONDS, &worker(id)).record(took.as_secs_f64());
+}
+
+pub(crate) fn store_error(id: &WorkerId, op: &'static str) {
+    let labels = [("worker", id.to_string()), ("op", op.to_owned())];
+    metrics::counter!(STORE_ERRORS, &labels).increment(1);
+}

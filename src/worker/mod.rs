@@ -1,0 +1,331 @@
+//! The worker: a renewer, a taker and a control task over one lease store, and the
+//! application's view of the leases it holds.
+//!
+//! ```
+//! use std::sync::Arc;
+//! use shardlease::store::memory::InMemoryStore;
+//! use shardlease::worker::{LeaseEvent, StopReason, Worker};
+//! use shardlease::{LeaseKey, WorkerId};
+//!
+//! # #[tokio::main(flavor = "current_thread", start_paused = true)]
+//! # async fn main() -> Result<(), Box<dyn std::error::Error>> {
+//! let store = Arc::new(InMemoryStore::new());
+//! let shards = (0..4).map(|i| LeaseKey::new(format!("shard-{i}"))).collect::<Result<_, _>>()?;
+//! let mut worker = Worker::builder(store, WorkerId::new("host-a")?)
+//!     .shards(shards)
+//!     .start()
+//!     .await?;
+//! let mut events = worker.take_events().expect("first call");
+//! while let Some(event) = events.recv().await {
+//!     if let LeaseEvent::Acquired(mut grant) = event {
+//!         tokio::spawn(async move {
+//!             // ... process records of grant.key() from grant.checkpoint() on ...
+//!             let reason = grant.stopped().await;
+//!             if !matches!(reason, StopReason::Lost) {
+//!                 let _ = grant.checkpoint_at("last-processed").await;
+//!             }
+//!             grant.finish();
+//!         });
+//!     }
+//!     if worker.held_leases().len() == 4 {
+//!         break;
+//!     }
+//! }
+//! worker.shutdown().await;
+//! # Ok(())
+//! # }
+//! ```
+
+mod finish;
+mod grant;
+pub mod metrics;
+mod renewer;
+mod state;
+mod taker;
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use tokio::sync::mpsc;
+use tokio::time::Instant;
+use tokio_util::sync::CancellationToken;
+use tokio_util::task::TaskTracker;
+use tracing::Instrument;
+
+pub use self::grant::{CheckpointError, Checkpointer, LeaseEvent, LeaseGrant, StopReason};
+
+use self::finish::spawn_finish;
+use self::state::{Phase, Shared};
+use crate::balance::{BalancePolicy, CountBalance};
+use crate::config::{ConfigError, WorkerConfig};
+use crate::lease::{LeaseKey, NewLease, WorkerId};
+use crate::store::{LeaseStore, StoreError};
+
+/// Why a worker could not start.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum WorkerError {
+    /// The configuration cannot work.
+    #[error(transparent)]
+    Config(#[from] ConfigError),
+    /// The store could not be reached or refused a startup write.
+    #[error("worker {worker} could not start")]
+    Store {
+        /// The worker.
+        worker: WorkerId,
+        /// What the store said.
+        #[source]
+        source: StoreError,
+    },
+}
+
+/// Builds a [`Worker`].
+pub struct WorkerBuilder {
+    store: Arc<dyn LeaseStore>,
+    id: WorkerId,
+    config: WorkerConfig,
+    policy: Arc<dyn BalancePolicy>,
+    shards: Vec<LeaseKey>,
+}
+
+impl WorkerBuilder {
+    /// Sets the configuration. Default: [`WorkerConfig::default`].
+    #[must_use]
+    pub fn config(mut self, config: WorkerConfig) -> Self {
+        self.config = config;
+        self
+    }
+
+    /// Sets the balancing policy. Default: [`CountBalance`].
+    #[must_use]
+    pub fn policy(mut self, policy: impl BalancePolicy) -> Self {
+        self.policy = Arc::new(policy);
+        self
+    }
+
+    /// Leases to create at start if they do not exist (conditional creates: workers starting
+    /// together do not conflict).
+    #[must_use]
+    pub fn shards(mut self, shards: Vec<LeaseKey>) -> Self {
+        self.shards = shards;
+        self
+    }
+
+    /// Validates the configuration, creates the missing leases, registers the worker's
+    /// membership and starts its tasks.
+    pub async fn start(self) -> Result<Worker, WorkerError> {
+        self.config.validate()?;
+        let fail = |source| WorkerError::Store {
+            worker: self.id.clone(),
+            source,
+        };
+        let deadline = Instant::now() + self.config.store_timeout;
+        for key in &self.shards {
+            let _ = self
+                .store
+                .create(NewLease::new(key.clone()), deadline)
+                .await
+                .map_err(fail)?;
+        }
+        let capacity = Some(self.config.max_leases_per_worker).filter(|c| *c != u32::MAX);
+        let _ = self
+            .store
+            .heartbeat(&self.id, None, capacity, deadline)
+            .await
+            .map_err(fail)?;
+
+        let (events_tx, events_rx) = mpsc::unbounded_channel();
+        let (finished_tx, finished_rx) = mpsc::unbounded_channel();
+        let shared = Arc::new(Shared::new(
+            self.id.clone(),
+            self.store,
+            self.config,
+            events_tx,
+            finished_tx,
+        ));
+        let loops = TaskTracker::new();
+        let taker_cancel = shared.cancel.child_token();
+        let span = |task: &'static str| tracing::info_span!("shardlease", worker = %self.id, task);
+        loops.spawn(
+            renewer::run(Arc::clone(&shared), shared.cancel.clone()).instrument(span("renewer")),
+        );
+        loops.spawn(
+            finish::control(Arc::clone(&shared), finished_rx, shared.cancel.clone())
+                .instrument(span("control")),
+        );
+        loops.spawn(
+            taker::Taker::new(Arc::clone(&shared), self.policy)
+                .run(taker_cancel.clone())
+                .instrument(span("taker")),
+        );
+        tracing::info!(worker = %self.id, "worker started");
+        Ok(Worker {
+            shared,
+            loops,
+            taker_cancel,
+            events: Some(events_rx),
+            stopped: false,
+        })
+    }
+}
+
+/// A running worker. Call [`shutdown`](Self::shutdown) to leave gracefully; dropping it
+/// without that behaves like a crash (its leases expire), except that every grant is told
+/// its lease is lost, so nothing goes on processing.
+pub struct Worker {
+    shared: Arc<Shared>,
+    loops: TaskTracker,
+    taker_cancel: CancellationToken,
+    events: Option<mpsc::UnboundedReceiver<LeaseEvent>>,
+    stopped: bool,
+}
+
+impl std::fmt::Debug for Worker {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Worker")
+            .field("id", &self.shared.id)
+            .field("held", &self.held_leases())
+            .finish()
+    }
+}
+
+/// Reads a worker's held leases from anywhere; see [`Worker::monitor`].
+#[derive(Clone)]
+pub struct WorkerMonitor {
+    shared: Arc<Shared>,
+}
+
+impl WorkerMonitor {
+    /// The worker's id.
+    pub fn id(&self) -> &WorkerId {
+        &self.shared.id
+    }
+
+    /// As [`Worker::held_leases`].
+    pub fn held_leases(&self) -> Vec<LeaseKey> {
+        self.shared.held_now()
+    }
+}
+
+impl std::fmt::Debug for WorkerMonitor {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("WorkerMonitor")
+            .field("id", &self.shared.id)
+            .finish()
+    }
+}
+
+/// How often `shutdown` checks whether the application has finished every lease.
+const SHUTDOWN_POLL: Duration = Duration::from_millis(10);
+
+impl Worker {
+    /// A builder for a worker `id` over `store`.
+    pub fn builder(store: Arc<dyn LeaseStore>, id: WorkerId) -> WorkerBuilder {
+        WorkerBuilder {
+            store,
+            id,
+            config: WorkerConfig::default(),
+            policy: Arc::new(CountBalance),
+            shards: Vec::new(),
+        }
+    }
+
+    /// This worker's id.
+    pub fn id(&self) -> &WorkerId {
+        &self.shared.id
+    }
+
+    /// The event stream (once; `None` after the first call). It ends when the worker stops.
+    /// Without a receiver, grants are dropped at once, which lets handoffs complete without
+    /// waiting for the application.
+    pub fn take_events(&mut self) -> Option<mpsc::UnboundedReceiver<LeaseEvent>> {
+        self.events.take()
+    }
+
+    /// The leases the application may work on now (reported, not finished, locally valid).
+    pub fn held_leases(&self) -> Vec<LeaseKey> {
+        self.shared.held_now()
+    }
+
+    /// A cheap, cloneable handle that reads this worker's held leases (for health checks and
+    /// tests); it does not keep the worker running.
+    pub fn monitor(&self) -> WorkerMonitor {
+        WorkerMonitor {
+            shared: Arc::clone(&self.shared),
+        }
+    }
+
+    /// Leaves gracefully: stops taking, asks the application to finish every lease, releases
+    /// each one as soon as it is finished (peers take it within one taker round), removes the
+    /// membership record and waits for every task. Leases the application does not finish
+    /// within `shutdown_timeout` are not released: they expire, so nobody overlaps with it.
+    pub async fn shutdown(mut self) {
+        self.stopped = true;
+        let shared = Arc::clone(&self.shared);
+        self.taker_cancel.cancel();
+        let deadline = Instant::now() + shared.config.shutdown_timeout;
+        let leases: Vec<(LeaseKey, u64, Phase)> = {
+            let mut state = shared.lock();
+            state.shutting_down = true;
+            state.pending.clear();
+            state
+                .held
+                .iter()
+                .map(|(k, h)| (k.clone(), h.tenure, h.phase.clone()))
+                .collect()
+        };
+        tracing::info!(worker = %shared.id, leases = leases.len(), "shutting down");
+        for (key, tenure, phase) in leases {
+            let finish = match phase {
+                // Never reported: nothing to finish, release at once.
+                Phase::Waiting { .. } => {
+                    shared.lock().held.remove(&key);
+                    Some(state::Finish::Release { tenure })
+                }
+                Phase::Active => {
+                    shared.request_stop(&key, tenure, StopReason::Shutdown { deadline })
+                }
+                Phase::Stopping(_) => None,
+            };
+            if let Some(finish) = finish {
+                spawn_finish(&shared, key, finish);
+            }
+        }
+        while !shared.lock().held.is_empty() && Instant::now() < deadline {
+            tokio::time::sleep(SHUTDOWN_POLL).await;
+        }
+        let unfinished: Vec<LeaseKey> = shared.lock().held.keys().cloned().collect();
+        for key in unfinished {
+            shared.lose(
+                &key,
+                None,
+                "the application did not finish before the shutdown timeout; left to expire",
+            );
+        }
+        shared.jobs.close();
+        let _ = tokio::time::timeout(shared.config.store_timeout, shared.jobs.wait()).await;
+        let member_deadline = Instant::now() + shared.config.store_timeout;
+        if let Err(err) = shared
+            .store
+            .remove_member(&shared.id, None, member_deadline)
+            .await
+        {
+            tracing::warn!(error = %err, "could not remove the membership record; it will expire");
+        }
+        shared.cancel.cancel();
+        self.loops.close();
+        self.loops.wait().await;
+        shared.close_events();
+        tracing::info!(worker = %shared.id, "worker stopped");
+    }
+}
+
+impl Drop for Worker {
+    fn drop(&mut self) {
+        if !self.stopped {
+            self.shared.cancel.cancel();
+            self.shared.lose_all_locally();
+            self.shared.close_events();
+        }
+    }
+}

@@ -1,0 +1,148 @@
+//! The renewer: keeps every held lease alive, heartbeats the membership record, and learns
+//! of handoff requests from the renewal answers.
+
+use std::sync::Arc;
+
+use tokio::sync::Semaphore;
+use tokio::task::JoinSet;
+use tokio::time::{timeout_at, Instant, MissedTickBehavior};
+use tokio_util::sync::CancellationToken;
+use tracing::Instrument;
+
+use super::finish::spawn_finish;
+use super::grant::StopReason;
+use super::metrics;
+use super::state::{Phase, Shared};
+use crate::lease::LeaseKey;
+use crate::store::Outcome;
+
+pub(crate) async fn run(shared: Arc<Shared>, cancel: CancellationToken) {
+    let mut tick = tokio::time::interval(shared.config.renew_interval);
+    tick.set_missed_tick_behavior(MissedTickBehavior::Delay);
+    let limit = Arc::new(Semaphore::new(shared.config.max_concurrent_renewals));
+    loop {
+        tokio::select! {
+            _ = cancel.cancelled() => return,
+            _ = tick.tick() => {}
+        }
+        let round = renew_all(&shared, &limit);
+        tokio::select! {
+            _ = cancel.cancelled() => return,
+            _ = round => {}
+        }
+    }
+}
+
+async fn renew_all(shared: &Arc<Shared>, limit: &Arc<Semaphore>) {
+    let leases: Vec<(LeaseKey, u64, Instant)> = shared
+        .lock()
+        .held
+        .iter()
+        .map(|(key, held)| (key.clone(), held.tenure, held.valid_until))
+        .collect();
+    tracing::debug!(leases = leases.len(), "renewal round");
+    let mut round = JoinSet::new();
+    {
+        let shared = Arc::clone(shared);
+        round.spawn(async move { heartbeat(&shared).await }.in_current_span());
+    }
+    for (key, tenure, valid_until) in leases {
+        let (shared, limit) = (Arc::clone(shared), Arc::clone(limit));
+        round.spawn(
+            async move {
+                let Ok(_permit) = limit.acquire_owned().await else {
+                    return;
+                };
+                renew_one(&shared, key, tenure, valid_until).await;
+            }
+            .in_current_span(),
+        );
+    }
+    while round.join_next().await.is_some() {}
+}
+
+async fn heartbeat(shared: &Shared) {
+    let capacity = Some(shared.config.max_leases_per_worker).filter(|c| *c != u32::MAX);
+    let deadline = Instant::now() + shared.config.renew_interval;
+    if let Err(err) = shared
+        .store
+        .heartbeat(&shared.id, None, capacity, deadline)
+        .await
+    {
+        metrics::store_error(&shared.id, "heartbeat");
+        tracing::warn!(error = %err, "membership heartbeat failed");
+    }
+}
+
+/// Renews one lease. Retries never run past the lease's local validity: once that has
+/// passed, the fencer has already told the application to stop.
+async fn renew_one(shared: &Arc<Shared>, key: LeaseKey, tenure: u64, valid_until: Instant) {
+    let start = Instant::now();
+    if start >= valid_until {
+        return;
+    }
+    let renewal = shared
+        .store
+        .renew(&key, &shared.id, tenure, None, valid_until);
+    match timeout_at(valid_until, renewal).await {
+        Ok(Ok(Outcome::Done(lease))) => {
+            metrics::renewal(&shared.id, start.elapsed());
+            let asked = lease.handoff_to.filter(|to| *to != shared.id);
+            renewed(
+                shared,
+                &key,
+                tenure,
+                start + shared.config.validity(),
+                asked,
+            );
+        }
+        Ok(Ok(Outcome::LostRace { current })) => {
+            let why = match current {
+                Some(lease) => format!(
+                    "renewal refused: now owned by {:?} in tenure {}",
+                    lease.owner, lease.tenure
+                ),
+                None => "renewal refused: the lease item no longer exists".to_owned(),
+            };
+            shared.lose(&key, Some(tenure), &why);
+        }
+        Ok(Err(err)) => {
+            metrics::store_error(&shared.id, "renew");
+            tracing::warn!(lease_key = %key, error = %err, "renewal failed; retrying next round");
+        }
+        Err(_) => {
+            metrics::store_error(&shared.id, "renew");
+            tracing::warn!(lease_key = %key, "renewal unanswered until the lease's validity ended");
+        }
+    }
+}
+
+/// Records a successful renewal: extends the validity, and starts a handoff if one was asked.
+fn renewed(
+    shared: &Arc<Shared>,
+    key: &LeaseKey,
+    tenure: u64,
+    valid_until: Instant,
+    handoff_to: Option<crate::lease::WorkerId>,
+) {
+    let mut state = shared.lock();
+    let Some(held) = state.held.get_mut(key).filter(|h| h.tenure == tenure) else {
+        return;
+    };
+    if valid_until > held.valid_until {
+        held.valid_until = valid_until;
+    }
+    let handoff = match (&held.phase, handoff_to) {
+        (Phase::Active, Some(to)) => Some(to),
+        _ => None,
+    };
+    drop(state);
+    shared.changed.notify_one();
+    if let Some(to) = handoff {
+        let deadline = Instant::now() + shared.config.handoff_timeout;
+        let reason = StopReason::Handoff { to, deadline };
+        if let Some(finish) = shared.request_stop(key, tenure, reason) {
+            spawn_finish(shared, key.clone(), finish);
+        }
+    }
+}

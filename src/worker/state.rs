@@ -1,0 +1,290 @@
+//! The worker's local state, shared by its tasks under one mutex that is never held across an
+//! `.await`.
+//!
+//! A lease this worker owns in the table is in `held` from the moment its take (or adoption)
+//! succeeds until it is lost, handed over or released. The application considers it held
+//! only in the `Active` and `Stopping` phases, and only while `now < valid_until`.
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex, MutexGuard};
+
+use tokio::sync::{mpsc, watch, Notify};
+use tokio::time::Instant;
+use tokio_util::sync::CancellationToken;
+use tokio_util::task::TaskTracker;
+
+use super::grant::{LeaseEvent, LeaseGrant, StopReason};
+use super::metrics;
+use crate::config::WorkerConfig;
+use crate::lease::{LeaseKey, WorkerId};
+use crate::store::LeaseStore;
+
+/// Where a held lease is in its life at this worker.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) enum Phase {
+    /// Owned in the table, not yet reported: a forced take waits for the previous owner's
+    /// validity to end, or a quiet period runs.
+    Waiting { report_at: Instant },
+    /// Reported to the application.
+    Active,
+    /// The application was told to stop and has not finished yet.
+    Stopping(StopReason),
+}
+
+#[derive(Debug)]
+pub(crate) struct Held {
+    pub tenure: u64,
+    pub valid_until: Instant,
+    pub phase: Phase,
+    pub checkpoint: Option<String>,
+    /// The application dropped or finished its grant already.
+    pub app_done: bool,
+    pub stop: watch::Sender<Option<StopReason>>,
+}
+
+/// A handoff this worker asked for and waits on.
+#[derive(Debug, Clone)]
+pub(crate) struct Pending {
+    pub since: Instant,
+    pub from: WorkerId,
+}
+
+#[derive(Debug, Default)]
+pub(crate) struct State {
+    pub held: HashMap<LeaseKey, Held>,
+    pub pending: HashMap<LeaseKey, Pending>,
+    pub shutting_down: bool,
+}
+
+/// Everything the worker's tasks share.
+pub(crate) struct Shared {
+    pub id: WorkerId,
+    pub store: Arc<dyn LeaseStore>,
+    pub config: WorkerConfig,
+    state: Mutex<State>,
+    /// Wakes the fencer when a validity or report time changed.
+    pub changed: Notify,
+    /// Taken (closing the application's stream) when the worker stops.
+    events: Mutex<Option<mpsc::UnboundedSender<LeaseEvent>>>,
+    finished: mpsc::UnboundedSender<(LeaseKey, u64)>,
+    /// Handoff completions and releases in flight.
+    pub jobs: TaskTracker,
+    /// Cancelled when the worker stops (shutdown or drop).
+    pub cancel: CancellationToken,
+}
+
+/// What to do after the application finished with a lease.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) enum Finish {
+    HandOff { tenure: u64, to: WorkerId },
+    Release { tenure: u64 },
+}
+
+impl Shared {
+    pub fn new(
+        id: WorkerId,
+        store: Arc<dyn LeaseStore>,
+        config: WorkerConfig,
+        events: mpsc::UnboundedSender<LeaseEvent>,
+        finished: mpsc::UnboundedSender<(LeaseKey, u64)>,
+    ) -> Self {
+        Self {
+            id,
+            store,
+            config,
+            state: Mutex::default(),
+            changed: Notify::new(),
+            events: Mutex::new(Some(events)),
+            finished,
+            jobs: TaskTracker::new(),
+            cancel: CancellationToken::new(),
+        }
+    }
+
+    pub fn lock(&self) -> MutexGuard<'_, State> {
+        // Every change under the lock is a few assignments; a panic between them cannot
+        // leave the map unusable, so a poisoned lock is still consistent enough to go on.
+        self.state.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    pub fn emit(&self, event: LeaseEvent) {
+        // No receiver: the application does not listen; grants dropped here count as finished.
+        let events = self.events.lock().unwrap_or_else(|e| e.into_inner());
+        if let Some(events) = events.as_ref() {
+            let _ = events.send(event);
+        }
+    }
+
+    /// Ends the application's event stream.
+    pub fn close_events(&self) {
+        self.events.lock().unwrap_or_else(|e| e.into_inner()).take();
+    }
+
+    /// The leases the application may work on now.
+    pub fn held_now(&self) -> Vec<LeaseKey> {
+        let now = Instant::now();
+        let mut keys: Vec<_> = self
+            .lock()
+            .held
+            .iter()
+            .filter(|(_, h)| h.valid_until > now && !matches!(h.phase, Phase::Waiting { .. }))
+            .map(|(k, _)| k.clone())
+            .collect();
+        keys.sort();
+        keys
+    }
+
+    /// The local validity of `key` in `tenure`, if this worker still holds it then.
+    pub fn valid_until(&self, key: &LeaseKey, tenure: u64) -> Option<Instant> {
+        let now = Instant::now();
+        self.lock()
+            .held
+            .get(key)
+            .filter(|h| h.tenure == tenure && h.valid_until > now)
+            .filter(|h| !matches!(h.phase, Phase::Waiting { .. }))
+            .map(|h| h.valid_until)
+    }
+
+    /// Starts holding `key` in `tenure`, valid until `valid_until`; reports it to the
+    /// application at once, or at `report_at` when that is later than now.
+    pub fn hold(
+        self: &Arc<Self>,
+        key: LeaseKey,
+        tenure: u64,
+        valid_until: Instant,
+        report_at: Instant,
+        checkpoint: Option<String>,
+    ) {
+        let (stop, _) = watch::channel(None);
+        let mut state = self.lock();
+        state.pending.remove(&key);
+        state.held.insert(
+            key.clone(),
+            Held {
+                tenure,
+                valid_until,
+                phase: Phase::Waiting { report_at },
+                checkpoint,
+                app_done: false,
+                stop,
+            },
+        );
+        drop(state);
+        metrics::taken(&self.id);
+        // The control task fences on this lease's validity from now on: wake it to re-plan.
+        self.changed.notify_one();
+        if report_at <= Instant::now() {
+            self.report(&key);
+        } else {
+            tracing::info!(lease_key = %key, tenure, ?report_at, "lease taken; reported once the previous owner's validity has ended");
+        }
+    }
+
+    /// Moves a `Waiting` lease to `Active` and gives the application its grant.
+    pub fn report(self: &Arc<Self>, key: &LeaseKey) {
+        let mut state = self.lock();
+        let Some(held) = state.held.get_mut(key) else {
+            return;
+        };
+        if !matches!(held.phase, Phase::Waiting { .. }) || held.valid_until <= Instant::now() {
+            return;
+        }
+        held.phase = Phase::Active;
+        let grant = LeaseGrant::new(
+            Arc::clone(self),
+            key.clone(),
+            held.tenure,
+            held.checkpoint.clone(),
+            held.stop.subscribe(),
+            self.finished.clone(),
+        );
+        let tenure = held.tenure;
+        let shutting_down = state.shutting_down;
+        drop(state);
+        tracing::info!(lease_key = %key, owner = %self.id, tenure, "lease acquired");
+        metrics::held(&self.id, self.lock().held.len());
+        self.emit(LeaseEvent::Acquired(grant));
+        if shutting_down {
+            let deadline = Instant::now() + self.config.shutdown_timeout;
+            self.request_stop(key, tenure, StopReason::Shutdown { deadline });
+        }
+    }
+
+    /// Tells the application to stop `key` (a handoff or a shutdown). Returns what to do at
+    /// once if the application had already finished with it.
+    pub fn request_stop(&self, key: &LeaseKey, tenure: u64, reason: StopReason) -> Option<Finish> {
+        let mut state = self.lock();
+        let held = state.held.get_mut(key).filter(|h| h.tenure == tenure)?;
+        if !matches!(held.phase, Phase::Active) {
+            return None;
+        }
+        held.phase = Phase::Stopping(reason.clone());
+        held.stop.send_replace(Some(reason.clone()));
+        let app_done = held.app_done;
+        drop(state);
+        tracing::info!(lease_key = %key, ?reason, "stop requested");
+        self.emit(LeaseEvent::StopRequested {
+            key: key.clone(),
+            reason,
+        });
+        if app_done {
+            self.finish(key, tenure)
+        } else {
+            None
+        }
+    }
+
+    /// The application finished with `key` in `tenure`. If it was asked to stop, the lease
+    /// leaves `held` now (so this worker no longer considers it held) and the caller hands it
+    /// over or releases it.
+    pub fn finish(&self, key: &LeaseKey, tenure: u64) -> Option<Finish> {
+        let mut state = self.lock();
+        let held = state.held.get_mut(key).filter(|h| h.tenure == tenure)?;
+        held.app_done = true;
+        let finish = match &held.phase {
+            Phase::Stopping(StopReason::Handoff { to, .. }) => Finish::HandOff {
+                tenure,
+                to: to.clone(),
+            },
+            Phase::Stopping(StopReason::Shutdown { .. }) => Finish::Release { tenure },
+            _ => return None,
+        };
+        state.held.remove(key);
+        let count = state.held.len();
+        drop(state);
+        metrics::held(&self.id, count);
+        Some(finish)
+    }
+
+    /// Forgets `key` (in `tenure`, if given) and tells the application it is lost.
+    pub fn lose(&self, key: &LeaseKey, tenure: Option<u64>, why: &str) {
+        let mut state = self.lock();
+        let Some(held) = state.held.get(key) else {
+            return;
+        };
+        if tenure.is_some_and(|t| t != held.tenure) {
+            return;
+        }
+        let held = state.held.remove(key).expect("present");
+        let count = state.held.len();
+        drop(state);
+        held.stop.send_replace(Some(StopReason::Lost));
+        metrics::lost(&self.id);
+        metrics::held(&self.id, count);
+        if matches!(held.phase, Phase::Waiting { .. }) {
+            tracing::info!(lease_key = %key, why, "lease lost before it was reported");
+            return;
+        }
+        tracing::warn!(lease_key = %key, owner = %self.id, tenure = held.tenure, why, "lease lost");
+        self.emit(LeaseEvent::Lost { key: key.clone() });
+    }
+
+    /// Tells every grant its lease is lost, without touching the store (the worker is being
+    /// dropped: a crash as far as the table is concerned, but nobody may go on processing).
+    pub fn lose_all_locally(&self) {
+        let mut state = self.lock();
+        for (_, held) in state.held.drain() {
+            held.stop.send_replace(Some(StopReason::Lost));
+        }
+    }
+}

@@ -1,0 +1,436 @@
+//! The taker: scans the table, judges expiry on this worker's clock, and takes, resumes or asks
+//! for leases as the balance policy decides. It also waits on the handoffs it asked for.
+
+use std::collections::{HashMap, HashSet};
+use std::sync::Arc;
+
+use tokio::sync::Semaphore;
+use tokio::task::JoinSet;
+use tokio::time::Instant;
+use tokio_util::sync::CancellationToken;
+use tracing::Instrument;
+
+use super::metrics;
+use super::state::{Pending, Shared};
+use crate::balance::{BalancePolicy, FleetView, Holder, LeaseView, Move, WorkerView};
+use crate::expiry::ExpiryTracker;
+use crate::lease::{Lease, LeaseKey, Snapshot, WorkerId};
+use crate::store::{Outcome, StoreError};
+
+pub(crate) struct Taker {
+    shared: Arc<Shared>,
+    policy: Arc<dyn BalancePolicy>,
+    leases: ExpiryTracker<LeaseKey>,
+    members: ExpiryTracker<WorkerId>,
+}
+
+/// What the taker does with one lease of the snapshot before planning.
+enum Action {
+    /// Ours in the table but not held here: a restart with the same id, or a lease whose
+    /// validity ran out while the store was unreachable. Take it back in a new tenure.
+    Resume(Lease),
+    /// A handoff we asked for was completed: start it.
+    Adopt(Lease),
+    /// A handoff we asked for was not completed in time: take it anyway.
+    Force(Lease),
+}
+
+impl Taker {
+    pub fn new(shared: Arc<Shared>, policy: Arc<dyn BalancePolicy>) -> Self {
+        let duration = shared.config.lease_duration;
+        Self {
+            shared,
+            policy,
+            leases: ExpiryTracker::new(duration),
+            members: ExpiryTracker::new(duration),
+        }
+    }
+
+    pub async fn run(mut self, cancel: CancellationToken) {
+        let config = self.shared.config.clone();
+        let mut next_round = Instant::now();
+        loop {
+            let pending = !self.shared.lock().pending.is_empty();
+            let poll_at = pending.then(|| Instant::now() + config.handoff_poll_interval);
+            let wake = poll_at.map_or(next_round, |p| p.min(next_round));
+            tokio::select! {
+                _ = cancel.cancelled() => return,
+                _ = tokio::time::sleep_until(wake) => {}
+            }
+            if Instant::now() < next_round {
+                self.poll_pending().await;
+                continue;
+            }
+            next_round = match self.round().await {
+                Ok(next) => next,
+                Err(err) => {
+                    metrics::store_error(&self.shared.id, "scan");
+                    tracing::warn!(error = %err, "taker round failed");
+                    Instant::now() + config.taker_interval
+                }
+            };
+        }
+    }
+
+    /// One round; returns when the next one should run.
+    async fn round(&mut self) -> Result<Instant, StoreError> {
+        let config = &self.shared.config;
+        let snapshot = self
+            .shared
+            .store
+            .snapshot(Instant::now() + config.store_timeout)
+            .await?;
+        // Observed at the end of the scan: every value read was written before now, so no
+        // owner's validity (counted from before its write) can outlast now + lease duration.
+        let now = Instant::now();
+        self.observe(&snapshot, now);
+        let live = self.live_workers(&snapshot, now);
+        let actions = self.actions(&snapshot, now);
+        let view = self.view(&snapshot, &live, now);
+        let moves = self.policy.plan(&view, &self.shared.id);
+        let by_key: HashMap<&LeaseKey, &Lease> =
+            snapshot.leases.iter().map(|l| (&l.key, l)).collect();
+        self.execute(actions, moves, &by_key).await;
+        self.clean_up_members(&snapshot, &live, now).await;
+        Ok(self.next_round(&snapshot, now))
+    }
+
+    fn observe(&mut self, snapshot: &Snapshot, now: Instant) {
+        let keys: HashSet<&LeaseKey> = snapshot.leases.iter().map(|l| &l.key).collect();
+        self.leases.retain(|k| keys.contains(k));
+        for lease in &snapshot.leases {
+            self.leases.observe(&lease.key, lease.counter, now);
+        }
+        let ids: HashSet<&WorkerId> = snapshot.members.iter().map(|m| &m.worker).collect();
+        self.members.retain(|w| ids.contains(w));
+        for member in &snapshot.members {
+            self.members.observe(&member.worker, member.heartbeat, now);
+        }
+    }
+
+    fn owner_alive(&self, lease: &Lease, now: Instant) -> bool {
+        lease.owner.is_some() && !self.leases.is_expired(&lease.key, now)
+    }
+
+    /// Live workers: fresh membership records, owners of unexpired leases, and this worker.
+    fn live_workers(&self, snapshot: &Snapshot, now: Instant) -> HashMap<WorkerId, Option<u32>> {
+        let mut live: HashMap<WorkerId, Option<u32>> = snapshot
+            .members
+            .iter()
+            .filter(|m| !self.members.is_expired(&m.worker, now))
+            .map(|m| (m.worker.clone(), m.capacity))
+            .collect();
+        for lease in &snapshot.leases {
+            if let (Some(owner), true) = (&lease.owner, self.owner_alive(lease, now)) {
+                live.entry(owner.clone()).or_insert(None);
+            }
+        }
+        live.insert(
+            self.shared.id.clone(),
+            Some(self.shared.config.max_leases_per_worker),
+        );
+        live
+    }
+
+    fn actions(&mut self, snapshot: &Snapshot, now: Instant) -> Vec<Action> {
+        let me = &self.shared.id;
+        let config = &self.shared.config;
+        let mut state = self.shared.lock();
+        let mut room = (config.max_leases_per_worker as usize).saturating_sub(state.held.len());
+        let mut actions = Vec::new();
+        let mut still_pending = HashMap::new();
+        for lease in &snapshot.leases {
+            let held_here = state.held.contains_key(&lease.key);
+            if let Some(pending) = state.pending.get(&lease.key) {
+                if lease.is_owned_by(me) && !held_here {
+                    actions.push(Action::Adopt(lease.clone()));
+                } else if lease.owner.as_ref() == Some(&pending.from)
+                    && lease.handoff_to.as_ref() == Some(me)
+                {
+                    if now >= pending.since + config.handoff_timeout {
+                        actions.push(Action::Force(lease.clone()));
+                    } else {
+                        still_pending.insert(lease.key.clone(), pending.clone());
+                    }
+                }
+                continue;
+            }
+            // Ours in the table, not held here, and not on its way to somebody else.
+            let on_its_way = lease.handoff_to.as_ref().is_some_and(|to| to != me);
+            if lease.is_owned_by(me) && !held_here && !on_its_way && room > 0 {
+                room -= 1;
+                actions.push(Action::Resume(lease.clone()));
+            }
+        }
+        state.pending = still_pending;
+        actions
+    }
+
+    fn view(
+        &self,
+        snapshot: &Snapshot,
+        live: &HashMap<WorkerId, Option<u32>>,
+        now: Instant,
+    ) -> FleetView {
+        let leases = snapshot
+            .leases
+            .iter()
+            .map(|lease| {
+                let holder = match &lease.owner {
+                    Some(owner) if self.owner_alive(lease, now) && live.contains_key(owner) => {
+                        match &lease.handoff_to {
+                            Some(to) if live.contains_key(to) => Holder::Moving {
+                                from: owner.clone(),
+                                to: to.clone(),
+                            },
+                            _ => Holder::Held(owner.clone()),
+                        }
+                    }
+                    _ => Holder::Available,
+                };
+                LeaseView {
+                    key: lease.key.clone(),
+                    holder,
+                    load: lease.load,
+                }
+            })
+            .collect();
+        let workers = live
+            .iter()
+            .map(|(id, capacity)| WorkerView {
+                id: id.clone(),
+                capacity: capacity.unwrap_or(u32::MAX),
+                load: None,
+            })
+            .collect();
+        FleetView { leases, workers }
+    }
+
+    async fn execute(
+        &self,
+        actions: Vec<Action>,
+        moves: Vec<Move>,
+        by_key: &HashMap<&LeaseKey, &Lease>,
+    ) {
+        let limit = Arc::new(Semaphore::new(self.shared.config.max_concurrent_renewals));
+        let mut jobs = JoinSet::new();
+        let mut spawn = |job: Job| {
+            let (shared, limit) = (Arc::clone(&self.shared), Arc::clone(&limit));
+            jobs.spawn(
+                async move {
+                    let Ok(_permit) = limit.acquire_owned().await else {
+                        return;
+                    };
+                    job.run(&shared).await;
+                }
+                .in_current_span(),
+            );
+        };
+        for action in actions {
+            spawn(match action {
+                Action::Resume(lease) => Job::Take {
+                    lease,
+                    forced: false,
+                },
+                Action::Force(lease) => Job::Take {
+                    lease,
+                    forced: true,
+                },
+                Action::Adopt(lease) => Job::Adopt(lease),
+            });
+        }
+        for step in moves {
+            let key = match &step {
+                Move::Take(key) | Move::RequestHandoff { key, .. } => key,
+            };
+            let Some(lease) = by_key.get(key) else {
+                continue;
+            };
+            let lease = (*lease).clone();
+            spawn(match step {
+                Move::Take(_) => Job::Take {
+                    lease,
+                    forced: false,
+                },
+                Move::RequestHandoff { from, .. } => Job::Request { lease, from },
+            });
+        }
+        while jobs.join_next().await.is_some() {}
+    }
+
+    /// Removes membership records that stopped changing a lease duration ago and whose worker
+    /// holds nothing. One worker does it (the smallest live id) to spare writes; it is a
+    /// conditional delete, so a worker that comes back in between keeps its record.
+    async fn clean_up_members(
+        &self,
+        snapshot: &Snapshot,
+        live: &HashMap<WorkerId, Option<u32>>,
+        now: Instant,
+    ) {
+        if live.keys().min() != Some(&self.shared.id) {
+            return;
+        }
+        let deadline = now + self.shared.config.store_timeout;
+        for member in &snapshot.members {
+            if live.contains_key(&member.worker) || !self.members.is_expired(&member.worker, now) {
+                continue;
+            }
+            let result = self
+                .shared
+                .store
+                .remove_member(&member.worker, Some(member.heartbeat), deadline)
+                .await;
+            if let Ok(Outcome::Done(_)) = result {
+                tracing::info!(worker = %member.worker, "removed the membership record of a dead worker");
+            }
+        }
+    }
+
+    /// The next round: after the taker interval, or at the moment an observed lease or
+    /// member would expire, or a handoff we wait on times out, whichever is first.
+    fn next_round(&self, snapshot: &Snapshot, now: Instant) -> Instant {
+        let config = &self.shared.config;
+        let mut next = now + config.taker_interval;
+        for lease in &snapshot.leases {
+            if lease.owner.is_some() && !lease.is_owned_by(&self.shared.id) {
+                if let Some(at) = self.leases.expires_at(&lease.key).filter(|at| *at > now) {
+                    next = next.min(at);
+                }
+            }
+        }
+        for member in &snapshot.members {
+            if let Some(at) = self
+                .members
+                .expires_at(&member.worker)
+                .filter(|at| *at > now)
+            {
+                next = next.min(at);
+            }
+        }
+        for pending in self.shared.lock().pending.values() {
+            next = next.min((pending.since + config.handoff_timeout).max(now));
+        }
+        next
+    }
+
+    /// Reads the leases we wait on; starts those handed over to us.
+    async fn poll_pending(&self) {
+        let keys: Vec<LeaseKey> = self.shared.lock().pending.keys().cloned().collect();
+        let deadline = Instant::now() + self.shared.config.store_timeout;
+        for key in keys {
+            match self.shared.store.get(&key, deadline).await {
+                Ok(Some(lease)) if lease.is_owned_by(&self.shared.id) => {
+                    Job::Adopt(lease).run(&self.shared).await;
+                }
+                Ok(Some(lease)) if lease.handoff_to.as_ref() == Some(&self.shared.id) => {}
+                Ok(_) => {
+                    self.shared.lock().pending.remove(&key);
+                }
+                Err(err) => {
+                    tracing::debug!(lease_key = %key, error = %err, "handoff poll failed");
+                }
+            }
+        }
+    }
+}
+
+/// One store write the taker makes.
+enum Job {
+    Take { lease: Lease, forced: bool },
+    Request { lease: Lease, from: WorkerId },
+    Adopt(Lease),
+}
+
+impl Job {
+    async fn run(self, shared: &Arc<Shared>) {
+        let me = &shared.id;
+        let config = &shared.config;
+        let start = Instant::now();
+        let deadline = start + config.store_timeout;
+        match self {
+            Job::Take { lease, forced } => {
+                match shared
+                    .store
+                    .take(&lease.key, me, lease.counter, deadline)
+                    .await
+                {
+                    Ok(Outcome::Done(taken)) => {
+                        // A forced take must not be reported before the previous owner's local
+                        // validity has certainly ended: its last renewal started before this
+                        // take, so it ends before start + lease duration.
+                        let mut report_at = start + config.quiet_period;
+                        if forced {
+                            metrics::stolen(me);
+                            report_at = report_at.max(start + config.lease_duration);
+                        }
+                        tracing::info!(lease_key = %taken.key, previous = ?lease.owner, forced, tenure = taken.tenure, "lease taken");
+                        shared.hold(
+                            taken.key,
+                            taken.tenure,
+                            start + config.validity(),
+                            report_at,
+                            taken.checkpoint,
+                        );
+                    }
+                    Ok(Outcome::LostRace { .. }) => {
+                        tracing::debug!(lease_key = %lease.key, "take lost the race");
+                    }
+                    Err(err) => {
+                        metrics::store_error(me, "take");
+                        tracing::warn!(lease_key = %lease.key, error = %err, "take failed");
+                    }
+                }
+            }
+            Job::Request { lease, from } => {
+                let request =
+                    shared
+                        .store
+                        .request_handoff(&lease.key, &from, lease.tenure, me, deadline);
+                match request.await {
+                    Ok(Outcome::Done(_)) => {
+                        metrics::handoff_requested(me);
+                        tracing::info!(lease_key = %lease.key, owner = %from, "handoff requested");
+                        shared
+                            .lock()
+                            .pending
+                            .insert(lease.key, Pending { since: start, from });
+                    }
+                    Ok(Outcome::LostRace { .. }) => {}
+                    Err(err) => {
+                        metrics::store_error(me, "request_handoff");
+                        tracing::warn!(lease_key = %lease.key, error = %err, "handoff request failed");
+                    }
+                }
+            }
+            Job::Adopt(lease) => {
+                if shared.lock().held.contains_key(&lease.key) {
+                    return;
+                }
+                // Our validity starts with our own first renewal, not with the old owner's write.
+                match shared
+                    .store
+                    .renew(&lease.key, me, lease.tenure, None, deadline)
+                    .await
+                {
+                    Ok(Outcome::Done(renewed)) => {
+                        tracing::info!(lease_key = %renewed.key, tenure = renewed.tenure, "handoff received");
+                        shared.hold(
+                            renewed.key,
+                            renewed.tenure,
+                            start + config.validity(),
+                            start + config.quiet_period,
+                            renewed.checkpoint,
+                        );
+                    }
+                    Ok(Outcome::LostRace { .. }) => {
+                        shared.lock().pending.remove(&lease.key);
+                    }
+                    Err(err) => {
+                        metrics::store_error(me, "renew");
+                        tracing::warn!(lease_key = %lease.key, error = %err, "first renewal after a handoff failed");
+                    }
+                }
+            }
+        }
+    }
+}

@@ -1,0 +1,360 @@
+//! A fleet of workers in one process for the worker tests: each with an application that
+//! records when it processes which lease in a shared ledger, and a fault switch of its own.
+//!
+//! The ledger checks the safety invariant the moment a lease starts being processed: no other
+//! worker may be processing it then. A sampler also checks every worker's `held_leases()`
+//! every few milliseconds of (paused) time.
+
+#![allow(dead_code)]
+
+use std::collections::{BTreeMap, HashMap};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use shardlease::store::fault::{Faults, FaultyStore};
+use shardlease::store::LeaseStore;
+use shardlease::worker::{LeaseEvent, StopReason, Worker, WorkerMonitor};
+use shardlease::{LeaseKey, WorkerConfig, WorkerId};
+use tokio::task::JoinHandle;
+use tokio::time::Instant;
+
+/// How a worker's application behaves when asked to stop.
+#[derive(Debug, Clone, Copy)]
+pub enum App {
+    /// Checkpoints and finishes after this long.
+    FinishAfter(Duration),
+    /// Never finishes (a stuck processor): handoffs must be forced.
+    NeverFinish,
+}
+
+/// What happened, in order, for assertions.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Record {
+    Started {
+        worker: String,
+        key: String,
+        at: Instant,
+        checkpoint: Option<String>,
+    },
+    Stopped {
+        worker: String,
+        key: String,
+        at: Instant,
+    },
+    HandedOff {
+        worker: String,
+        key: String,
+        to: String,
+    },
+    Released {
+        worker: String,
+        key: String,
+    },
+    Lost {
+        worker: String,
+        key: String,
+    },
+}
+
+#[derive(Default)]
+pub struct Ledger {
+    /// Who processes each lease now.
+    processing: HashMap<String, String>,
+    pub records: Vec<Record>,
+    pub violations: Vec<String>,
+}
+
+impl Ledger {
+    fn start(&mut self, worker: &str, key: &str, checkpoint: Option<String>) {
+        if let Some(other) = self.processing.get(key) {
+            self.violations.push(format!(
+                "{key}: {worker} started while {other} was still processing it"
+            ));
+        }
+        self.processing.insert(key.to_owned(), worker.to_owned());
+        self.records.push(Record::Started {
+            worker: worker.into(),
+            key: key.into(),
+            at: Instant::now(),
+            checkpoint,
+        });
+    }
+
+    fn stop(&mut self, worker: &str, key: &str) {
+        if self.processing.get(key).map(String::as_str) == Some(worker) {
+            self.processing.remove(key);
+        }
+        self.records.push(Record::Stopped {
+            worker: worker.into(),
+            key: key.into(),
+            at: Instant::now(),
+        });
+    }
+
+    /// A worker's process died: it processes nothing from now on.
+    fn crash(&mut self, worker: &str) {
+        let keys: Vec<String> = self
+            .processing
+            .iter()
+            .filter(|(_, w)| w.as_str() == worker)
+            .map(|(k, _)| k.clone())
+            .collect();
+        for key in keys {
+            self.stop(worker, &key);
+        }
+    }
+
+    /// How many times a lease started being processed (moves, cold starts included).
+    pub fn starts(&self) -> usize {
+        self.records
+            .iter()
+            .filter(|r| matches!(r, Record::Started { .. }))
+            .count()
+    }
+}
+
+struct Member {
+    worker: Worker,
+    app: JoinHandle<()>,
+    faults: Faults,
+}
+
+/// Workers sharing one store.
+pub struct Fleet {
+    pub store: Arc<dyn LeaseStore>,
+    pub config: WorkerConfig,
+    pub shards: Vec<LeaseKey>,
+    pub ledger: Arc<Mutex<Ledger>>,
+    members: BTreeMap<String, Member>,
+    monitors: Arc<Mutex<BTreeMap<String, WorkerMonitor>>>,
+    sampler: Option<JoinHandle<()>>,
+}
+
+pub fn keys(n: usize) -> Vec<LeaseKey> {
+    (0..n)
+        .map(|i| LeaseKey::new(format!("shard-{i:04}")).unwrap())
+        .collect()
+}
+
+impl Fleet {
+    pub fn new(store: Arc<dyn LeaseStore>, config: WorkerConfig, shards: usize) -> Self {
+        let _ = tracing_subscriber::fmt()
+            .with_env_filter(tracing_subscriber::EnvFilter::from_default_env())
+            .with_test_writer()
+            .try_init();
+        Self {
+            store,
+            config,
+            shards: keys(shards),
+            ledger: Arc::default(),
+            members: BTreeMap::new(),
+            monitors: Arc::default(),
+            sampler: None,
+        }
+    }
+
+    pub async fn start(&mut self, name: &str, app: App) {
+        self.start_with(name, app, self.config.clone()).await;
+    }
+
+    pub async fn start_with(&mut self, name: &str, app: App, config: WorkerConfig) {
+        let (store, faults) = FaultyStore::new(Arc::clone(&self.store));
+        let mut worker = Worker::builder(Arc::new(store), WorkerId::new(name).unwrap())
+            .config(config)
+            .shards(self.shards.clone())
+            .start()
+            .await
+            .expect("worker starts");
+        let events = worker.take_events().unwrap();
+        self.monitors
+            .lock()
+            .unwrap()
+            .insert(name.to_owned(), worker.monitor());
+        let app = tokio::spawn(run_app(
+            name.to_owned(),
+            events,
+            app,
+            Arc::clone(&self.ledger),
+        ));
+        self.members.insert(
+            name.to_owned(),
+            Member {
+                worker,
+                app,
+                faults,
+            },
+        );
+        self.ensure_sampler();
+    }
+
+    /// Checks every 5 ms that no two workers hold one lease.
+    fn ensure_sampler(&mut self) {
+        if self.sampler.is_some() {
+            return;
+        }
+        let (ledger, monitors) = (Arc::clone(&self.ledger), Arc::clone(&self.monitors));
+        self.sampler = Some(tokio::spawn(async move {
+            loop {
+                tokio::time::sleep(Duration::from_millis(5)).await;
+                let monitors = monitors.lock().unwrap();
+                let mut seen: HashMap<LeaseKey, &str> = HashMap::new();
+                for (name, monitor) in monitors.iter() {
+                    for key in monitor.held_leases() {
+                        if let Some(other) = seen.insert(key.clone(), name) {
+                            ledger
+                                .lock()
+                                .unwrap()
+                                .violations
+                                .push(format!("{key} held by {name} and {other} at once"));
+                        }
+                    }
+                }
+            }
+        }));
+    }
+
+    pub fn faults(&self, name: &str) -> Faults {
+        self.members[name].faults.clone()
+    }
+
+    pub fn worker(&self, name: &str) -> &Worker {
+        &self.members[name].worker
+    }
+
+    pub fn names(&self) -> Vec<String> {
+        self.members.keys().cloned().collect()
+    }
+
+    /// Drops a worker and its application without any goodbye.
+    pub fn crash(&mut self, name: &str) {
+        let member = self.members.remove(name).expect("running");
+        self.monitors.lock().unwrap().remove(name);
+        member.app.abort();
+        drop(member.worker);
+        self.ledger.lock().unwrap().crash(name);
+    }
+
+    /// Graceful shutdown of one worker.
+    pub async fn leave(&mut self, name: &str) {
+        let member = self.members.remove(name).expect("running");
+        let monitor = member.worker.monitor();
+        member.worker.shutdown().await;
+        assert!(
+            monitor.held_leases().is_empty(),
+            "{name} still holds leases after shutdown"
+        );
+        self.monitors.lock().unwrap().remove(name);
+        let _ = member.app.await;
+    }
+
+    pub fn held(&self) -> BTreeMap<String, Vec<LeaseKey>> {
+        self.members
+            .iter()
+            .map(|(n, m)| (n.clone(), m.worker.held_leases()))
+            .collect()
+    }
+
+    pub fn counts(&self) -> Vec<usize> {
+        self.held().values().map(Vec::len).collect()
+    }
+
+    /// Every lease held by exactly one worker and the counts within one of each other.
+    pub fn balanced(&self) -> bool {
+        let held = self.held();
+        let total: usize = held.values().map(Vec::len).sum();
+        let max = held.values().map(Vec::len).max().unwrap_or(0);
+        let min = held.values().map(Vec::len).min().unwrap_or(0);
+        total == self.shards.len() && max - min <= 1
+    }
+
+    /// Waits (in steps of 10 ms) until `done` holds; returns how long it took.
+    pub async fn until(&self, limit: Duration, done: impl Fn(&Self) -> bool) -> Duration {
+        let start = Instant::now();
+        while !done(self) {
+            assert!(
+                start.elapsed() < limit,
+                "not reached within {limit:?}; held: {:?}",
+                self.held()
+            );
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+        start.elapsed()
+    }
+
+    /// Waits `span` while the sampler keeps checking.
+    pub async fn idle(&self, span: Duration) {
+        tokio::time::sleep(span).await;
+    }
+
+    pub fn assert_safe(&self) {
+        let ledger = self.ledger.lock().unwrap();
+        assert!(ledger.violations.is_empty(), "{:#?}", ledger.violations);
+    }
+
+    pub fn records(&self) -> Vec<Record> {
+        self.ledger.lock().unwrap().records.clone()
+    }
+
+    pub async fn shutdown_all(mut self) {
+        let names = self.names();
+        for name in names {
+            self.leave(&name).await;
+        }
+        if let Some(sampler) = self.sampler.take() {
+            sampler.abort();
+        }
+    }
+}
+
+async fn run_app(
+    name: String,
+    mut events: tokio::sync::mpsc::UnboundedReceiver<LeaseEvent>,
+    app: App,
+    ledger: Arc<Mutex<Ledger>>,
+) {
+    while let Some(event) = events.recv().await {
+        match event {
+            LeaseEvent::Acquired(mut grant) => {
+                let key = grant.key().to_string();
+                let checkpoint = grant.checkpoint().map(str::to_owned);
+                ledger.lock().unwrap().start(&name, &key, checkpoint);
+                let (name, ledger) = (name.clone(), Arc::clone(&ledger));
+                tokio::spawn(async move {
+                    let reason = grant.stopped().await;
+                    if reason != StopReason::Lost {
+                        if let App::FinishAfter(delay) = app {
+                            tokio::select! {
+                                _ = tokio::time::sleep(delay) => {
+                                    let _ = grant.checkpoint_at(&format!("{name}-done")).await;
+                                    ledger.lock().unwrap().stop(&name, &key);
+                                    grant.finish();
+                                    return;
+                                }
+                                _ = grant.lost() => {}
+                            }
+                        } else {
+                            grant.lost().await;
+                        }
+                    }
+                    ledger.lock().unwrap().stop(&name, &key);
+                });
+            }
+            LeaseEvent::HandedOff { key, to } => {
+                ledger.lock().unwrap().records.push(Record::HandedOff {
+                    worker: name.clone(),
+                    key: key.to_string(),
+                    to: to.to_string(),
+                })
+            }
+            LeaseEvent::Released { key } => ledger.lock().unwrap().records.push(Record::Released {
+                worker: name.clone(),
+                key: key.to_string(),
+            }),
+            LeaseEvent::Lost { key } => ledger.lock().unwrap().records.push(Record::Lost {
+                worker: name.clone(),
+                key: key.to_string(),
+            }),
+            _ => {}
+        }
+    }
+}

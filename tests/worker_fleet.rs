@@ -1,0 +1,302 @@
+//! Workers on paused tokio time over the in-memory store. Every test also checks, at every
+//! lease start and every 5 ms, that no two workers hold or process one lease at once.
+
+#[path = "common/fleet.rs"]
+mod fleet;
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use fleet::{App, Fleet, Record};
+use shardlease::store::memory::InMemoryStore;
+use shardlease::WorkerConfig;
+
+const QUICK: App = App::FinishAfter(Duration::from_millis(100));
+
+fn secs(s: u64) -> Duration {
+    Duration::from_secs(s)
+}
+
+fn fleet(shards: usize) -> Fleet {
+    Fleet::new(
+        Arc::new(InMemoryStore::new()),
+        WorkerConfig::default(),
+        shards,
+    )
+}
+
+fn config() -> WorkerConfig {
+    WorkerConfig::default()
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_single_worker_takes_every_lease_at_cold_start() {
+    let mut fleet = fleet(4);
+    fleet.start("a", QUICK).await;
+    let took = fleet.until(secs(30), |f| f.counts() == [4]).await;
+    assert!(took < secs(1), "cold start took {took:?}");
+    fleet.assert_safe();
+    fleet.shutdown_all().await;
+}
+
+#[tokio::test(start_paused = true)]
+async fn joining_workers_reach_their_share_within_two_taker_rounds() {
+    let mut fleet = fleet(4);
+    fleet.start("a", QUICK).await;
+    fleet.until(secs(30), |f| f.counts() == [4]).await;
+
+    fleet.start("b", QUICK).await;
+    let took = fleet.until(secs(60), |f| f.counts() == [2, 2]).await;
+    assert!(
+        took <= 2 * config().taker_interval,
+        "2 workers balanced after {took:?}"
+    );
+
+    fleet.start("c", QUICK).await;
+    let took = fleet
+        .until(secs(60), |f| {
+            let mut c = f.counts();
+            c.sort();
+            c == [1, 1, 2]
+        })
+        .await;
+    assert!(
+        took <= 2 * config().taker_interval,
+        "3 workers balanced after {took:?}"
+    );
+    let handoffs = fleet
+        .records()
+        .iter()
+        .filter(|r| matches!(r, Record::HandedOff { .. }))
+        .count();
+    assert_eq!(handoffs, 3, "only the moves balance needs: 2 then 1");
+    fleet.assert_safe();
+    fleet.shutdown_all().await;
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_graceful_handoff_starts_the_new_owner_right_after_the_old_one_stops() {
+    let mut fleet = fleet(2);
+    fleet.start("a", App::FinishAfter(secs(2))).await;
+    fleet.until(secs(30), |f| f.counts() == [2]).await;
+    fleet.start("b", QUICK).await;
+    fleet.until(secs(60), |f| f.counts() == [1, 1]).await;
+    let records = fleet.records();
+    let (moved, to) = records
+        .iter()
+        .find_map(|r| match r {
+            Record::HandedOff { key, to, .. } => Some((key.clone(), to.clone())),
+            _ => None,
+        })
+        .expect("a handoff happened");
+    assert_eq!(to, "b");
+    let stopped = records.iter().find_map(|r| match r {
+        Record::Stopped { key, worker, at } if *key == moved && worker == "a" => Some(*at),
+        _ => None,
+    });
+    let started = records.iter().find_map(|r| match r {
+        Record::Started {
+            key,
+            worker,
+            at,
+            checkpoint,
+        } if *key == moved && worker == "b" => Some((*at, checkpoint.clone())),
+        _ => None,
+    });
+    let (stopped, (started, checkpoint)) = (stopped.unwrap(), started.unwrap());
+    let gap = started - stopped;
+    assert!(
+        gap <= Duration::from_millis(500),
+        "the new owner started {gap:?} after the old one stopped"
+    );
+    assert_eq!(
+        checkpoint.as_deref(),
+        Some("a-done"),
+        "the new owner starts from the old owner's last checkpoint"
+    );
+    fleet.assert_safe();
+    fleet.shutdown_all().await;
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_handoff_the_owner_does_not_finish_is_forced_without_overlap() {
+    let mut fleet = fleet(4);
+    fleet.start("a", App::NeverFinish).await;
+    fleet.until(secs(30), |f| f.counts() == [4]).await;
+    fleet.start("b", QUICK).await;
+    let config = config();
+    let took = fleet.until(secs(120), |f| f.counts() == [2, 2]).await;
+    // Asked at once, forced after the handoff timeout, reported a lease duration later.
+    assert!(
+        took >= config.handoff_timeout + config.lease_duration,
+        "forced after {took:?}"
+    );
+    assert!(
+        took <= config.handoff_timeout + config.lease_duration + config.taker_interval + secs(1),
+        "forced after {took:?}"
+    );
+    let lost = fleet
+        .records()
+        .iter()
+        .filter(|r| matches!(r, Record::Lost { worker, .. } if worker == "a"))
+        .count();
+    assert_eq!(lost, 2);
+    fleet.assert_safe();
+    fleet.shutdown_all().await;
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_crashed_workers_leases_are_taken_about_one_lease_duration_later() {
+    let mut fleet = fleet(6);
+    for name in ["a", "b", "c"] {
+        fleet.start(name, QUICK).await;
+    }
+    fleet.until(secs(120), Fleet::balanced).await;
+    fleet.idle(secs(7)).await;
+    fleet.crash("c");
+    let took = fleet.until(secs(120), |f| f.counts() == [3, 3]).await;
+    let config = config();
+    assert!(
+        took <= config.lease_duration + config.taker_interval + secs(1),
+        "failover took {took:?}"
+    );
+    assert!(
+        took >= config.lease_duration - config.renew_interval,
+        "failover took {took:?}"
+    );
+    fleet.assert_safe();
+    fleet.shutdown_all().await;
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_worker_that_leaves_gracefully_releases_its_leases_for_the_others() {
+    let mut fleet = fleet(6);
+    for name in ["a", "b", "c"] {
+        fleet.start(name, QUICK).await;
+    }
+    fleet.until(secs(120), Fleet::balanced).await;
+    fleet.leave("b").await;
+    let released = fleet
+        .records()
+        .iter()
+        .filter(|r| matches!(r, Record::Released { worker, .. } if worker == "b"))
+        .count();
+    assert_eq!(released, 2);
+    let took = fleet.until(secs(60), |f| f.counts() == [3, 3]).await;
+    assert!(
+        took <= config().taker_interval + secs(1),
+        "peers took over after {took:?}"
+    );
+    fleet.assert_safe();
+    fleet.shutdown_all().await;
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_worker_restarted_with_the_same_id_resumes_its_leases_at_once() {
+    let mut fleet = fleet(4);
+    fleet.start("a", QUICK).await;
+    fleet.start("b", QUICK).await;
+    fleet.until(secs(60), |f| f.counts() == [2, 2]).await;
+    let before = fleet.held()["a"].clone();
+    fleet.crash("a");
+    fleet.start("a", QUICK).await;
+    let took = fleet
+        .until(secs(30), |f| f.held().get("a") == Some(&before))
+        .await;
+    assert!(took < secs(1), "resumed after {took:?}");
+    fleet.idle(secs(30)).await;
+    assert_eq!(fleet.held()["a"], before, "and keeps them");
+    fleet.assert_safe();
+    fleet.shutdown_all().await;
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_worker_cut_off_from_the_store_stops_before_anyone_else_starts() {
+    let mut fleet = fleet(4);
+    fleet.start("a", QUICK).await;
+    fleet.start("b", QUICK).await;
+    fleet.until(secs(60), |f| f.counts() == [2, 2]).await;
+    fleet.faults("b").set_cut_off(true);
+    let config = config();
+    let stopped = fleet.until(secs(60), |f| f.held()["b"].is_empty()).await;
+    assert!(
+        stopped <= config.lease_duration,
+        "b stopped after {stopped:?}"
+    );
+    fleet.until(secs(60), |f| f.held()["a"].len() == 4).await;
+    // The ledger proves the order: every start by a came after b's stop of that lease.
+    fleet.assert_safe();
+    // Back on line, b gets its share again.
+    fleet.faults("b").set_cut_off(false);
+    fleet.until(secs(60), |f| f.counts() == [2, 2]).await;
+    fleet.assert_safe();
+    fleet.shutdown_all().await;
+}
+
+#[tokio::test(start_paused = true)]
+async fn an_owner_crashing_mid_handoff_leaves_no_lease_stuck() {
+    let mut fleet = fleet(4);
+    fleet.start("a", App::FinishAfter(secs(8))).await;
+    fleet.until(secs(30), |f| f.counts() == [4]).await;
+    fleet.start("b", QUICK).await;
+    fleet.idle(secs(5)).await; // a has been asked and is finishing slowly
+    fleet.crash("a");
+    let took = fleet.until(secs(60), |f| f.counts() == [4]).await;
+    assert!(
+        took <= config().lease_duration + config().taker_interval + secs(1),
+        "{took:?}"
+    );
+    fleet.assert_safe();
+    fleet.shutdown_all().await;
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_requester_crashing_mid_handoff_leaves_no_lease_stuck() {
+    let mut fleet = fleet(4);
+    fleet.start("a", QUICK).await;
+    fleet.until(secs(30), |f| f.counts() == [4]).await;
+    fleet.start("b", QUICK).await;
+    fleet.idle(Duration::from_millis(100)).await; // b has asked for two leases
+    fleet.crash("b");
+    let took = fleet.until(secs(60), |f| f.counts() == [4]).await;
+    let config = config();
+    assert!(
+        took <= config.renew_interval + config.lease_duration + config.taker_interval + secs(1),
+        "{took:?}"
+    );
+    fleet.assert_safe();
+    fleet.shutdown_all().await;
+}
+
+#[tokio::test(start_paused = true)]
+async fn fifty_workers_share_a_thousand_leases_with_minimal_moves_and_then_rest() {
+    let mut fleet = fleet(1000);
+    for i in 0..25 {
+        fleet.start(&format!("w{i:02}"), QUICK).await;
+    }
+    fleet.until(secs(60), Fleet::balanced).await;
+    assert!(fleet.counts().iter().all(|c| *c == 40));
+    let cold = fleet.ledger.lock().unwrap().starts();
+    assert_eq!(cold, 1000, "a cold start takes each lease once");
+
+    for i in 25..50 {
+        fleet.start(&format!("w{i:02}"), QUICK).await;
+    }
+    let took = fleet.until(secs(300), Fleet::balanced).await;
+    assert!(
+        took <= 2 * config().taker_interval,
+        "balanced {took:?} after the joins"
+    );
+    assert!(fleet.counts().iter().all(|c| *c == 20));
+    let moved = fleet.ledger.lock().unwrap().starts() - cold;
+    assert_eq!(moved, 500, "25 joiners need exactly 20 leases each");
+
+    fleet.idle(secs(600)).await;
+    assert_eq!(
+        fleet.ledger.lock().unwrap().starts(),
+        cold + moved,
+        "no lease moves at rest"
+    );
+    fleet.assert_safe();
+    fleet.shutdown_all().await;
+}
