@@ -47,6 +47,7 @@ async fn joining_workers_reach_their_share_within_two_taker_rounds() {
 
     fleet.start("b", QUICK).await;
     let took = fleet.until(secs(60), |f| f.counts() == [2, 2]).await;
+    Fleet::figure("join: 4 leases, 1 -> 2 workers, until 2+2", took);
     assert!(
         took <= 2 * config().taker_interval,
         "2 workers balanced after {took:?}"
@@ -105,6 +106,10 @@ async fn a_graceful_handoff_starts_the_new_owner_right_after_the_old_one_stops()
     });
     let (stopped, (started, checkpoint)) = (stopped.unwrap(), started.unwrap());
     let gap = started - stopped;
+    Fleet::figure(
+        "graceful handoff: old owner's stop to new owner's start",
+        gap,
+    );
     assert!(
         gap <= Duration::from_millis(500),
         "the new owner started {gap:?} after the old one stopped"
@@ -126,6 +131,7 @@ async fn a_handoff_the_owner_does_not_finish_is_forced_without_overlap() {
     fleet.start("b", QUICK).await;
     let config = config();
     let took = fleet.until(secs(120), |f| f.counts() == [2, 2]).await;
+    Fleet::figure("forced handoff: join until 2+2 with a stuck owner", took);
     // Asked at once, forced after the handoff timeout, reported a lease duration later.
     assert!(
         took >= config.handoff_timeout + config.lease_duration,
@@ -155,6 +161,10 @@ async fn a_crashed_workers_leases_are_taken_about_one_lease_duration_later() {
     fleet.idle(secs(7)).await;
     fleet.crash("c");
     let took = fleet.until(secs(120), |f| f.counts() == [3, 3]).await;
+    Fleet::figure(
+        "crash: 6 leases on 3 workers, crash to all held again",
+        took,
+    );
     let config = config();
     assert!(
         took <= config.lease_duration + config.taker_interval + secs(1),
@@ -183,6 +193,7 @@ async fn a_worker_that_leaves_gracefully_releases_its_leases_for_the_others() {
         .count();
     assert_eq!(released, 2);
     let took = fleet.until(secs(60), |f| f.counts() == [3, 3]).await;
+    Fleet::figure("graceful leave: end of shutdown to all held again", took);
     assert!(
         took <= config().taker_interval + secs(1),
         "peers took over after {took:?}"
@@ -219,6 +230,7 @@ async fn a_worker_cut_off_from_the_store_stops_before_anyone_else_starts() {
     fleet.faults("b").set_cut_off(true);
     let config = config();
     let stopped = fleet.until(secs(60), |f| f.held()["b"].is_empty()).await;
+    Fleet::figure("cut off: cut to the worker's own stop", stopped);
     assert!(
         stopped <= config.lease_duration,
         "b stopped after {stopped:?}"
@@ -283,6 +295,7 @@ async fn fifty_workers_share_a_thousand_leases_with_minimal_moves_and_then_rest(
         fleet.start(&format!("w{i:02}"), QUICK).await;
     }
     let took = fleet.until(secs(300), Fleet::balanced).await;
+    Fleet::figure("25 -> 50 workers over 1,000 leases, until 20 each", took);
     assert!(
         took <= 2 * config().taker_interval,
         "balanced {took:?} after the joins"
@@ -299,4 +312,105 @@ async fn fifty_workers_share_a_thousand_leases_with_minimal_moves_and_then_rest(
     );
     fleet.assert_safe();
     fleet.shutdown_all().await;
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_quiet_period_delays_the_new_owner_after_every_move() {
+    let quiet = secs(5);
+    let mut fleet = Fleet::new(
+        Arc::new(InMemoryStore::new()),
+        WorkerConfig::default().quiet_period(quiet),
+        2,
+    );
+    fleet.start("a", QUICK).await;
+    fleet.until(secs(30), |f| f.counts() == [2]).await;
+    fleet.start("b", QUICK).await;
+    fleet.until(secs(60), |f| f.counts() == [1, 1]).await;
+    let records = fleet.records();
+    let stopped = records.iter().find_map(|r| match r {
+        Record::Stopped { worker, at, .. } if worker == "a" => Some(*at),
+        _ => None,
+    });
+    let started = records.iter().find_map(|r| match r {
+        Record::Started { worker, at, .. } if worker == "b" => Some(*at),
+        _ => None,
+    });
+    let gap = started.unwrap() - stopped.unwrap();
+    assert!(
+        gap >= quiet,
+        "the new owner started {gap:?} after the old one stopped"
+    );
+    assert!(gap <= quiet + secs(1), "{gap:?}");
+    fleet.assert_safe();
+    fleet.shutdown_all().await;
+}
+
+#[tokio::test(start_paused = true)]
+async fn one_worker_keeps_ten_thousand_leases_at_ten_ms_a_call() {
+    let mut fleet = fleet(10_000);
+    fleet.sample_every(secs(1));
+    fleet.start("a", QUICK).await;
+    fleet.until(secs(120), |f| f.counts() == [10_000]).await;
+    fleet.faults("a").set_latency(Duration::from_millis(10));
+    fleet.idle(secs(120)).await;
+    assert_eq!(fleet.counts(), [10_000]);
+    let lost = fleet
+        .records()
+        .iter()
+        .filter(|r| matches!(r, Record::Lost { .. }))
+        .count();
+    assert_eq!(lost, 0, "every lease renewed in time");
+    fleet.assert_safe();
+    fleet.shutdown_all().await;
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_listener_receives_the_events_of_a_graceful_handoff() {
+    use shardlease::worker::{LeaseGrant, LeaseListener, Worker};
+    use shardlease::{LeaseKey, WorkerId};
+    use std::sync::Mutex;
+
+    #[derive(Clone, Default)]
+    struct Log(Arc<Mutex<Vec<String>>>);
+    impl LeaseListener for Log {
+        fn on_acquired(&mut self, grant: LeaseGrant) {
+            self.0
+                .lock()
+                .unwrap()
+                .push(format!("acquired {}", grant.key()));
+        }
+        fn on_handed_off(&mut self, key: &LeaseKey, to: &WorkerId) {
+            self.0.lock().unwrap().push(format!("handed {key} to {to}"));
+        }
+    }
+
+    let store = Arc::new(InMemoryStore::new());
+    let start = |name: &'static str| {
+        let store = store.clone();
+        async move {
+            Worker::builder(store, WorkerId::new(name).unwrap())
+                .shards(fleet::keys(2))
+                .start()
+                .await
+                .unwrap()
+        }
+    };
+    let (log_a, log_b) = (Log::default(), Log::default());
+    let mut a = start("a").await;
+    a.listen(log_a.clone()).unwrap();
+    assert!(a.take_events().is_none(), "the listener has the stream");
+    tokio::time::sleep(secs(1)).await;
+    let mut b = start("b").await;
+    b.listen(log_b.clone()).unwrap();
+    tokio::time::sleep(secs(10)).await;
+    let a_log = log_a.0.lock().unwrap().clone();
+    let b_log = log_b.0.lock().unwrap().clone();
+    assert_eq!(a_log.len(), 3, "{a_log:?}");
+    assert!(
+        a_log[2].starts_with("handed shard-") && a_log[2].ends_with(" to b"),
+        "{a_log:?}"
+    );
+    assert_eq!(b_log.len(), 1, "{b_log:?}");
+    a.shutdown().await;
+    b.shutdown().await;
 }

@@ -38,6 +38,7 @@
 
 mod finish;
 mod grant;
+mod listener;
 pub mod metrics;
 mod renewer;
 mod state;
@@ -53,6 +54,7 @@ use tokio_util::task::TaskTracker;
 use tracing::Instrument;
 
 pub use self::grant::{CheckpointError, Checkpointer, LeaseEvent, LeaseGrant, StopReason};
+pub use self::listener::LeaseListener;
 
 use self::finish::spawn_finish;
 use self::state::{Phase, Shared};
@@ -240,6 +242,13 @@ impl Worker {
     /// waiting for the application.
     pub fn take_events(&mut self) -> Option<mpsc::UnboundedReceiver<LeaseEvent>> {
         self.events.take()
+    }
+
+    /// Delivers the events to `listener` on a task of its own instead of the stream. Returns
+    /// `None` if the event stream was already taken.
+    pub fn listen(&mut self, listener: impl LeaseListener) -> Option<tokio::task::JoinHandle<()>> {
+        let events = self.events.take()?;
+        Some(tokio::spawn(listener::dispatch(events, listener)))
     }
 
     /// The leases the application may work on now (reported, not finished, locally valid).

@@ -128,6 +128,7 @@ pub struct Fleet {
     members: BTreeMap<String, Member>,
     monitors: Arc<Mutex<BTreeMap<String, WorkerMonitor>>>,
     sampler: Option<JoinHandle<()>>,
+    sample_every: Duration,
 }
 
 pub fn keys(n: usize) -> Vec<LeaseKey> {
@@ -150,6 +151,7 @@ impl Fleet {
             members: BTreeMap::new(),
             monitors: Arc::default(),
             sampler: None,
+            sample_every: Duration::from_millis(5),
         }
     }
 
@@ -187,15 +189,21 @@ impl Fleet {
         self.ensure_sampler();
     }
 
-    /// Checks every 5 ms that no two workers hold one lease.
+    /// Samples the workers' held leases every `every` (default 5 ms) instead.
+    pub fn sample_every(&mut self, every: Duration) {
+        self.sample_every = every;
+    }
+
+    /// Checks every few milliseconds that no two workers hold one lease.
     fn ensure_sampler(&mut self) {
         if self.sampler.is_some() {
             return;
         }
         let (ledger, monitors) = (Arc::clone(&self.ledger), Arc::clone(&self.monitors));
+        let every = self.sample_every;
         self.sampler = Some(tokio::spawn(async move {
             loop {
-                tokio::time::sleep(Duration::from_millis(5)).await;
+                tokio::time::sleep(every).await;
                 let monitors = monitors.lock().unwrap();
                 let mut seen: HashMap<LeaseKey, &str> = HashMap::new();
                 for (name, monitor) in monitors.iter() {
@@ -289,6 +297,11 @@ impl Fleet {
     pub fn assert_safe(&self) {
         let ledger = self.ledger.lock().unwrap();
         assert!(ledger.violations.is_empty(), "{:#?}", ledger.violations);
+    }
+
+    /// Prints a measured figure (virtual time on paused tests) for BENCHMARKS.md.
+    pub fn figure(name: &str, value: Duration) {
+        println!("FIGURE {name}: {:.2} s", value.as_secs_f64());
     }
 
     pub fn records(&self) -> Vec<Record> {

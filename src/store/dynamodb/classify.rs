@@ -73,3 +73,76 @@ where
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use aws_sdk_dynamodb::error::ErrorMetadata;
+    use aws_sdk_dynamodb::operation::update_item::UpdateItemError;
+    use aws_smithy_runtime_api::client::result::ConnectorError;
+    use aws_smithy_runtime_api::http::StatusCode;
+    use aws_smithy_types::body::SdkBody;
+
+    fn response(status: u16) -> HttpResponse {
+        HttpResponse::new(StatusCode::try_from(status).unwrap(), SdkBody::empty())
+    }
+
+    fn service(code: &str, status: u16) -> StoreError {
+        let err = UpdateItemError::generic(ErrorMetadata::builder().code(code).build());
+        classify("renew", "k", SdkError::service_error(err, response(status)))
+    }
+
+    #[test]
+    fn capacity_refusals_are_throttling_and_not_ambiguous() {
+        for code in THROTTLING_CODES {
+            let err = service(code, 400);
+            assert!(
+                matches!(err, StoreError::Throttled { .. }),
+                "{code}: {err:?}"
+            );
+            assert!(err.is_retryable() && !err.is_ambiguous());
+        }
+        assert!(matches!(
+            service("Unknown", 429),
+            StoreError::Throttled { .. }
+        ));
+    }
+
+    #[test]
+    fn server_errors_are_transient_and_ambiguous() {
+        for code in TRANSIENT_CODES {
+            let err = service(code, 500);
+            assert!(err.is_retryable() && err.is_ambiguous(), "{code}: {err:?}");
+        }
+        assert!(service("SomethingNew", 503).is_ambiguous());
+    }
+
+    #[test]
+    fn client_errors_are_fatal() {
+        for code in [
+            "AccessDeniedException",
+            "ValidationException",
+            "ResourceNotFoundException",
+        ] {
+            let err = service(code, 400);
+            assert!(matches!(err, StoreError::Fatal { .. }), "{code}: {err:?}");
+        }
+    }
+
+    #[test]
+    fn transport_failures_are_transient() {
+        let timeout: SdkError<UpdateItemError, HttpResponse> = SdkError::timeout_error("slow");
+        assert!(classify("renew", "k", timeout).is_ambiguous());
+        let io = SdkError::<UpdateItemError, HttpResponse>::dispatch_failure(ConnectorError::io(
+            "reset".into(),
+        ));
+        assert!(classify("renew", "k", io).is_retryable());
+        let lost = SdkError::<UpdateItemError, HttpResponse>::response_error("cut", response(200));
+        assert!(classify("renew", "k", lost).is_ambiguous());
+        let bad = SdkError::<UpdateItemError, HttpResponse>::construction_failure("bad input");
+        assert!(matches!(
+            classify("renew", "k", bad),
+            StoreError::Fatal { .. }
+        ));
+    }
+}

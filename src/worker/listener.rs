@@ -1,0 +1,45 @@
+//! A listener trait over the event stream, for applications that prefer callbacks.
+
+use tokio::sync::mpsc;
+
+use super::grant::{LeaseEvent, LeaseGrant, StopReason};
+use crate::lease::{LeaseKey, WorkerId};
+
+/// Callbacks for lease events; every method defaults to doing nothing. Methods run on the
+/// listener's own task, one event at a time, and must return quickly: spawn the processing
+/// of a lease onto a task of its own.
+pub trait LeaseListener: Send + 'static {
+    /// A lease was acquired. Keep the grant while working on it; dropping it (the default)
+    /// lets the worker hand the lease over at once when asked.
+    fn on_acquired(&mut self, grant: LeaseGrant) {
+        drop(grant);
+    }
+
+    /// The application must stop working on `key` (the grant's signal fires too).
+    fn on_stop_requested(&mut self, _key: &LeaseKey, _reason: &StopReason) {}
+
+    /// `key` was handed over to `to`.
+    fn on_handed_off(&mut self, _key: &LeaseKey, _to: &WorkerId) {}
+
+    /// `key` was released on shutdown.
+    fn on_released(&mut self, _key: &LeaseKey) {}
+
+    /// `key` was lost.
+    fn on_lost(&mut self, _key: &LeaseKey) {}
+}
+
+/// Feeds `events` to `listener` until the stream ends (when the worker stops).
+pub(crate) async fn dispatch(
+    mut events: mpsc::UnboundedReceiver<LeaseEvent>,
+    mut listener: impl LeaseListener,
+) {
+    while let Some(event) = events.recv().await {
+        match event {
+            LeaseEvent::Acquired(grant) => listener.on_acquired(grant),
+            LeaseEvent::StopRequested { key, reason } => listener.on_stop_requested(&key, &reason),
+            LeaseEvent::HandedOff { key, to } => listener.on_handed_off(&key, &to),
+            LeaseEvent::Released { key } => listener.on_released(&key),
+            LeaseEvent::Lost { key } => listener.on_lost(&key),
+        }
+    }
+}
