@@ -414,3 +414,75 @@ async fn a_listener_receives_the_events_of_a_graceful_handoff() {
     a.shutdown().await;
     b.shutdown().await;
 }
+
+#[tokio::test(start_paused = true)]
+async fn a_worker_refuses_a_bad_config_or_an_unreachable_store_at_start() {
+    use shardlease::store::fault::FaultyStore;
+    use shardlease::worker::{Worker, WorkerError};
+    use shardlease::WorkerId;
+
+    let store = Arc::new(InMemoryStore::new());
+    let bad = WorkerConfig {
+        renew_interval: secs(9),
+        ..WorkerConfig::default()
+    };
+    let err = Worker::builder(store.clone(), WorkerId::new("a").unwrap())
+        .config(bad)
+        .start()
+        .await
+        .unwrap_err();
+    assert!(matches!(err, WorkerError::Config(_)), "{err:?}");
+    assert!(err.to_string().contains("renew_interval"), "{err}");
+
+    let (cut, faults) = FaultyStore::new(store);
+    faults.set_cut_off(true);
+    let err = Worker::builder(Arc::new(cut), WorkerId::new("a").unwrap())
+        .shards(fleet::keys(1))
+        .start()
+        .await
+        .unwrap_err();
+    assert!(matches!(err, WorkerError::Store { .. }), "{err:?}");
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_grant_of_a_lost_tenure_cannot_checkpoint_even_after_the_lease_comes_back() {
+    use shardlease::store::fault::FaultyStore;
+    use shardlease::worker::{CheckpointError, LeaseEvent, StopReason, Worker};
+    use shardlease::{LeaseStore, WorkerId};
+
+    let memory = Arc::new(InMemoryStore::new());
+    let (store, faults) = FaultyStore::new(memory.clone());
+    let mut worker = Worker::builder(Arc::new(store), WorkerId::new("a").unwrap())
+        .shards(fleet::keys(1))
+        .start()
+        .await
+        .unwrap();
+    let mut events = worker.take_events().unwrap();
+    let Some(LeaseEvent::Acquired(mut first)) = events.recv().await else {
+        panic!("expected the lease");
+    };
+    first.checkpoint_at("1").await.unwrap();
+
+    faults.set_cut_off(true);
+    assert_eq!(first.stopped().await, StopReason::Lost);
+    faults.set_cut_off(false);
+    // The worker takes its own lease back in a new tenure...
+    let second = loop {
+        match events.recv().await {
+            Some(LeaseEvent::Acquired(grant)) => break grant,
+            Some(_) => continue,
+            None => panic!("stream ended"),
+        }
+    };
+    assert_eq!(second.tenure(), first.tenure() + 1);
+    assert_eq!(second.checkpoint(), Some("1"));
+    // ...and the grant of the lost tenure stays fenced.
+    let err = first.checkpoint_at("stale").await.unwrap_err();
+    assert!(matches!(err, CheckpointError::NotHeld { tenure, .. } if tenure == first.tenure()));
+    second.checkpoint_at("2").await.unwrap();
+    let deadline = tokio::time::Instant::now() + secs(1);
+    let stored = memory.get(second.key(), deadline).await.unwrap().unwrap();
+    assert_eq!(stored.checkpoint.as_deref(), Some("2"));
+    drop(second);
+    worker.shutdown().await;
+}
