@@ -486,3 +486,32 @@ async fn a_grant_of_a_lost_tenure_cannot_checkpoint_even_after_the_lease_comes_b
     drop(second);
     worker.shutdown().await;
 }
+
+/// A measurement more than a check (hence ignored by default): 50 workers joining 100 ms
+/// apart, each asking for its share of the fleet it sees then. Prints how many lease starts
+/// it took against the minimum (1,000 first takes, then 980 moves). Run:
+/// `cargo test --test worker_fleet -- --ignored --nocapture staggered`
+#[tokio::test(start_paused = true)]
+#[ignore]
+async fn staggered_joins_of_fifty_workers_settle() {
+    let mut fleet = fleet(1000);
+    for i in 0..50 {
+        fleet.start(&format!("w{i:02}"), QUICK).await;
+        fleet.idle(Duration::from_millis(100)).await;
+    }
+    let took = fleet.until(secs(600), Fleet::balanced).await;
+    Fleet::figure(
+        "50 workers joining 100 ms apart, last join -> balanced",
+        took,
+    );
+    let starts = fleet.ledger.lock().unwrap().starts();
+    println!("FIGURE 50 staggered joins: {starts} lease starts (minimum 1980: 1,000 first takes by w00, then 980 moves)");
+    fleet.idle(secs(120)).await;
+    assert_eq!(
+        fleet.ledger.lock().unwrap().starts(),
+        starts,
+        "then at rest"
+    );
+    fleet.assert_safe();
+    fleet.shutdown_all().await;
+}
