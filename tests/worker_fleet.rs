@@ -65,11 +65,7 @@ async fn joining_workers_reach_their_share_within_two_taker_rounds() {
         took <= 2 * config().taker_interval,
         "3 workers balanced after {took:?}"
     );
-    let handoffs = fleet
-        .records()
-        .iter()
-        .filter(|r| matches!(r, Record::HandedOff { .. }))
-        .count();
+    let handoffs = fleet.count(|r| matches!(r, Record::HandedOff { .. }));
     assert_eq!(handoffs, 3, "only the moves balance needs: 2 then 1");
     fleet.assert_safe();
     fleet.shutdown_all().await;
@@ -91,19 +87,8 @@ async fn a_graceful_handoff_starts_the_new_owner_right_after_the_old_one_stops()
         })
         .expect("a handoff happened");
     assert_eq!(to, "b");
-    let stopped = records.iter().find_map(|r| match r {
-        Record::Stopped { key, worker, at } if *key == moved && worker == "a" => Some(*at),
-        _ => None,
-    });
-    let started = records.iter().find_map(|r| match r {
-        Record::Started {
-            key,
-            worker,
-            at,
-            checkpoint,
-        } if *key == moved && worker == "b" => Some((*at, checkpoint.clone())),
-        _ => None,
-    });
+    let stopped = fleet.first_stop("a", Some(&moved));
+    let started = fleet.first_start("b", Some(&moved));
     let (stopped, (started, checkpoint)) = (stopped.unwrap(), started.unwrap());
     let gap = started - stopped;
     Fleet::figure(
@@ -141,11 +126,7 @@ async fn a_handoff_the_owner_does_not_finish_is_forced_without_overlap() {
         took <= config.handoff_timeout + config.lease_duration + config.taker_interval + secs(1),
         "forced after {took:?}"
     );
-    let lost = fleet
-        .records()
-        .iter()
-        .filter(|r| matches!(r, Record::Lost { worker, .. } if worker == "a"))
-        .count();
+    let lost = fleet.count(|r| matches!(r, Record::Lost { worker, .. } if worker == "a"));
     assert_eq!(lost, 2);
     fleet.assert_safe();
     fleet.shutdown_all().await;
@@ -186,11 +167,7 @@ async fn a_worker_that_leaves_gracefully_releases_its_leases_for_the_others() {
     }
     fleet.until(secs(120), Fleet::balanced).await;
     fleet.leave("b").await;
-    let released = fleet
-        .records()
-        .iter()
-        .filter(|r| matches!(r, Record::Released { worker, .. } if worker == "b"))
-        .count();
+    let released = fleet.count(|r| matches!(r, Record::Released { worker, .. } if worker == "b"));
     assert_eq!(released, 2);
     let took = fleet.until(secs(60), |f| f.counts() == [3, 3]).await;
     Fleet::figure("graceful leave: end of shutdown to all held again", took);
@@ -326,15 +303,8 @@ async fn a_quiet_period_delays_the_new_owner_after_every_move() {
     fleet.until(secs(30), |f| f.counts() == [2]).await;
     fleet.start("b", QUICK).await;
     fleet.until(secs(60), |f| f.counts() == [1, 1]).await;
-    let records = fleet.records();
-    let stopped = records.iter().find_map(|r| match r {
-        Record::Stopped { worker, at, .. } if worker == "a" => Some(*at),
-        _ => None,
-    });
-    let started = records.iter().find_map(|r| match r {
-        Record::Started { worker, at, .. } if worker == "b" => Some(*at),
-        _ => None,
-    });
+    let stopped = fleet.first_stop("a", None);
+    let started = fleet.first_start("b", None).map(|(at, _)| at);
     let gap = started.unwrap() - stopped.unwrap();
     assert!(
         gap >= quiet,
@@ -354,11 +324,7 @@ async fn one_worker_keeps_ten_thousand_leases_at_ten_ms_a_call() {
     fleet.faults("a").set_latency(Duration::from_millis(10));
     fleet.idle(secs(120)).await;
     assert_eq!(fleet.counts(), [10_000]);
-    let lost = fleet
-        .records()
-        .iter()
-        .filter(|r| matches!(r, Record::Lost { .. }))
-        .count();
+    let lost = fleet.count(|r| matches!(r, Record::Lost { .. }));
     assert_eq!(lost, 0, "every lease renewed in time");
     fleet.assert_safe();
     fleet.shutdown_all().await;

@@ -308,6 +308,46 @@ impl Fleet {
         self.ledger.lock().unwrap().records.clone()
     }
 
+    /// How many records match.
+    pub fn count(&self, matches: impl Fn(&Record) -> bool) -> usize {
+        self.ledger
+            .lock()
+            .unwrap()
+            .records
+            .iter()
+            .filter(|r| matches(r))
+            .count()
+    }
+
+    /// When `worker` first stopped processing (`key`, if given).
+    pub fn first_stop(&self, worker: &str, key: Option<&str>) -> Option<Instant> {
+        self.records().into_iter().find_map(|r| match r {
+            Record::Stopped {
+                worker: w,
+                key: k,
+                at,
+            } if w == worker && key.is_none_or(|key| key == k) => Some(at),
+            _ => None,
+        })
+    }
+
+    /// When `worker` first started processing (`key`, if given), and from which checkpoint.
+    pub fn first_start(
+        &self,
+        worker: &str,
+        key: Option<&str>,
+    ) -> Option<(Instant, Option<String>)> {
+        self.records().into_iter().find_map(|r| match r {
+            Record::Started {
+                worker: w,
+                key: k,
+                at,
+                checkpoint,
+            } if w == worker && key.is_none_or(|key| key == k) => Some((at, checkpoint)),
+            _ => None,
+        })
+    }
+
     pub async fn shutdown_all(mut self) {
         let names = self.names();
         for name in names {
