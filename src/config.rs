@@ -113,6 +113,11 @@ impl WorkerConfig {
         self.lease_duration.saturating_sub(self.drift_allowance)
     }
 
+    /// The capacity this worker publishes in its membership record: `None` when unlimited.
+    pub fn published_capacity(&self) -> Option<u32> {
+        Some(self.max_leases_per_worker).filter(|c| *c != u32::MAX)
+    }
+
     /// Checks that the values can work together.
     pub fn validate(&self) -> Result<(), ConfigError> {
         let fail = |msg: String| Err(ConfigError(msg));

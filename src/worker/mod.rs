@@ -129,7 +129,7 @@ impl WorkerBuilder {
                 .await
                 .map_err(fail)?;
         }
-        let capacity = Some(self.config.max_leases_per_worker).filter(|c| *c != u32::MAX);
+        let capacity = self.config.published_capacity();
         let _ = self
             .store
             .heartbeat(&self.id, None, capacity, deadline)

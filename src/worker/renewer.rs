@@ -62,7 +62,7 @@ async fn renew_all(shared: &Arc<Shared>, limit: &Arc<Semaphore>) {
 }
 
 async fn heartbeat(shared: &Shared) {
-    let capacity = Some(shared.config.max_leases_per_worker).filter(|c| *c != u32::MAX);
+    let capacity = shared.config.published_capacity();
     let deadline = Instant::now() + shared.config.renew_interval;
     if let Err(err) = shared
         .store
