@@ -53,6 +53,16 @@ pub struct WorkerConfig {
     pub max_concurrent_renewals: usize,
     /// Deadline of one store call made by the taker (scans, takes). Default: 5 s.
     pub store_timeout: Duration,
+    /// How often the discoverer lists the [`ShardSource`](crate::source::ShardSource), on
+    /// the one worker of the fleet that runs it. Failed listings back off with jitter up to
+    /// 8 x this. A listing may take up to this long (or `store_timeout`, if longer).
+    /// Default: 10 s (KCL syncs shards every 60 s).
+    pub discovery_interval: Duration,
+    /// How long a shard must be missing from the source before its lease is retired: the
+    /// holder is told to stop ([`StopReason::Retired`](crate::worker::StopReason::Retired))
+    /// and deletes the lease once its application finished. It keeps a shard that drops out
+    /// of one listing from being retired. Default: 60 s.
+    pub retire_after: Duration,
 }
 
 impl Default for WorkerConfig {
@@ -77,6 +87,8 @@ impl WorkerConfig {
             max_leases_per_worker: u32::MAX,
             max_concurrent_renewals: 64,
             store_timeout: Duration::from_secs(5),
+            discovery_interval: Duration::from_secs(10),
+            retire_after: Duration::from_secs(60),
         }
     }
 
@@ -98,6 +110,20 @@ impl WorkerConfig {
     #[must_use]
     pub fn max_leases_per_worker(mut self, value: u32) -> Self {
         self.max_leases_per_worker = value;
+        self
+    }
+
+    /// Sets [`discovery_interval`](Self::discovery_interval).
+    #[must_use]
+    pub fn discovery_interval(mut self, value: Duration) -> Self {
+        self.discovery_interval = value;
+        self
+    }
+
+    /// Sets [`retire_after`](Self::retire_after).
+    #[must_use]
+    pub fn retire_after(mut self, value: Duration) -> Self {
+        self.retire_after = value;
         self
     }
 
@@ -144,6 +170,7 @@ impl WorkerConfig {
             ("taker_interval", self.taker_interval),
             ("handoff_poll_interval", self.handoff_poll_interval),
             ("store_timeout", self.store_timeout),
+            ("discovery_interval", self.discovery_interval),
         ] {
             if value.is_zero() {
                 return fail(format!("{name} must be non-zero"));

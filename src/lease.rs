@@ -10,6 +10,16 @@ use std::fmt;
 /// Lease keys and worker ids may not start with it.
 pub const RESERVED_PREFIX: &str = "shardlease#";
 
+/// The checkpoint that marks a shard as processed to its end (a Kinesis `SHARD_END`). Set it
+/// with [`Checkpointer::end_of_shard`](crate::worker::Checkpointer::end_of_shard); a child
+/// shard's lease becomes ready once every parent lease holds it or no longer exists. The
+/// application's own checkpoints may not start with [`RESERVED_PREFIX`].
+pub const SHARD_END: &str = "shardlease#SHARD_END";
+
+/// The `handoff_to` value that asks a lease's owner to retire it: its shard no longer exists
+/// in the source. Not a worker; the owner deletes the lease once its application finished.
+pub(crate) const RETIRE: &str = "shardlease#retire";
+
 /// Longest lease key or worker id accepted, in bytes. DynamoDB allows 2,048 bytes for a hash
 /// key; the reserved prefix and room for future suffixes are kept out of that.
 pub const MAX_KEY_LEN: usize = 1024;
@@ -143,6 +153,27 @@ validated_id!(
     "worker id"
 );
 
+impl WorkerId {
+    /// The marker stored in `handoff_to` to ask the owner to retire a lease.
+    pub(crate) fn retire_marker() -> Self {
+        Self(RETIRE.to_owned())
+    }
+
+    /// True for the retire marker.
+    pub fn is_retire_marker(&self) -> bool {
+        self.0 == RETIRE
+    }
+
+    /// Parses a stored `handoff_to` value: a worker id or the retire marker.
+    pub(crate) fn parse_handoff_target(value: &str) -> Result<Self, InvalidId> {
+        if value == RETIRE {
+            Ok(Self::retire_marker())
+        } else {
+            Self::new(value)
+        }
+    }
+}
+
 /// One lease as stored in the lease table.
 ///
 /// `counter` is the liveness counter: it changes on every renewal, checkpoint and change of
@@ -166,7 +197,8 @@ pub struct Lease {
     pub owner_switches_since_checkpoint: u64,
     /// Keys of the parent leases (a split has one parent, a merge two).
     pub parents: Vec<LeaseKey>,
-    /// The worker this lease is being handed to, while a graceful handoff is pending.
+    /// The worker this lease is being handed to, while a graceful handoff is pending (or the
+    /// retire marker, see [`Lease::is_retiring`]).
     pub handoff_to: Option<WorkerId>,
     /// The application's load figure for this lease (records/s, bytes/s, ...), if it reports one.
     pub load: Option<f64>,
@@ -176,6 +208,18 @@ impl Lease {
     /// True when `worker` owns this lease.
     pub fn is_owned_by(&self, worker: &WorkerId) -> bool {
         self.owner.as_ref() == Some(worker)
+    }
+
+    /// True when the shard was processed to its end (the checkpoint is [`SHARD_END`]).
+    pub fn is_finished(&self) -> bool {
+        self.checkpoint.as_deref() == Some(SHARD_END)
+    }
+
+    /// True when the owner was asked to retire the lease (its shard left the source).
+    pub fn is_retiring(&self) -> bool {
+        self.handoff_to
+            .as_ref()
+            .is_some_and(WorkerId::is_retire_marker)
     }
 }
 

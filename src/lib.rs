@@ -37,11 +37,14 @@ pub mod balance;
 pub mod config;
 pub mod expiry;
 pub mod lease;
+pub mod lifecycle;
+pub mod source;
 pub mod store;
 pub mod worker;
 
 pub use config::{ConfigError, WorkerConfig};
-pub use lease::{InvalidId, Lease, LeaseKey, Member, NewLease, Snapshot, WorkerId};
+pub use lease::{InvalidId, Lease, LeaseKey, Member, NewLease, Snapshot, WorkerId, SHARD_END};
+pub use source::{Shard, ShardSource, StaticShardSource};
 pub use store::{LeaseStore, Outcome, StoreError, StoreResult};
 pub use worker::{LeaseEvent, LeaseGrant, StopReason, Worker};
 

@@ -8,7 +8,7 @@ use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 use tracing::Instrument;
 
-use super::grant::LeaseEvent;
+use super::grant::{LeaseEvent, StopReason};
 use super::metrics;
 use super::state::{Finish, Phase, Shared};
 use crate::lease::LeaseKey;
@@ -53,8 +53,12 @@ async fn finish_now(shared: &Shared, key: LeaseKey, finish: Finish) {
                 }
             }
         }
-        Finish::Release { tenure } => {
+        Finish::Release { tenure, ended } => {
             match shared.store.release(&key, me, tenure, deadline).await {
+                Ok(Outcome::Done(_)) if ended => {
+                    tracing::info!(lease_key = %key, "lease of a finished shard released");
+                    shared.emit(LeaseEvent::ShardEnded { key });
+                }
                 Ok(Outcome::Done(_)) => {
                     tracing::info!(lease_key = %key, "lease released");
                     shared.emit(LeaseEvent::Released { key });
@@ -68,7 +72,52 @@ async fn finish_now(shared: &Shared, key: LeaseKey, finish: Finish) {
                 }
             }
         }
+        Finish::Retire { tenure } => retire(shared, &key, tenure, deadline).await,
     }
+}
+
+/// How many times a retiring owner re-reads and deletes before it leaves the lease to the
+/// discoverer: each miss means the counter moved under it (a renewal still in flight).
+const RETIRE_ATTEMPTS: usize = 3;
+
+/// Deletes a lease this worker owns in `tenure`, whose shard left the source. The delete is
+/// conditioned on the counter just read, so it never removes a lease somebody else has taken
+/// or re-created; if it keeps missing, the lease expires and the discoverer deletes it.
+async fn retire(shared: &Shared, key: &LeaseKey, tenure: u64, deadline: Instant) {
+    let me = &shared.id;
+    for _ in 0..RETIRE_ATTEMPTS {
+        let lease = match shared.store.get(key, deadline).await {
+            Ok(Some(lease)) if lease.is_owned_by(me) && lease.tenure == tenure => lease,
+            Ok(_) => {
+                tracing::info!(lease_key = %key, "retirement overtaken: the lease had moved on or is gone");
+                return;
+            }
+            Err(err) => {
+                metrics::store_error(me, "get");
+                tracing::warn!(lease_key = %key, error = %err, "could not read the retiring lease; the discoverer deletes it once it expires");
+                return;
+            }
+        };
+        match shared
+            .store
+            .delete(key, lease.counter, tenure, deadline)
+            .await
+        {
+            Ok(Outcome::Done(_)) => {
+                metrics::deleted(me, "retired");
+                tracing::info!(lease_key = %key, "lease retired: its shard left the source");
+                shared.emit(LeaseEvent::Retired { key: key.clone() });
+                return;
+            }
+            Ok(Outcome::LostRace { .. }) => {}
+            Err(err) => {
+                metrics::store_error(me, "delete");
+                tracing::warn!(lease_key = %key, error = %err, "could not delete the retiring lease; the discoverer deletes it once it expires");
+                return;
+            }
+        }
+    }
+    tracing::warn!(lease_key = %key, "the retiring lease kept changing; the discoverer deletes it once it expires");
 }
 
 /// Fences leases whose validity ran out, reports waiting leases when their time comes, and
@@ -82,6 +131,7 @@ pub(crate) async fn control(
         let now = Instant::now();
         let mut expired = Vec::new();
         let mut due = Vec::new();
+        let mut overdue = Vec::new();
         let mut next: Option<Instant> = None;
         for (key, held) in &shared.lock().held {
             if held.valid_until <= now {
@@ -89,12 +139,14 @@ pub(crate) async fn control(
                 continue;
             }
             let mut wake = held.valid_until;
-            if let Phase::Waiting { report_at } = held.phase {
-                if report_at <= now {
-                    due.push(key.clone());
-                } else {
-                    wake = wake.min(report_at);
+            match held.phase {
+                Phase::Waiting { report_at } if report_at <= now => due.push(key.clone()),
+                Phase::Waiting { report_at } => wake = wake.min(report_at),
+                Phase::Stopping(StopReason::Retired { deadline }) if deadline <= now => {
+                    overdue.push((key.clone(), held.tenure));
                 }
+                Phase::Stopping(StopReason::Retired { deadline }) => wake = wake.min(deadline),
+                _ => {}
             }
             next = Some(next.map_or(wake, |n| n.min(wake)));
         }
@@ -107,6 +159,14 @@ pub(crate) async fn control(
         }
         for key in due {
             shared.report(&key);
+        }
+        for (key, tenure) in overdue {
+            shared.lose(
+                &key,
+                Some(tenure),
+                "the application did not finish a retired lease in time",
+            );
+            spawn_finish(&shared, key, Finish::Retire { tenure });
         }
         let sleep = async {
             match next {

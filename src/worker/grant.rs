@@ -6,8 +6,9 @@ use std::sync::Arc;
 use tokio::sync::{mpsc, watch};
 use tokio::time::Instant;
 
+use super::finish::spawn_finish;
 use super::state::Shared;
-use crate::lease::{LeaseKey, WorkerId};
+use crate::lease::{LeaseKey, WorkerId, RESERVED_PREFIX, SHARD_END};
 use crate::store::{Outcome, StoreError};
 
 /// Why the application must stop working on a lease.
@@ -28,6 +29,13 @@ pub enum StopReason {
     /// The worker is shutting down. Checkpoint and finish before `deadline`; the lease is
     /// then released for a peer to take at once.
     Shutdown {
+        /// When the worker stops waiting.
+        deadline: Instant,
+    },
+    /// The lease's shard no longer exists in the source. Finish before `deadline`; the
+    /// lease is then deleted (after it, the application is told the lease is lost and the
+    /// lease is deleted anyway).
+    Retired {
         /// When the worker stops waiting.
         deadline: Instant,
     },
@@ -63,6 +71,18 @@ pub enum LeaseEvent {
         /// The lease.
         key: LeaseKey,
     },
+    /// The shard was processed to its end (checkpointed
+    /// [`SHARD_END`](crate::lease::SHARD_END)) and, the application having finished, its
+    /// lease was released; its children can start.
+    ShardEnded {
+        /// The lease.
+        key: LeaseKey,
+    },
+    /// The lease's shard left the source; the application finished and the lease was deleted.
+    Retired {
+        /// The lease.
+        key: LeaseKey,
+    },
 }
 
 /// Why a checkpoint was refused.
@@ -78,6 +98,21 @@ pub enum CheckpointError {
         worker: WorkerId,
         /// The tenure of the grant.
         tenure: u64,
+    },
+    /// The value starts with the reserved prefix; use
+    /// [`Checkpointer::end_of_shard`] for the end of a shard.
+    #[error("checkpoint {value:?} of lease {key} starts with the reserved prefix {RESERVED_PREFIX:?}")]
+    Reserved {
+        /// The lease.
+        key: LeaseKey,
+        /// The refused value.
+        value: String,
+    },
+    /// The shard was already checkpointed at its end; no later checkpoint is taken.
+    #[error("lease {key} was already checkpointed at the end of its shard")]
+    ShardEnded {
+        /// The lease.
+        key: LeaseKey,
     },
     /// The store gave no definite answer.
     #[error("checkpoint of lease {key} failed")]
@@ -111,15 +146,44 @@ impl Checkpointer {
     /// Stores `value` as the lease's checkpoint. Fails with [`CheckpointError::NotHeld`]
     /// without writing when this worker already knows the lease is gone, and when the store
     /// refuses it because the lease changed hands (even if it came back in a later tenure).
+    /// Values starting with [`RESERVED_PREFIX`] are refused.
     pub async fn checkpoint(&self, value: &str) -> Result<(), CheckpointError> {
+        if value.starts_with(RESERVED_PREFIX) {
+            return Err(CheckpointError::Reserved {
+                key: self.key.clone(),
+                value: value.to_owned(),
+            });
+        }
+        self.store(value).await
+    }
+
+    /// Marks the shard as processed to its end ([`SHARD_END`]). Call it once the last record
+    /// of a closed shard was processed; then finish (or drop) the grant: the lease is released
+    /// and never taken again, and the shard's children become ready. Later checkpoints are
+    /// refused with [`CheckpointError::ShardEnded`].
+    pub async fn end_of_shard(&self) -> Result<(), CheckpointError> {
+        self.store(SHARD_END).await?;
+        if let Some(finish) = self.shared.mark_ended(&self.key, self.tenure) {
+            spawn_finish(&self.shared, self.key.clone(), finish);
+        }
+        tracing::info!(lease_key = %self.key, tenure = self.tenure, "shard processed to its end");
+        Ok(())
+    }
+
+    async fn store(&self, value: &str) -> Result<(), CheckpointError> {
         let not_held = || CheckpointError::NotHeld {
             key: self.key.clone(),
             worker: self.shared.id.clone(),
             tenure: self.tenure,
         };
-        let Some(valid_until) = self.shared.valid_until(&self.key, self.tenure) else {
+        let Some((valid_until, ended)) = self.shared.valid_until(&self.key, self.tenure) else {
             return Err(not_held());
         };
+        if ended {
+            return Err(CheckpointError::ShardEnded {
+                key: self.key.clone(),
+            });
+        }
         let deadline = valid_until.min(Instant::now() + self.shared.config.store_timeout);
         let outcome = self
             .shared
@@ -250,6 +314,11 @@ impl LeaseGrant {
     /// Stores a checkpoint; see [`Checkpointer::checkpoint`].
     pub async fn checkpoint_at(&self, value: &str) -> Result<(), CheckpointError> {
         self.checkpointer.checkpoint(value).await
+    }
+
+    /// Marks the shard as processed to its end; see [`Checkpointer::end_of_shard`].
+    pub async fn end_of_shard(&self) -> Result<(), CheckpointError> {
+        self.checkpointer.end_of_shard().await
     }
 
     /// The application has finished with the lease: hand it over or release it now.

@@ -26,6 +26,12 @@ pub trait LeaseListener: Send + 'static {
 
     /// `key` was lost.
     fn on_lost(&mut self, _key: &LeaseKey) {}
+
+    /// `key`'s shard was processed to its end and its lease released.
+    fn on_shard_ended(&mut self, _key: &LeaseKey) {}
+
+    /// `key`'s shard left the source and its lease was deleted.
+    fn on_retired(&mut self, _key: &LeaseKey) {}
 }
 
 /// Feeds `events` to `listener` until the stream ends (when the worker stops).
@@ -40,6 +46,8 @@ pub(crate) async fn dispatch(
             LeaseEvent::HandedOff { key, to } => listener.on_handed_off(&key, &to),
             LeaseEvent::Released { key } => listener.on_released(&key),
             LeaseEvent::Lost { key } => listener.on_lost(&key),
+            LeaseEvent::ShardEnded { key } => listener.on_shard_ended(&key),
+            LeaseEvent::Retired { key } => listener.on_retired(&key),
         }
     }
 }

@@ -20,6 +20,13 @@ pub const LEASES_STOLEN: &str = "shardlease_leases_stolen_total";
 pub const LEASES_LOST: &str = "shardlease_leases_lost_total";
 /// Histogram: seconds one successful renewal took.
 pub const RENEWAL_SECONDS: &str = "shardlease_renewal_seconds";
+/// Counter: leases the discoverer created for new (or re-listed) shards.
+pub const LEASES_CREATED: &str = "shardlease_leases_created_total";
+/// Counter: leases deleted by the discoverer or their retiring owner (label `reason`:
+/// `parent_done`, `vanished`, `retired`).
+pub const LEASES_DELETED: &str = "shardlease_leases_deleted_total";
+/// Counter: failed shard listings (label `kind`: `throttled`, `failed`, `timeout`).
+pub const SOURCE_ERRORS: &str = "shardlease_source_errors_total";
 /// Counter: store calls that failed with an error (label `op`).
 pub const STORE_ERRORS: &str = "shardlease_store_errors_total";
 
@@ -58,4 +65,18 @@ pub(crate) fn renewal(id: &WorkerId, took: Duration) {
 pub(crate) fn store_error(id: &WorkerId, op: &'static str) {
     let labels = [("worker", id.to_string()), ("op", op.to_owned())];
     metrics::counter!(STORE_ERRORS, &labels).increment(1);
+}
+
+pub(crate) fn created(id: &WorkerId, count: usize) {
+    metrics::counter!(LEASES_CREATED, &worker(id)).increment(count as u64);
+}
+
+pub(crate) fn deleted(id: &WorkerId, reason: &'static str) {
+    let labels = [("worker", id.to_string()), ("reason", reason.to_owned())];
+    metrics::counter!(LEASES_DELETED, &labels).increment(1);
+}
+
+pub(crate) fn source_error(id: &WorkerId, kind: &'static str) {
+    let labels = [("worker", id.to_string()), ("kind", kind.to_owned())];
+    metrics::counter!(SOURCE_ERRORS, &labels).increment(1);
 }

@@ -36,6 +36,7 @@
 //! # }
 //! ```
 
+mod discoverer;
 mod finish;
 mod grant;
 mod listener;
@@ -61,6 +62,7 @@ use self::state::{Phase, Shared};
 use crate::balance::{BalancePolicy, CountBalance};
 use crate::config::{ConfigError, WorkerConfig};
 use crate::lease::{LeaseKey, NewLease, WorkerId};
+use crate::source::ShardSource;
 use crate::store::{LeaseStore, StoreError};
 
 /// Why a worker could not start.
@@ -88,6 +90,7 @@ pub struct WorkerBuilder {
     config: WorkerConfig,
     policy: Arc<dyn BalancePolicy>,
     shards: Vec<LeaseKey>,
+    source: Option<Arc<dyn ShardSource>>,
 }
 
 impl WorkerBuilder {
@@ -106,10 +109,20 @@ impl WorkerBuilder {
     }
 
     /// Leases to create at start if they do not exist (conditional creates: workers starting
-    /// together do not conflict).
+    /// together do not conflict). For a set of shards that changes while the fleet runs, use
+    /// [`source`](Self::source) instead.
     #[must_use]
     pub fn shards(mut self, shards: Vec<LeaseKey>) -> Self {
         self.shards = shards;
+        self
+    }
+
+    /// The shard source the discoverer follows: leases for new shards, children after their
+    /// parents, retirement of vanished shards. Give every worker of a fleet the same source:
+    /// discovery runs on the live worker with the smallest id.
+    #[must_use]
+    pub fn source(mut self, source: impl ShardSource) -> Self {
+        self.source = Some(Arc::new(source));
         self
     }
 
@@ -142,6 +155,7 @@ impl WorkerBuilder {
             self.id.clone(),
             self.store,
             self.config,
+            self.source.is_some(),
             events_tx,
             finished_tx,
         ));
@@ -160,6 +174,12 @@ impl WorkerBuilder {
                 .run(taker_cancel.clone())
                 .instrument(span("taker")),
         );
+        if let Some(source) = self.source {
+            loops.spawn(
+                discoverer::run(Arc::clone(&shared), source, taker_cancel.clone())
+                    .instrument(span("discoverer")),
+            );
+        }
         tracing::info!(worker = %self.id, "worker started");
         Ok(Worker {
             shared,
@@ -229,6 +249,7 @@ impl Worker {
             config: WorkerConfig::default(),
             policy: Arc::new(CountBalance),
             shards: Vec::new(),
+            source: None,
         }
     }
 
@@ -289,7 +310,10 @@ impl Worker {
                 // Never reported: nothing to finish, release at once.
                 Phase::Waiting { .. } => {
                     shared.lock().held.remove(&key);
-                    Some(state::Finish::Release { tenure })
+                    Some(state::Finish::Release {
+                        tenure,
+                        ended: false,
+                    })
                 }
                 Phase::Active => {
                     shared.request_stop(&key, tenure, StopReason::Shutdown { deadline })

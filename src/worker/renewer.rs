@@ -140,7 +140,11 @@ fn renewed(
     shared.changed.notify_one();
     if let Some(to) = handoff {
         let deadline = Instant::now() + shared.config.handoff_timeout;
-        let reason = StopReason::Handoff { to, deadline };
+        let reason = if to.is_retire_marker() {
+            StopReason::Retired { deadline }
+        } else {
+            StopReason::Handoff { to, deadline }
+        };
         if let Some(finish) = shared.request_stop(key, tenure, reason) {
             spawn_finish(shared, key.clone(), finish);
         }

@@ -5,7 +5,7 @@
 //! succeeds until it is lost, handed over or released. The application considers it held
 //! only in the `Active` and `Stopping` phases, and only while `now < valid_until`.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::sync::{Arc, Mutex, MutexGuard};
 
 use tokio::sync::{mpsc, watch, Notify};
@@ -16,7 +16,7 @@ use tokio_util::task::TaskTracker;
 use super::grant::{LeaseEvent, LeaseGrant, StopReason};
 use super::metrics;
 use crate::config::WorkerConfig;
-use crate::lease::{LeaseKey, WorkerId};
+use crate::lease::{Lease, LeaseKey, WorkerId, SHARD_END};
 use crate::store::LeaseStore;
 
 /// Where a held lease is in its life at this worker.
@@ -39,6 +39,8 @@ pub(crate) struct Held {
     pub checkpoint: Option<String>,
     /// The application dropped or finished its grant already.
     pub app_done: bool,
+    /// The application checkpointed the end of the shard.
+    pub ended: bool,
     pub stop: watch::Sender<Option<StopReason>>,
 }
 
@@ -61,9 +63,16 @@ pub(crate) struct Shared {
     pub id: WorkerId,
     pub store: Arc<dyn LeaseStore>,
     pub config: WorkerConfig,
+    /// The worker has a shard source: the taker publishes its view for the discoverer.
+    pub discovering: bool,
     state: Mutex<State>,
     /// Wakes the fencer when a validity or report time changed.
     pub changed: Notify,
+    /// Wakes the taker for a round now (the discoverer changed the table).
+    pub rescan: Notify,
+    /// The taker's latest reading of the table, for the discoverer (only published when the
+    /// worker has a shard source).
+    pub view: watch::Sender<Option<Arc<TableView>>>,
     /// Taken (closing the application's stream) when the worker stops.
     events: Mutex<Option<mpsc::UnboundedSender<LeaseEvent>>>,
     finished: mpsc::UnboundedSender<(LeaseKey, u64)>,
@@ -77,7 +86,21 @@ pub(crate) struct Shared {
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub(crate) enum Finish {
     HandOff { tenure: u64, to: WorkerId },
-    Release { tenure: u64 },
+    /// Give the lease up; `ended`: because its shard was processed to the end.
+    Release { tenure: u64, ended: bool },
+    /// Delete the lease: its shard left the source.
+    Retire { tenure: u64 },
+}
+
+/// The taker's reading of the table at the end of one round.
+#[derive(Debug, Default)]
+pub(crate) struct TableView {
+    pub leases: Vec<Lease>,
+    /// Leases whose owner this worker judges alive.
+    pub owner_alive: HashSet<LeaseKey>,
+    pub malformed: usize,
+    /// This worker has the smallest id among the live workers: it runs discovery.
+    pub discoverer: bool,
 }
 
 impl Shared {
@@ -85,6 +108,7 @@ impl Shared {
         id: WorkerId,
         store: Arc<dyn LeaseStore>,
         config: WorkerConfig,
+        discovering: bool,
         events: mpsc::UnboundedSender<LeaseEvent>,
         finished: mpsc::UnboundedSender<(LeaseKey, u64)>,
     ) -> Self {
@@ -92,8 +116,11 @@ impl Shared {
             id,
             store,
             config,
+            discovering,
             state: Mutex::default(),
             changed: Notify::new(),
+            rescan: Notify::new(),
+            view: watch::Sender::new(None),
             events: Mutex::new(Some(events)),
             finished,
             jobs: TaskTracker::new(),
@@ -134,15 +161,16 @@ impl Shared {
         keys
     }
 
-    /// The local validity of `key` in `tenure`, if this worker still holds it then.
-    pub fn valid_until(&self, key: &LeaseKey, tenure: u64) -> Option<Instant> {
+    /// The local validity of `key` in `tenure`, and whether its shard was checkpointed at its
+    /// end, if this worker still holds it then.
+    pub fn valid_until(&self, key: &LeaseKey, tenure: u64) -> Option<(Instant, bool)> {
         let now = Instant::now();
         self.lock()
             .held
             .get(key)
             .filter(|h| h.tenure == tenure && h.valid_until > now)
             .filter(|h| !matches!(h.phase, Phase::Waiting { .. }))
-            .map(|h| h.valid_until)
+            .map(|h| (h.valid_until, h.ended))
     }
 
     /// Starts holding `key` in `tenure`, valid until `valid_until`; reports it to the
@@ -155,6 +183,18 @@ impl Shared {
         report_at: Instant,
         checkpoint: Option<String>,
     ) {
+        if checkpoint.as_deref() == Some(SHARD_END) {
+            // Handed over or resumed after its shard was processed to the end: there is
+            // nothing left to do with it but let it go.
+            tracing::info!(lease_key = %key, tenure, "lease of a finished shard received; releasing it");
+            self.lock().pending.remove(&key);
+            let finish = Finish::Release {
+                tenure,
+                ended: true,
+            };
+            super::finish::spawn_finish(self, key, finish);
+            return;
+        }
         let (stop, _) = watch::channel(None);
         let mut state = self.lock();
         state.pending.remove(&key);
@@ -166,6 +206,7 @@ impl Shared {
                 phase: Phase::Waiting { report_at },
                 checkpoint,
                 app_done: false,
+                ended: false,
                 stop,
             },
         );
@@ -234,19 +275,27 @@ impl Shared {
         }
     }
 
-    /// The application finished with `key` in `tenure`. If it was asked to stop, the lease
-    /// leaves `held` now (so this worker no longer considers it held) and the caller hands it
-    /// over or releases it.
+    /// The application finished with `key` in `tenure`. If it was asked to stop, or its shard
+    /// ended, the lease leaves `held` now (so this worker no longer considers it held) and the
+    /// caller hands it over, releases or deletes it.
     pub fn finish(&self, key: &LeaseKey, tenure: u64) -> Option<Finish> {
         let mut state = self.lock();
         let held = state.held.get_mut(key).filter(|h| h.tenure == tenure)?;
         held.app_done = true;
-        let finish = match &held.phase {
-            Phase::Stopping(StopReason::Handoff { to, .. }) => Finish::HandOff {
+        let finish = match (&held.phase, held.ended) {
+            (Phase::Stopping(StopReason::Retired { .. }), _) => Finish::Retire { tenure },
+            (Phase::Active | Phase::Stopping(_), true) => Finish::Release {
+                tenure,
+                ended: true,
+            },
+            (Phase::Stopping(StopReason::Handoff { to, .. }), false) => Finish::HandOff {
                 tenure,
                 to: to.clone(),
             },
-            Phase::Stopping(StopReason::Shutdown { .. }) => Finish::Release { tenure },
+            (Phase::Stopping(StopReason::Shutdown { .. }), false) => Finish::Release {
+                tenure,
+                ended: false,
+            },
             _ => return None,
         };
         state.held.remove(key);
@@ -254,6 +303,21 @@ impl Shared {
         drop(state);
         metrics::held(&self.id, count);
         Some(finish)
+    }
+
+    /// The application checkpointed the end of `key`'s shard in `tenure`. Returns what to do
+    /// at once if the application had already finished with it.
+    pub fn mark_ended(&self, key: &LeaseKey, tenure: u64) -> Option<Finish> {
+        let mut state = self.lock();
+        let held = state.held.get_mut(key).filter(|h| h.tenure == tenure)?;
+        held.ended = true;
+        let app_done = held.app_done;
+        drop(state);
+        if app_done {
+            self.finish(key, tenure)
+        } else {
+            None
+        }
     }
 
     /// Forgets `key` (in `tenure`, if given) and tells the application it is lost.

@@ -11,9 +11,10 @@ use tokio_util::sync::CancellationToken;
 use tracing::Instrument;
 
 use super::metrics;
-use super::state::{Pending, Shared};
+use super::state::{Pending, Shared, TableView};
 use crate::balance::{BalancePolicy, FleetView, Holder, LeaseView, Move, WorkerView};
 use crate::expiry::ExpiryTracker;
+use crate::lifecycle::{self, LeaseStatus};
 use crate::lease::{Lease, LeaseKey, Snapshot, WorkerId};
 use crate::store::{Outcome, StoreError};
 
@@ -56,6 +57,7 @@ impl Taker {
             tokio::select! {
                 _ = cancel.cancelled() => return,
                 _ = tokio::time::sleep_until(wake) => {}
+                _ = self.shared.rescan.notified() => next_round = Instant::now(),
             }
             if Instant::now() < next_round {
                 self.poll_pending().await;
@@ -85,14 +87,37 @@ impl Taker {
         let now = Instant::now();
         self.observe(&snapshot, now);
         let live = self.live_workers(&snapshot, now);
-        let actions = self.actions(&snapshot, now);
-        let view = self.view(&snapshot, &live, now);
+        let statuses = lifecycle::statuses(&snapshot.leases);
+        let actions = self.actions(&snapshot, &statuses, now);
+        let view = self.view(&snapshot, &statuses, &live, now);
         let moves = self.policy.plan(&view, &self.shared.id);
         let by_key: HashMap<&LeaseKey, &Lease> =
             snapshot.leases.iter().map(|l| (&l.key, l)).collect();
         self.execute(actions, moves, &by_key).await;
         self.clean_up_members(&snapshot, &live, now).await;
-        Ok(self.next_round(&snapshot, now))
+        let next = self.next_round(&snapshot, now);
+        self.publish(snapshot, &live, now);
+        Ok(next)
+    }
+
+    /// Hands this round's reading of the table to the discoverer, if there is one.
+    fn publish(&self, snapshot: Snapshot, live: &HashMap<WorkerId, Option<u32>>, now: Instant) {
+        if !self.shared.discovering {
+            return;
+        }
+        let owner_alive = snapshot
+            .leases
+            .iter()
+            .filter(|l| self.owner_alive(l, now))
+            .map(|l| l.key.clone())
+            .collect();
+        let view = TableView {
+            leases: snapshot.leases,
+            owner_alive,
+            malformed: snapshot.malformed,
+            discoverer: live.keys().min() == Some(&self.shared.id),
+        };
+        self.shared.view.send_replace(Some(Arc::new(view)));
     }
 
     fn observe(&mut self, snapshot: &Snapshot, now: Instant) {
@@ -132,14 +157,19 @@ impl Taker {
         live
     }
 
-    fn actions(&mut self, snapshot: &Snapshot, now: Instant) -> Vec<Action> {
+    fn actions(
+        &mut self,
+        snapshot: &Snapshot,
+        statuses: &[LeaseStatus],
+        now: Instant,
+    ) -> Vec<Action> {
         let me = &self.shared.id;
         let config = &self.shared.config;
         let mut state = self.shared.lock();
         let mut room = (config.max_leases_per_worker as usize).saturating_sub(state.held.len());
         let mut actions = Vec::new();
         let mut still_pending = HashMap::new();
-        for lease in &snapshot.leases {
+        for (lease, status) in snapshot.leases.iter().zip(statuses) {
             let held_here = state.held.contains_key(&lease.key);
             if let Some(pending) = state.pending.get(&lease.key) {
                 if lease.is_owned_by(me) && !held_here {
@@ -155,9 +185,10 @@ impl Taker {
                 }
                 continue;
             }
-            // Ours in the table, not held here, and not on its way to somebody else.
+            // Ours in the table, not held here, ready, and not on its way to somebody else.
             let on_its_way = lease.handoff_to.as_ref().is_some_and(|to| to != me);
-            if lease.is_owned_by(me) && !held_here && !on_its_way && room > 0 {
+            let ready = *status == LeaseStatus::Ready;
+            if lease.is_owned_by(me) && !held_here && !on_its_way && ready && room > 0 {
                 room -= 1;
                 actions.push(Action::Resume(lease.clone()));
             }
@@ -166,16 +197,21 @@ impl Taker {
         actions
     }
 
+    /// The fleet as the balance policy sees it: ready leases only (blocked, finished and
+    /// retiring ones are nobody's to take or ask for).
     fn view(
         &self,
         snapshot: &Snapshot,
+        statuses: &[LeaseStatus],
         live: &HashMap<WorkerId, Option<u32>>,
         now: Instant,
     ) -> FleetView {
         let leases = snapshot
             .leases
             .iter()
-            .map(|lease| {
+            .zip(statuses)
+            .filter(|(_, status)| **status == LeaseStatus::Ready)
+            .map(|(lease, _)| {
                 let holder = match &lease.owner {
                     Some(owner) if self.owner_alive(lease, now) && live.contains_key(owner) => {
                         match &lease.handoff_to {
@@ -334,6 +370,28 @@ impl Taker {
     }
 }
 
+/// Reads the parents of a lease about to be taken: it may be taken only when each of them is
+/// finished or gone. The scan already said so, but a paged scan is not one moment: a parent
+/// created just before its child may be missing from the pages read before it existed.
+async fn parents_done(shared: &Shared, lease: &Lease, deadline: Instant) -> bool {
+    for parent in &lease.parents {
+        match shared.store.get(parent, deadline).await {
+            Ok(None) => {}
+            Ok(Some(parent)) if parent.is_finished() => {}
+            Ok(Some(_)) => {
+                tracing::debug!(lease_key = %lease.key, parent = %parent, "not taken: a parent is not finished");
+                return false;
+            }
+            Err(err) => {
+                metrics::store_error(&shared.id, "get");
+                tracing::warn!(lease_key = %lease.key, parent = %parent, error = %err, "not taken: could not read a parent");
+                return false;
+            }
+        }
+    }
+    true
+}
+
 /// One store write the taker makes.
 enum Job {
     Take { lease: Lease, forced: bool },
@@ -349,6 +407,9 @@ impl Job {
         let deadline = start + config.store_timeout;
         match self {
             Job::Take { lease, forced } => {
+                if !parents_done(shared, &lease, deadline).await {
+                    return;
+                }
                 match shared
                     .store
                     .take(&lease.key, me, lease.counter, deadline)

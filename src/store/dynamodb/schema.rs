@@ -214,6 +214,14 @@ impl<'a> Fields<'a> {
             .transpose()
     }
 
+    fn handoff_target(&self) -> Result<Option<WorkerId>, StoreError> {
+        self.string(HANDOFF_TO)?
+            .map(|v| {
+                WorkerId::parse_handoff_target(v).map_err(|e| self.err(HANDOFF_TO, e.to_string()))
+            })
+            .transpose()
+    }
+
     fn parents(&self) -> Result<Vec<LeaseKey>, StoreError> {
         let list = match self.item.get(PARENTS) {
             None | Some(AttributeValue::Null(_)) => return Ok(Vec::new()),
@@ -281,7 +289,7 @@ pub fn decode(item: &Item) -> Result<Decoded, StoreError> {
         checkpoint: fields.string(CHECKPOINT)?.map(str::to_owned),
         owner_switches_since_checkpoint: fields.number(OWNER_SWITCHES)?.unwrap_or(0),
         parents: fields.parents()?,
-        handoff_to: fields.worker(HANDOFF_TO)?,
+        handoff_to: fields.handoff_target()?,
         load,
     };
     Ok(Decoded::Lease(lease, last_op))
@@ -345,6 +353,21 @@ mod tests {
         let item = encode_lease(&bare, "op-2", "now");
         assert!(!item.contains_key(OWNER) && !item.contains_key(PARENTS));
         assert_eq!(decode_lease(&item).unwrap().0, bare);
+    }
+
+    #[test]
+    fn a_retiring_lease_decodes_but_the_marker_is_no_owner() {
+        let mut lease = full_lease();
+        lease.handoff_to = Some(WorkerId::retire_marker());
+        let item = encode_lease(&lease, "op-1", "now");
+        let decoded = decode_lease(&item).unwrap().0;
+        assert!(decoded.is_retiring());
+        lease.owner = Some(WorkerId::retire_marker());
+        let item = encode_lease(&lease, "op-1", "now");
+        assert!(matches!(
+            decode(&item),
+            Err(StoreError::Malformed { field: OWNER, .. })
+        ));
     }
 
     #[test]

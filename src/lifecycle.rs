@@ -1,0 +1,525 @@
+//! The shard lifecycle as pure decisions over the lease table and the shard source: which
+//! leases may be worked on now ([`status`]), and what the discoverer writes ([`Discovery`]).
+//! No I/O here; the worker's taker and discoverer act on the answers.
+//!
+//! A lease is, in this order of precedence:
+//!
+//! - **retiring**: its shard left the source and its owner was asked to let go
+//!   (`handoff_to` is the retire marker); nobody takes or asks for it; the owner deletes it
+//!   once its application finished.
+//! - **finished**: checkpointed [`SHARD_END`]; nobody takes it; the discoverer deletes it once
+//!   every child has started.
+//! - **blocked**: a parent lease exists and is not finished; nobody takes it yet.
+//! - **ready**: everything else; balanced over the fleet.
+//!
+//! [`SHARD_END`]: crate::lease::SHARD_END
+
+use std::collections::{BTreeMap, HashMap, HashSet};
+use std::time::Duration;
+
+use tokio::time::Instant;
+
+use crate::lease::{Lease, LeaseKey, NewLease};
+use crate::source::Shard;
+
+/// Where a lease is in the shard lifecycle; see the module documentation.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum LeaseStatus {
+    /// May be taken and worked on.
+    Ready,
+    /// Waits for a parent to finish.
+    Blocked,
+    /// Processed to its end.
+    Finished,
+    /// Being retired: its shard no longer exists.
+    Retiring,
+}
+
+/// The status of `lease`, looking its parents up with `find`.
+pub fn status<'a>(lease: &Lease, find: impl Fn(&LeaseKey) -> Option<&'a Lease>) -> LeaseStatus {
+    if lease.is_retiring() {
+        LeaseStatus::Retiring
+    } else if lease.is_finished() {
+        LeaseStatus::Finished
+    } else if lease
+        .parents
+        .iter()
+        .any(|p| find(p).is_some_and(|parent| !parent.is_finished()))
+    {
+        LeaseStatus::Blocked
+    } else {
+        LeaseStatus::Ready
+    }
+}
+
+/// The status of every lease of a table listing, in the same order.
+pub fn statuses(leases: &[Lease]) -> Vec<LeaseStatus> {
+    let by_key: HashMap<&LeaseKey, &Lease> = leases.iter().map(|l| (&l.key, l)).collect();
+    leases
+        .iter()
+        .map(|lease| status(lease, |k| by_key.get(k).copied()))
+        .collect()
+}
+
+/// What the discoverer sees of the table.
+#[derive(Debug, Clone, Copy)]
+pub struct TableState<'a> {
+    /// Every lease.
+    pub leases: &'a [Lease],
+    /// Leases whose owner is alive in the observer's judgement (not expired).
+    pub owner_alive: &'a HashSet<LeaseKey>,
+    /// Items of the listing that could not be decoded.
+    pub malformed: usize,
+}
+
+/// Why the discoverer deletes a lease.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum DeleteReason {
+    /// Finished, and every child has started.
+    ParentDone,
+    /// Its shard has not been listed for the grace period, and nobody holds it.
+    Vanished,
+}
+
+/// One write the discoverer makes.
+#[derive(Debug, Clone, PartialEq)]
+pub enum DiscoveryAction {
+    /// Delete `lease`, conditioned on its counter and tenure as seen.
+    Delete {
+        /// The lease as seen.
+        lease: Lease,
+        /// Why.
+        reason: DeleteReason,
+    },
+    /// Ask the owner of `lease` (alive, its shard gone) to retire it.
+    Retire {
+        /// The lease as seen.
+        lease: Lease,
+    },
+}
+
+/// The writes of one discovery round.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct DiscoveryPlan {
+    /// Leases to create, in waves: every parent in an earlier wave than its children, so a
+    /// child is never in the table while its parent is still to be created.
+    pub creates: Vec<Vec<NewLease>>,
+    /// Deletions and retirements.
+    pub actions: Vec<DiscoveryAction>,
+}
+
+/// The discoverer's memory across rounds: the last checkpoint seen of every lease (to
+/// re-create a lease deleted by hand from where it was) and since when a lease's shard has
+/// been missing from the source.
+#[derive(Debug, Clone)]
+pub struct Discovery {
+    retire_after: Duration,
+    known: HashMap<LeaseKey, Option<String>>,
+    missing_since: HashMap<LeaseKey, Instant>,
+}
+
+impl Discovery {
+    /// A discoverer that retires a lease once its shard has been missing for `retire_after`.
+    pub fn new(retire_after: Duration) -> Self {
+        Self {
+            retire_after,
+            known: HashMap::new(),
+            missing_since: HashMap::new(),
+        }
+    }
+
+    /// Remembers the checkpoints of a table listing.
+    pub fn observe(&mut self, leases: &[Lease]) {
+        for lease in leases {
+            match self.known.get_mut(&lease.key) {
+                Some(checkpoint) if *checkpoint == lease.checkpoint => {}
+                Some(checkpoint) => checkpoint.clone_from(&lease.checkpoint),
+                None => {
+                    self.known.insert(lease.key.clone(), lease.checkpoint.clone());
+                }
+            }
+        }
+    }
+
+    /// Forgets a lease the discoverer deleted on purpose: if its shard comes back, it starts
+    /// afresh.
+    pub fn forget(&mut self, key: &LeaseKey) {
+        self.known.remove(key);
+        self.missing_since.remove(key);
+    }
+
+    /// The last checkpoint seen of `key`, if any.
+    pub fn known_checkpoint(&self, key: &LeaseKey) -> Option<&str> {
+        self.known.get(key).and_then(Option::as_deref)
+    }
+
+    /// Decides the writes that bring the table in line with `shards`.
+    pub fn plan(&mut self, shards: &[Shard], table: TableState<'_>, now: Instant) -> DiscoveryPlan {
+        let graph = Graph::new(shards, table.leases);
+        let mut plan = DiscoveryPlan::default();
+
+        // New shards, parents first; a shard with a leased descendant was consumed already.
+        let mut waves: BTreeMap<usize, Vec<NewLease>> = BTreeMap::new();
+        for shard in graph.shards.values() {
+            if graph.leases.contains_key(&shard.key) || graph.consumed(&shard.key) {
+                continue;
+            }
+            let related = !shard.parents.is_empty() || graph.children.contains_key(&shard.key);
+            if table.malformed > 0 && related {
+                // A relative's lease may be among the undecodable items: creating this one
+                // could process a parent twice or a child before its parent. Wait until the
+                // table is readable again.
+                tracing::warn!(lease_key = %shard.key, malformed = table.malformed, "not creating the lease of a shard with parents or children while the table has undecodable items");
+                continue;
+            }
+            let mut lease = NewLease::new(shard.key.clone()).with_parents(shard.parents.clone());
+            lease.checkpoint = self.known.get(&shard.key).cloned().flatten();
+            waves
+                .entry(graph.depth(&shard.key))
+                .or_default()
+                .push(lease);
+        }
+        plan.creates = waves.into_values().collect();
+
+        for lease in table.leases {
+            let alive = table.owner_alive.contains(&lease.key) && lease.owner.is_some();
+            if !graph.shards.contains_key(&lease.key) {
+                let since = *self.missing_since.entry(lease.key.clone()).or_insert(now);
+                if now.saturating_duration_since(since) < self.retire_after {
+                    continue;
+                }
+                if !alive {
+                    plan.actions.push(DiscoveryAction::Delete {
+                        lease: lease.clone(),
+                        reason: DeleteReason::Vanished,
+                    });
+                } else if lease.handoff_to.is_none() {
+                    plan.actions.push(DiscoveryAction::Retire {
+                        lease: lease.clone(),
+                    });
+                }
+                // Otherwise a handoff or the retirement is in progress: wait for it.
+                continue;
+            }
+            if lease.is_finished() && !alive && graph.children_started(&lease.key) {
+                plan.actions.push(DiscoveryAction::Delete {
+                    lease: lease.clone(),
+                    reason: DeleteReason::ParentDone,
+                });
+            }
+        }
+
+        self.missing_since
+            .retain(|k, _| graph.leases.contains_key(k) && !graph.shards.contains_key(k));
+        self.known
+            .retain(|k, _| graph.leases.contains_key(k) || graph.shards.contains_key(k));
+        plan
+    }
+}
+
+/// The lineage of the shards and leases of one round.
+struct Graph<'a> {
+    shards: BTreeMap<&'a LeaseKey, &'a Shard>,
+    leases: HashMap<&'a LeaseKey, &'a Lease>,
+    /// Children by parent, from the source and from the leases' own parent lists.
+    children: HashMap<&'a LeaseKey, Vec<&'a LeaseKey>>,
+}
+
+impl<'a> Graph<'a> {
+    fn new(shards: &'a [Shard], leases: &'a [Lease]) -> Self {
+        let mut by_key = BTreeMap::new();
+        for shard in shards {
+            if by_key.insert(&shard.key, shard).is_some() {
+                tracing::warn!(lease_key = %shard.key, "the source listed a shard twice; the last one counts");
+            }
+        }
+        let mut children: HashMap<&LeaseKey, Vec<&LeaseKey>> = HashMap::new();
+        let links = by_key
+            .values()
+            .flat_map(|s| s.parents.iter().map(move |p| (p, &s.key)))
+            .chain(
+                leases
+                    .iter()
+                    .flat_map(|l| l.parents.iter().map(move |p| (p, &l.key))),
+            );
+        for (parent, child) in links {
+            if parent == child {
+                continue;
+            }
+            let list = children.entry(parent).or_default();
+            if !list.contains(&child) {
+                list.push(child);
+            }
+        }
+        Self {
+            shards: by_key,
+            leases: leases.iter().map(|l| (&l.key, l)).collect(),
+            children,
+        }
+    }
+
+    /// True when some descendant of `key` has a lease: `key` was processed already (its
+    /// lease was deleted after its children started).
+    fn consumed(&self, key: &LeaseKey) -> bool {
+        let mut seen = HashSet::new();
+        let mut stack: Vec<&LeaseKey> = self.children.get(key).cloned().unwrap_or_default();
+        while let Some(child) = stack.pop() {
+            if !seen.insert(child) {
+                continue;
+            }
+            if self.leases.contains_key(child) {
+                return true;
+            }
+            stack.extend(self.children.get(child).into_iter().flatten());
+        }
+        false
+    }
+
+    /// True when `key` has children and each of them started (its lease was taken once, or
+    /// was itself consumed and deleted).
+    fn children_started(&self, key: &LeaseKey) -> bool {
+        let Some(children) = self.children.get(key) else {
+            return false;
+        };
+        children.iter().all(|child| match self.leases.get(child) {
+            Some(lease) => lease.tenure > 0 || lease.is_finished(),
+            None => self.consumed(child),
+        })
+    }
+
+    /// The length of the longest chain of listed ancestors of `key`.
+    fn depth(&self, key: &LeaseKey) -> usize {
+        let mut depth = 0;
+        let mut level: Vec<&LeaseKey> = vec![key];
+        let mut seen = HashSet::from([key]);
+        loop {
+            let next: Vec<&LeaseKey> = level
+                .iter()
+                .filter_map(|k| self.shards.get(k))
+                .flat_map(|s| s.parents.iter())
+                .filter(|p| self.shards.contains_key(p) && seen.insert(*p))
+                .collect();
+            if next.is_empty() {
+                return depth;
+            }
+            depth += 1;
+            level = next;
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::lease::{WorkerId, SHARD_END};
+
+    fn key(s: &str) -> LeaseKey {
+        LeaseKey::new(s).unwrap()
+    }
+
+    fn shard(s: &str, parents: &[&str]) -> Shard {
+        Shard::new(key(s)).with_parents(parents.iter().map(|p| key(p)))
+    }
+
+    fn lease(s: &str, parents: &[&str]) -> Lease {
+        NewLease::new(key(s))
+            .with_parents(parents.iter().map(|p| key(p)).collect())
+            .into_lease()
+    }
+
+    fn owned(mut lease: Lease, owner: &str) -> Lease {
+        lease.owner = Some(WorkerId::new(owner).unwrap());
+        lease.tenure += 1;
+        lease.counter += 1;
+        lease
+    }
+
+    fn finished(mut lease: Lease) -> Lease {
+        lease.checkpoint = Some(SHARD_END.to_owned());
+        lease
+    }
+
+    fn table<'a>(leases: &'a [Lease], alive: &'a HashSet<LeaseKey>) -> TableState<'a> {
+        TableState {
+            leases,
+            owner_alive: alive,
+            malformed: 0,
+        }
+    }
+
+    fn created(plan: &DiscoveryPlan) -> Vec<Vec<&str>> {
+        plan.creates
+            .iter()
+            .map(|wave| wave.iter().map(|l| l.key.as_str()).collect())
+            .collect()
+    }
+
+    #[test]
+    fn a_child_waits_for_an_unfinished_parent_and_not_for_a_finished_or_absent_one() {
+        let parent = owned(lease("p", &[]), "a");
+        let child = lease("c", &["p"]);
+        let orphan = lease("o", &["gone"]);
+        let leases = vec![parent.clone(), child.clone(), orphan];
+        assert_eq!(
+            statuses(&leases),
+            [
+                LeaseStatus::Ready,
+                LeaseStatus::Blocked,
+                LeaseStatus::Ready
+            ]
+        );
+        let leases = vec![finished(parent), child];
+        assert_eq!(
+            statuses(&leases),
+            [LeaseStatus::Finished, LeaseStatus::Ready]
+        );
+        let mut retiring = owned(lease("r", &[]), "a");
+        retiring.handoff_to = Some(WorkerId::retire_marker());
+        assert_eq!(statuses(&[retiring]), [LeaseStatus::Retiring]);
+    }
+
+    #[test]
+    fn new_shards_are_created_parents_first() {
+        let mut discovery = Discovery::new(Duration::from_secs(60));
+        let shards = vec![
+            shard("c2", &["b"]),
+            shard("a", &[]),
+            shard("b", &["a"]),
+            shard("m", &["a", "x"]),
+            shard("x", &[]),
+        ];
+        let plan = discovery.plan(&shards, table(&[], &HashSet::new()), Instant::now());
+        assert_eq!(created(&plan), [vec!["a", "x"], vec!["b", "m"], vec!["c2"]]);
+        assert_eq!(plan.creates[1][1].parents, [key("a"), key("x")]);
+        assert!(plan.actions.is_empty());
+    }
+
+    #[test]
+    fn a_shard_with_a_leased_descendant_is_not_created_again() {
+        let mut discovery = Discovery::new(Duration::from_secs(60));
+        // p was split into c; c was split into g. Only g has a lease now.
+        let shards = vec![shard("p", &[]), shard("c", &["p"]), shard("g", &["c"])];
+        let leases = vec![owned(lease("g", &["c"]), "a")];
+        let plan = discovery.plan(&shards, table(&leases, &HashSet::new()), Instant::now());
+        assert!(plan.creates.is_empty(), "{plan:?}");
+    }
+
+    #[test]
+    fn a_lease_deleted_by_hand_comes_back_from_its_last_checkpoint() {
+        let mut discovery = Discovery::new(Duration::from_secs(60));
+        let shards = vec![shard("s", &[])];
+        let mut seen = owned(lease("s", &[]), "a");
+        seen.checkpoint = Some("42".into());
+        discovery.observe(std::slice::from_ref(&seen));
+        let plan = discovery.plan(&shards, table(&[], &HashSet::new()), Instant::now());
+        assert_eq!(plan.creates[0][0].checkpoint.as_deref(), Some("42"));
+        // Deleted on purpose: forgotten, so a shard that comes back starts afresh.
+        discovery.forget(&key("s"));
+        let plan = discovery.plan(&shards, table(&[], &HashSet::new()), Instant::now());
+        assert_eq!(plan.creates[0][0].checkpoint, None);
+    }
+
+    #[test]
+    fn a_finished_parent_is_deleted_once_every_child_started() {
+        let mut discovery = Discovery::new(Duration::from_secs(60));
+        let shards = vec![shard("p", &[]), shard("c1", &["p"]), shard("c2", &["p"])];
+        let parent = finished(lease("p", &[]));
+        let started = owned(lease("c1", &["p"]), "a");
+        let waiting = lease("c2", &["p"]);
+        let none = HashSet::new();
+        let leases = vec![parent.clone(), started.clone(), waiting];
+        let plan = discovery.plan(&shards, table(&leases, &none), Instant::now());
+        assert!(plan.actions.is_empty(), "c2 has not started: {plan:?}");
+
+        let leases = vec![parent.clone(), started.clone(), owned(lease("c2", &["p"]), "b")];
+        let plan = discovery.plan(&shards, table(&leases, &none), Instant::now());
+        assert_eq!(
+            plan.actions,
+            [DiscoveryAction::Delete {
+                lease: parent.clone(),
+                reason: DeleteReason::ParentDone
+            }]
+        );
+
+        // Still held by a live owner (its application has not finished): kept.
+        let held = owned(parent, "a");
+        let alive = HashSet::from([key("p")]);
+        let leases = vec![held, started, owned(lease("c2", &["p"]), "b")];
+        let plan = discovery.plan(&shards, table(&leases, &alive), Instant::now());
+        assert!(plan.actions.is_empty());
+    }
+
+    #[test]
+    fn a_finished_shard_without_children_is_kept_until_it_leaves_the_source() {
+        let mut discovery = Discovery::new(Duration::from_secs(60));
+        let shards = vec![shard("s", &[]).closed()];
+        let leases = vec![finished(lease("s", &[]))];
+        let plan = discovery.plan(&shards, table(&leases, &HashSet::new()), Instant::now());
+        assert_eq!(plan, DiscoveryPlan::default());
+    }
+
+    #[test]
+    fn a_vanished_shard_is_retired_after_the_grace_period() {
+        let mut discovery = Discovery::new(Duration::from_secs(60));
+        let start = Instant::now();
+        let held = owned(lease("held", &[]), "a");
+        let free = lease("free", &[]);
+        let mut moving = owned(lease("moving", &[]), "a");
+        moving.handoff_to = Some(WorkerId::new("b").unwrap());
+        let leases = vec![held.clone(), free.clone(), moving];
+        let alive = HashSet::from([key("held"), key("moving")]);
+        let plan = discovery.plan(&[], table(&leases, &alive), start);
+        assert!(plan.actions.is_empty(), "within the grace period");
+        let plan = discovery.plan(&[], table(&leases, &alive), start + Duration::from_secs(59));
+        assert!(plan.actions.is_empty(), "within the grace period");
+        let plan = discovery.plan(&[], table(&leases, &alive), start + Duration::from_secs(60));
+        assert_eq!(
+            plan.actions,
+            [
+                DiscoveryAction::Retire { lease: held },
+                DiscoveryAction::Delete {
+                    lease: free,
+                    reason: DeleteReason::Vanished
+                },
+            ]
+        );
+    }
+
+    #[test]
+    fn a_shard_that_comes_back_within_the_grace_period_is_kept() {
+        let mut discovery = Discovery::new(Duration::from_secs(60));
+        let start = Instant::now();
+        let leases = vec![lease("s", &[])];
+        let none = HashSet::new();
+        let _ = discovery.plan(&[], table(&leases, &none), start);
+        let _ = discovery.plan(
+            &[shard("s", &[])],
+            table(&leases, &none),
+            start + Duration::from_secs(30),
+        );
+        let plan = discovery.plan(&[], table(&leases, &none), start + Duration::from_secs(61));
+        assert!(plan.actions.is_empty(), "the grace period restarted: {plan:?}");
+    }
+
+    #[test]
+    fn related_shards_are_not_created_while_the_table_has_undecodable_items() {
+        let mut discovery = Discovery::new(Duration::from_secs(60));
+        let shards = vec![shard("p", &[]), shard("c", &["p"]), shard("x", &[])];
+        let none = HashSet::new();
+        let state = TableState {
+            leases: &[],
+            owner_alive: &none,
+            malformed: 1,
+        };
+        let plan = discovery.plan(&shards, state, Instant::now());
+        assert_eq!(created(&plan), [vec!["x"]]);
+    }
+
+    #[test]
+    fn cycles_in_the_lineage_do_not_hang() {
+        let mut discovery = Discovery::new(Duration::from_secs(60));
+        let shards = vec![shard("a", &["b"]), shard("b", &["a"]), shard("s", &["s"])];
+        let plan = discovery.plan(&shards, table(&[], &HashSet::new()), Instant::now());
+        assert_eq!(plan.creates.iter().flatten().count(), 3);
+    }
+}
