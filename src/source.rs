@@ -175,7 +175,7 @@ impl ShardSource for StaticShardSource {
 }
 
 #[async_trait]
-impl<S: ShardSource> ShardSource for Arc<S> {
+impl<S: ShardSource + ?Sized> ShardSource for Arc<S> {
     async fn list_shards(&self) -> Result<Vec<Shard>, SourceError> {
         (**self).list_shards().await
     }

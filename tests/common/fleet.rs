@@ -11,9 +11,11 @@ use std::collections::{BTreeMap, HashMap};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
+use async_trait::async_trait;
+use shardlease::source::{Shard, ShardSource, SourceError, StaticShardSource};
 use shardlease::store::fault::{Faults, FaultyStore};
 use shardlease::store::LeaseStore;
-use shardlease::worker::{LeaseEvent, StopReason, Worker, WorkerMonitor};
+use shardlease::worker::{LeaseEvent, LeaseGrant, StopReason, Worker, WorkerMonitor};
 use shardlease::{LeaseKey, WorkerConfig, WorkerId};
 use tokio::task::JoinHandle;
 use tokio::time::Instant;
@@ -51,6 +53,31 @@ pub enum Record {
         key: String,
     },
     Lost {
+        worker: String,
+        key: String,
+    },
+    /// The application is about to checkpoint the end of a closed shard.
+    Ended {
+        worker: String,
+        key: String,
+        at: Instant,
+    },
+    /// The end-of-shard checkpoint was refused (must not happen in these tests).
+    EndFailed {
+        worker: String,
+        key: String,
+    },
+    Checkpointed {
+        worker: String,
+        key: String,
+        value: String,
+        at: Instant,
+    },
+    ShardEnded {
+        worker: String,
+        key: String,
+    },
+    Retired {
         worker: String,
         key: String,
     },
@@ -129,6 +156,40 @@ pub struct Fleet {
     monitors: Arc<Mutex<BTreeMap<String, WorkerMonitor>>>,
     sampler: Option<JoinHandle<()>>,
     sample_every: Duration,
+    /// With a source, workers discover shards instead of creating `shards` at start.
+    pub source: Option<StaticShardSource>,
+    /// Which worker listed the source, and when.
+    pub source_calls: Arc<Mutex<Vec<(String, Instant)>>>,
+    /// How the applications behave while processing.
+    pub processing: Processing,
+}
+
+/// What the applications do while processing a lease (besides waiting for a stop).
+#[derive(Debug, Clone, Default)]
+pub struct Processing {
+    /// Checkpoint `"{worker}-{n}"` this often.
+    pub checkpoint_every: Option<Duration>,
+    /// Once the source says a shard is closed, process this long more, then checkpoint the
+    /// end of the shard.
+    pub end_after: Duration,
+}
+
+/// Records which worker lists the shared source, and when.
+struct RecordingSource {
+    inner: StaticShardSource,
+    worker: String,
+    calls: Arc<Mutex<Vec<(String, Instant)>>>,
+}
+
+#[async_trait]
+impl ShardSource for RecordingSource {
+    async fn list_shards(&self) -> Result<Vec<Shard>, SourceError> {
+        self.calls
+            .lock()
+            .unwrap()
+            .push((self.worker.clone(), Instant::now()));
+        self.inner.list_shards().await
+    }
 }
 
 pub fn keys(n: usize) -> Vec<LeaseKey> {
@@ -152,7 +213,21 @@ impl Fleet {
             monitors: Arc::default(),
             sampler: None,
             sample_every: Duration::from_millis(5),
+            source: None,
+            source_calls: Arc::default(),
+            processing: Processing::default(),
         }
+    }
+
+    /// A fleet whose workers follow `source` (no leases are created at start).
+    pub fn with_source(
+        store: Arc<dyn LeaseStore>,
+        config: WorkerConfig,
+        source: StaticShardSource,
+    ) -> Self {
+        let mut fleet = Self::new(store, config, 0);
+        fleet.source = Some(source);
+        fleet
     }
 
     pub async fn start(&mut self, name: &str, app: App) {
@@ -161,21 +236,31 @@ impl Fleet {
 
     pub async fn start_with(&mut self, name: &str, app: App, config: WorkerConfig) {
         let (store, faults) = FaultyStore::new(Arc::clone(&self.store));
-        let mut worker = Worker::builder(Arc::new(store), WorkerId::new(name).unwrap())
+        let mut builder = Worker::builder(Arc::new(store), WorkerId::new(name).unwrap())
             .config(config)
-            .shards(self.shards.clone())
-            .start()
-            .await
-            .expect("worker starts");
+            .shards(self.shards.clone());
+        if let Some(source) = &self.source {
+            builder = builder.source(RecordingSource {
+                inner: source.clone(),
+                worker: name.to_owned(),
+                calls: Arc::clone(&self.source_calls),
+            });
+        }
+        let mut worker = builder.start().await.expect("worker starts");
         let events = worker.take_events().unwrap();
         self.monitors
             .lock()
             .unwrap()
             .insert(name.to_owned(), worker.monitor());
+        let behaviour = Behaviour {
+            app,
+            processing: self.processing.clone(),
+            source: self.source.clone(),
+        };
         let app = tokio::spawn(run_app(
             name.to_owned(),
             events,
-            app,
+            behaviour,
             Arc::clone(&self.ledger),
         ));
         self.members.insert(
@@ -359,10 +444,86 @@ impl Fleet {
     }
 }
 
+/// Everything an application needs to know about how to behave.
+#[derive(Clone)]
+struct Behaviour {
+    app: App,
+    processing: Processing,
+    source: Option<StaticShardSource>,
+}
+
+impl Behaviour {
+    /// Whether processing needs the application to wake up on its own.
+    fn active(&self) -> bool {
+        self.source.is_some() || self.processing.checkpoint_every.is_some()
+    }
+}
+
+/// How often an active application looks at the source and its checkpoint clock.
+const APP_POLL: Duration = Duration::from_millis(100);
+
+/// Processes `grant` until it is asked to stop (the reason is returned) or, for a closed
+/// shard, until its end was checkpointed (`None`).
+async fn process(
+    name: &str,
+    grant: &mut LeaseGrant,
+    behaviour: &Behaviour,
+    ledger: &Mutex<Ledger>,
+) -> Option<StopReason> {
+    if !behaviour.active() {
+        return Some(grant.stopped().await);
+    }
+    let key = grant.key().clone();
+    let mut progress = 0u64;
+    let mut last_checkpoint = Instant::now();
+    let mut closed_at: Option<Instant> = None;
+    loop {
+        tokio::select! {
+            reason = grant.stopped() => return Some(reason),
+            _ = tokio::time::sleep(APP_POLL) => {}
+        }
+        let now = Instant::now();
+        let source = behaviour.source.as_ref();
+        if closed_at.is_none() && source.and_then(|s| s.get(&key)).is_some_and(|s| s.closed) {
+            closed_at = Some(now);
+        }
+        if closed_at.is_some_and(|at| now >= at + behaviour.processing.end_after) {
+            let record = |worker: &str| Record::Ended {
+                worker: worker.into(),
+                key: key.to_string(),
+                at: now,
+            };
+            ledger.lock().unwrap().records.push(record(name));
+            if grant.end_of_shard().await.is_err() {
+                ledger.lock().unwrap().records.push(Record::EndFailed {
+                    worker: name.into(),
+                    key: key.to_string(),
+                });
+            }
+            return None;
+        }
+        if let Some(every) = behaviour.processing.checkpoint_every {
+            if now >= last_checkpoint + every {
+                progress += 1;
+                last_checkpoint = now;
+                let value = format!("{name}-{progress}");
+                if grant.checkpoint_at(&value).await.is_ok() {
+                    ledger.lock().unwrap().records.push(Record::Checkpointed {
+                        worker: name.into(),
+                        key: key.to_string(),
+                        value,
+                        at: now,
+                    });
+                }
+            }
+        }
+    }
+}
+
 async fn run_app(
     name: String,
     mut events: tokio::sync::mpsc::UnboundedReceiver<LeaseEvent>,
-    app: App,
+    behaviour: Behaviour,
     ledger: Arc<Mutex<Ledger>>,
 ) {
     while let Some(event) = events.recv().await {
@@ -372,10 +533,16 @@ async fn run_app(
                 let checkpoint = grant.checkpoint().map(str::to_owned);
                 ledger.lock().unwrap().start(&name, &key, checkpoint);
                 let (name, ledger) = (name.clone(), Arc::clone(&ledger));
+                let behaviour = behaviour.clone();
                 tokio::spawn(async move {
-                    let reason = grant.stopped().await;
+                    let Some(reason) = process(&name, &mut grant, &behaviour, &ledger).await
+                    else {
+                        ledger.lock().unwrap().stop(&name, &key);
+                        grant.finish();
+                        return;
+                    };
                     if reason != StopReason::Lost {
-                        if let App::FinishAfter(delay) = app {
+                        if let App::FinishAfter(delay) = behaviour.app {
                             tokio::select! {
                                 _ = tokio::time::sleep(delay) => {
                                     let _ = grant.checkpoint_at(&format!("{name}-done")).await;
@@ -404,6 +571,16 @@ async fn run_app(
                 key: key.to_string(),
             }),
             LeaseEvent::Lost { key } => ledger.lock().unwrap().records.push(Record::Lost {
+                worker: name.clone(),
+                key: key.to_string(),
+            }),
+            LeaseEvent::ShardEnded { key } => {
+                ledger.lock().unwrap().records.push(Record::ShardEnded {
+                    worker: name.clone(),
+                    key: key.to_string(),
+                })
+            }
+            LeaseEvent::Retired { key } => ledger.lock().unwrap().records.push(Record::Retired {
                 worker: name.clone(),
                 key: key.to_string(),
             }),

@@ -1,0 +1,334 @@
+//! Shard discovery and the shard lifecycle on paused tokio time over the in-memory store, with
+//! a source the test changes while the workers run. Every test also checks, at every lease
+//! start and every 5 ms, that no two workers hold or process one lease at once.
+
+#[path = "common/fleet.rs"]
+mod fleet;
+
+use std::collections::BTreeSet;
+use std::sync::Arc;
+use std::time::Duration;
+
+use fleet::{App, Fleet, Processing, Record};
+use shardlease::source::{Shard, StaticShardSource};
+use shardlease::store::memory::InMemoryStore;
+use shardlease::store::{LeaseStore, Outcome};
+use shardlease::{LeaseKey, WorkerConfig};
+use tokio::time::Instant;
+
+const QUICK: App = App::FinishAfter(Duration::from_millis(100));
+
+fn secs(s: u64) -> Duration {
+    Duration::from_secs(s)
+}
+
+fn key(s: &str) -> LeaseKey {
+    LeaseKey::new(s).unwrap()
+}
+
+fn source(n: usize) -> StaticShardSource {
+    StaticShardSource::from_keys((0..n).map(|i| key(&format!("s{i}"))))
+}
+
+fn fleet(source: &StaticShardSource) -> Fleet {
+    let mut fleet = Fleet::with_source(
+        Arc::new(InMemoryStore::new()),
+        WorkerConfig::default(),
+        source.clone(),
+    );
+    fleet.processing = Processing {
+        checkpoint_every: None,
+        end_after: secs(2),
+    };
+    fleet
+}
+
+fn total(fleet: &Fleet) -> usize {
+    fleet.counts().iter().sum()
+}
+
+fn held_keys(fleet: &Fleet) -> BTreeSet<String> {
+    fleet
+        .held()
+        .into_values()
+        .flatten()
+        .map(|k| k.to_string())
+        .collect()
+}
+
+async fn lease_exists(fleet: &Fleet, key: &str) -> bool {
+    let deadline = Instant::now() + secs(1);
+    fleet
+        .store
+        .get(&LeaseKey::new(key).unwrap(), deadline)
+        .await
+        .unwrap()
+        .is_some()
+}
+
+/// Every time `child` started, each of `parents` had been processed to its end before.
+fn assert_parents_first(fleet: &Fleet, child: &str, parents: &[&str]) {
+    let records = fleet.records();
+    let ended_at = |parent: &str| {
+        records.iter().find_map(|r| match r {
+            Record::Ended { key, at, .. } if key == parent => Some(*at),
+            _ => None,
+        })
+    };
+    let starts: Vec<Instant> = records
+        .iter()
+        .filter_map(|r| match r {
+            Record::Started { key, at, .. } if key == child => Some(*at),
+            _ => None,
+        })
+        .collect();
+    assert!(!starts.is_empty(), "{child} never started");
+    for parent in parents {
+        let ended = ended_at(parent).unwrap_or_else(|| panic!("{parent} never ended"));
+        for start in &starts {
+            assert!(
+                *start >= ended,
+                "{child} started {:?} before its parent {parent} ended",
+                ended - *start
+            );
+        }
+    }
+}
+
+fn assert_no_errors(fleet: &Fleet) {
+    let bad: Vec<Record> = fleet
+        .records()
+        .into_iter()
+        .filter(|r| matches!(r, Record::Lost { .. } | Record::EndFailed { .. }))
+        .collect();
+    assert!(bad.is_empty(), "{bad:#?}");
+}
+
+#[tokio::test(start_paused = true)]
+async fn shards_added_while_running_join_the_balance() {
+    let source = source(4);
+    let mut fleet = fleet(&source);
+    fleet.start("a", QUICK).await;
+    fleet.start("b", QUICK).await;
+    fleet.until(secs(60), |f| f.counts() == [2, 2]).await;
+
+    for i in 4..8 {
+        source.add(Shard::new(key(&format!("s{i}"))));
+    }
+    let took = fleet.until(secs(60), |f| f.counts() == [4, 4]).await;
+    Fleet::figure("discovery: 4 shards added, until held and balanced 4+4", took);
+    let config = WorkerConfig::default();
+    assert!(
+        took <= config.discovery_interval.mul_f64(1.1) + config.taker_interval,
+        "new shards balanced after {took:?}"
+    );
+    fleet.assert_safe();
+    assert_no_errors(&fleet);
+    fleet.shutdown_all().await;
+}
+
+#[tokio::test(start_paused = true)]
+async fn removed_shards_are_retired_without_errors() {
+    let source = source(6);
+    let mut fleet = fleet(&source);
+    fleet.start("a", QUICK).await;
+    fleet.start("b", QUICK).await;
+    fleet.until(secs(60), |f| f.counts() == [3, 3]).await;
+
+    source.remove(&key("s0"));
+    source.remove(&key("s5"));
+    let took = fleet
+        .until(secs(300), |f| {
+            let held = held_keys(f);
+            held.len() == 4 && !held.contains("s0") && !held.contains("s5")
+        })
+        .await;
+    Fleet::figure("discovery: 2 shards removed, until their leases retired", took);
+    let config = WorkerConfig::default();
+    assert!(took >= config.retire_after, "retired within the grace period");
+    assert!(
+        took <= config.retire_after + 2 * config.discovery_interval + config.renew_interval + secs(1),
+        "retired after {took:?}"
+    );
+    for gone in ["s0", "s5"] {
+        assert!(!lease_exists(&fleet, gone).await, "{gone} still in the table");
+        let retired = fleet.count(|r| matches!(r, Record::Retired { key, .. } if key == gone));
+        assert_eq!(retired, 1, "{gone} retired once");
+    }
+    fleet.until(secs(60), |f| f.counts() == [2, 2]).await;
+    fleet.idle(secs(120)).await;
+    assert_eq!(total(&fleet), 4, "the retired shards did not come back");
+    fleet.assert_safe();
+    assert_no_errors(&fleet);
+    fleet.shutdown_all().await;
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_split_and_a_merge_keep_every_child_after_its_parents() {
+    let source = source(3);
+    let mut fleet = fleet(&source);
+    for name in ["a", "b", "c"] {
+        fleet.start(name, QUICK).await;
+    }
+    fleet.until(secs(60), |f| f.counts() == [1, 1, 1]).await;
+    fleet.idle(secs(5)).await;
+
+    // s0 splits into s3 and s4; s1 and s2 merge into s5. The parents still hold data: their
+    // applications take `end_after` (2 s) to reach the end once they see them closed.
+    let resharded = Instant::now();
+    source.split(&key("s0"), [key("s3"), key("s4")]);
+    source.merge(&[key("s1"), key("s2")], key("s5"));
+
+    let took = fleet
+        .until(secs(120), |f| held_keys(f) == ["s3", "s4", "s5"].map(String::from).into())
+        .await;
+    Fleet::figure("discovery: split + merge, until every child held", took);
+    assert_parents_first(&fleet, "s3", &["s0"]);
+    assert_parents_first(&fleet, "s4", &["s0"]);
+    assert_parents_first(&fleet, "s5", &["s1", "s2"]);
+
+    // The children existed in the table, blocked, while their parents were processed.
+    let first_child_start = ["s3", "s4", "s5"]
+        .iter()
+        .filter_map(|c| {
+            fleet.records().into_iter().find_map(|r| match r {
+                Record::Started { key, at, .. } if key == *c => Some(at),
+                _ => None,
+            })
+        })
+        .min()
+        .unwrap();
+    assert!(first_child_start >= resharded + secs(2));
+
+    // Finished parents are deleted once their children started, and not re-created.
+    let deadline = Instant::now() + secs(60);
+    for parent in ["s0", "s1", "s2"] {
+        while lease_exists(&fleet, parent).await {
+            assert!(Instant::now() < deadline, "{parent} not deleted");
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+        let ended = fleet.count(|r| matches!(r, Record::ShardEnded { key, .. } if key == parent));
+        assert_eq!(ended, 1, "{parent} released once at its end");
+    }
+    fleet.idle(secs(120)).await;
+    for parent in ["s0", "s1", "s2"] {
+        assert!(!lease_exists(&fleet, parent).await, "{parent} came back");
+        let starts = fleet.count(|r| matches!(r, Record::Started { key, .. } if key == parent));
+        assert_eq!(starts, 1, "{parent} processed once");
+    }
+    fleet.assert_safe();
+    assert_no_errors(&fleet);
+    fleet.shutdown_all().await;
+}
+
+#[tokio::test(start_paused = true)]
+async fn discovery_runs_on_one_worker_and_moves_when_it_crashes() {
+    let source = source(3);
+    let mut fleet = fleet(&source);
+    for name in ["a", "b", "c"] {
+        fleet.start(name, QUICK).await;
+    }
+    fleet.until(secs(60), |f| f.counts() == [1, 1, 1]).await;
+    fleet.idle(secs(60)).await;
+    let listed_by = |fleet: &Fleet, since: Instant| -> BTreeSet<String> {
+        let calls = fleet.source_calls.lock().unwrap();
+        calls
+            .iter()
+            .filter(|(_, at)| *at >= since)
+            .map(|(w, _)| w.clone())
+            .collect()
+    };
+    let settled = Instant::now() - secs(50);
+    assert_eq!(listed_by(&fleet, settled), ["a".to_owned()].into());
+
+    fleet.crash("a");
+    let crashed = Instant::now();
+    source.add(Shard::new(key("s3")));
+    let took = fleet
+        .until(secs(120), |f| held_keys(f).contains("s3"))
+        .await;
+    Fleet::figure("discovery: discoverer crashed + shard added, until held", took);
+    let config = WorkerConfig::default();
+    assert!(
+        took <= config.lease_duration + config.taker_interval + config.discovery_interval.mul_f64(1.1),
+        "the new shard was held {took:?} after the discoverer crashed"
+    );
+    fleet.idle(secs(60)).await;
+    assert_eq!(
+        listed_by(&fleet, crashed + config.lease_duration + config.taker_interval),
+        ["b".to_owned()].into(),
+        "one worker took over discovery"
+    );
+    fleet.assert_safe();
+    fleet.shutdown_all().await;
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_lease_deleted_by_hand_is_recreated_from_its_last_checkpoint() {
+    let source = source(2);
+    let mut fleet = fleet(&source);
+    fleet.processing.checkpoint_every = Some(secs(1));
+    fleet.start("a", QUICK).await;
+    fleet.until(secs(60), |f| f.counts() == [2]).await;
+    fleet.idle(secs(10)).await;
+
+    // Delete s0 under its holder, as an operator might in the console.
+    let s0 = key("s0");
+    let deadline = Instant::now() + secs(5);
+    loop {
+        let lease = fleet.store.get(&s0, deadline).await.unwrap().unwrap();
+        let deleted = fleet
+            .store
+            .delete(&s0, lease.counter, lease.tenure, deadline)
+            .await
+            .unwrap();
+        if let Outcome::Done(_) = deleted {
+            break;
+        }
+    }
+    let deleted_at = Instant::now();
+    let written: Vec<(String, Instant)> = fleet
+        .records()
+        .into_iter()
+        .filter_map(|r| match r {
+            Record::Checkpointed { key, value, at, .. } if key == "s0" => Some((value, at)),
+            _ => None,
+        })
+        .collect();
+    assert!(written.len() >= 5, "{written:?}");
+
+    fleet
+        .until(secs(30), |f| {
+            f.count(|r| matches!(r, Record::Lost { key, .. } if key == "s0")) == 1
+        })
+        .await;
+    let took = fleet
+        .until(secs(60), |f| {
+            f.count(|r| matches!(r, Record::Started { key, .. } if key == "s0")) == 2
+        })
+        .await;
+    Fleet::figure(
+        "discovery: lease deleted by hand, from Lost until processed again",
+        took,
+    );
+    let resumed_from = fleet
+        .records()
+        .into_iter()
+        .filter_map(|r| match r {
+            Record::Started { key, checkpoint, .. } if key == "s0" => checkpoint,
+            _ => None,
+        })
+        .next_back()
+        .expect("restarted from a checkpoint");
+    let (_, written_at) = written
+        .iter()
+        .find(|(value, _)| *value == resumed_from)
+        .unwrap_or_else(|| panic!("{resumed_from} was never written: {written:?}"));
+    assert!(
+        deleted_at - *written_at <= WorkerConfig::default().taker_interval + secs(1),
+        "resumed from {resumed_from}, written {:?} before the delete",
+        deleted_at - *written_at
+    );
+    fleet.assert_safe();
+    fleet.shutdown_all().await;
+}
