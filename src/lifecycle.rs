@@ -135,7 +135,8 @@ impl Discovery {
                 Some(checkpoint) if *checkpoint == lease.checkpoint => {}
                 Some(checkpoint) => checkpoint.clone_from(&lease.checkpoint),
                 None => {
-                    self.known.insert(lease.key.clone(), lease.checkpoint.clone());
+                    self.known
+                        .insert(lease.key.clone(), lease.checkpoint.clone());
                 }
             }
         }
@@ -362,11 +363,7 @@ mod tests {
         let leases = vec![parent.clone(), child.clone(), orphan];
         assert_eq!(
             statuses(&leases),
-            [
-                LeaseStatus::Ready,
-                LeaseStatus::Blocked,
-                LeaseStatus::Ready
-            ]
+            [LeaseStatus::Ready, LeaseStatus::Blocked, LeaseStatus::Ready]
         );
         let leases = vec![finished(parent), child];
         assert_eq!(
@@ -431,7 +428,11 @@ mod tests {
         let plan = discovery.plan(&shards, table(&leases, &none), Instant::now());
         assert!(plan.actions.is_empty(), "c2 has not started: {plan:?}");
 
-        let leases = vec![parent.clone(), started.clone(), owned(lease("c2", &["p"]), "b")];
+        let leases = vec![
+            parent.clone(),
+            started.clone(),
+            owned(lease("c2", &["p"]), "b"),
+        ];
         let plan = discovery.plan(&shards, table(&leases, &none), Instant::now());
         assert_eq!(
             plan.actions,
@@ -498,7 +499,10 @@ mod tests {
             start + Duration::from_secs(30),
         );
         let plan = discovery.plan(&[], table(&leases, &none), start + Duration::from_secs(61));
-        assert!(plan.actions.is_empty(), "the grace period restarted: {plan:?}");
+        assert!(
+            plan.actions.is_empty(),
+            "the grace period restarted: {plan:?}"
+        );
     }
 
     #[test]

@@ -43,67 +43,6 @@ fn fleet(source: &StaticShardSource) -> Fleet {
     fleet
 }
 
-fn total(fleet: &Fleet) -> usize {
-    fleet.counts().iter().sum()
-}
-
-fn held_keys(fleet: &Fleet) -> BTreeSet<String> {
-    fleet
-        .held()
-        .into_values()
-        .flatten()
-        .map(|k| k.to_string())
-        .collect()
-}
-
-async fn lease_exists(fleet: &Fleet, key: &str) -> bool {
-    let deadline = Instant::now() + secs(1);
-    fleet
-        .store
-        .get(&LeaseKey::new(key).unwrap(), deadline)
-        .await
-        .unwrap()
-        .is_some()
-}
-
-/// Every time `child` started, each of `parents` had been processed to its end before.
-fn assert_parents_first(fleet: &Fleet, child: &str, parents: &[&str]) {
-    let records = fleet.records();
-    let ended_at = |parent: &str| {
-        records.iter().find_map(|r| match r {
-            Record::Ended { key, at, .. } if key == parent => Some(*at),
-            _ => None,
-        })
-    };
-    let starts: Vec<Instant> = records
-        .iter()
-        .filter_map(|r| match r {
-            Record::Started { key, at, .. } if key == child => Some(*at),
-            _ => None,
-        })
-        .collect();
-    assert!(!starts.is_empty(), "{child} never started");
-    for parent in parents {
-        let ended = ended_at(parent).unwrap_or_else(|| panic!("{parent} never ended"));
-        for start in &starts {
-            assert!(
-                *start >= ended,
-                "{child} started {:?} before its parent {parent} ended",
-                ended - *start
-            );
-        }
-    }
-}
-
-fn assert_no_errors(fleet: &Fleet) {
-    let bad: Vec<Record> = fleet
-        .records()
-        .into_iter()
-        .filter(|r| matches!(r, Record::Lost { .. } | Record::EndFailed { .. }))
-        .collect();
-    assert!(bad.is_empty(), "{bad:#?}");
-}
-
 #[tokio::test(start_paused = true)]
 async fn shards_added_while_running_join_the_balance() {
     let source = source(4);
@@ -116,14 +55,17 @@ async fn shards_added_while_running_join_the_balance() {
         source.add(Shard::new(key(&format!("s{i}"))));
     }
     let took = fleet.until(secs(60), |f| f.counts() == [4, 4]).await;
-    Fleet::figure("discovery: 4 shards added, until held and balanced 4+4", took);
+    Fleet::figure(
+        "discovery: 4 shards added, until held and balanced 4+4",
+        took,
+    );
     let config = WorkerConfig::default();
     assert!(
         took <= config.discovery_interval.mul_f64(1.1) + config.taker_interval,
         "new shards balanced after {took:?}"
     );
     fleet.assert_safe();
-    assert_no_errors(&fleet);
+    fleet.assert_no_errors();
     fleet.shutdown_all().await;
 }
 
@@ -139,27 +81,40 @@ async fn removed_shards_are_retired_without_errors() {
     source.remove(&key("s5"));
     let took = fleet
         .until(secs(300), |f| {
-            let held = held_keys(f);
+            let held = f.held_keys();
             held.len() == 4 && !held.contains("s0") && !held.contains("s5")
         })
         .await;
-    Fleet::figure("discovery: 2 shards removed, until their leases retired", took);
+    Fleet::figure(
+        "discovery: 2 shards removed, until their leases retired",
+        took,
+    );
     let config = WorkerConfig::default();
-    assert!(took >= config.retire_after, "retired within the grace period");
     assert!(
-        took <= config.retire_after + 2 * config.discovery_interval + config.renew_interval + secs(1),
+        took >= config.retire_after,
+        "retired within the grace period"
+    );
+    assert!(
+        took <= config.retire_after
+            + 2 * config.discovery_interval
+            + config.renew_interval
+            + secs(1),
         "retired after {took:?}"
     );
     for gone in ["s0", "s5"] {
-        assert!(!lease_exists(&fleet, gone).await, "{gone} still in the table");
+        assert!(!fleet.lease_exists(gone).await, "{gone} still in the table");
         let retired = fleet.count(|r| matches!(r, Record::Retired { key, .. } if key == gone));
         assert_eq!(retired, 1, "{gone} retired once");
     }
     fleet.until(secs(60), |f| f.counts() == [2, 2]).await;
     fleet.idle(secs(120)).await;
-    assert_eq!(total(&fleet), 4, "the retired shards did not come back");
+    assert_eq!(
+        fleet.counts().iter().sum::<usize>(),
+        4,
+        "the retired shards did not come back"
+    );
     fleet.assert_safe();
-    assert_no_errors(&fleet);
+    fleet.assert_no_errors();
     fleet.shutdown_all().await;
 }
 
@@ -180,12 +135,14 @@ async fn a_split_and_a_merge_keep_every_child_after_its_parents() {
     source.merge(&[key("s1"), key("s2")], key("s5"));
 
     let took = fleet
-        .until(secs(120), |f| held_keys(f) == ["s3", "s4", "s5"].map(String::from).into())
+        .until(secs(120), |f| {
+            f.held_keys() == ["s3", "s4", "s5"].map(String::from).into()
+        })
         .await;
     Fleet::figure("discovery: split + merge, until every child held", took);
-    assert_parents_first(&fleet, "s3", &["s0"]);
-    assert_parents_first(&fleet, "s4", &["s0"]);
-    assert_parents_first(&fleet, "s5", &["s1", "s2"]);
+    fleet.assert_parents_first("s3", &["s0"]);
+    fleet.assert_parents_first("s4", &["s0"]);
+    fleet.assert_parents_first("s5", &["s1", "s2"]);
 
     // The children existed in the table, blocked, while their parents were processed.
     let first_child_start = ["s3", "s4", "s5"]
@@ -203,7 +160,7 @@ async fn a_split_and_a_merge_keep_every_child_after_its_parents() {
     // Finished parents are deleted once their children started, and not re-created.
     let deadline = Instant::now() + secs(60);
     for parent in ["s0", "s1", "s2"] {
-        while lease_exists(&fleet, parent).await {
+        while fleet.lease_exists(parent).await {
             assert!(Instant::now() < deadline, "{parent} not deleted");
             tokio::time::sleep(Duration::from_millis(100)).await;
         }
@@ -212,12 +169,12 @@ async fn a_split_and_a_merge_keep_every_child_after_its_parents() {
     }
     fleet.idle(secs(120)).await;
     for parent in ["s0", "s1", "s2"] {
-        assert!(!lease_exists(&fleet, parent).await, "{parent} came back");
+        assert!(!fleet.lease_exists(parent).await, "{parent} came back");
         let starts = fleet.count(|r| matches!(r, Record::Started { key, .. } if key == parent));
         assert_eq!(starts, 1, "{parent} processed once");
     }
     fleet.assert_safe();
-    assert_no_errors(&fleet);
+    fleet.assert_no_errors();
     fleet.shutdown_all().await;
 }
 
@@ -245,17 +202,25 @@ async fn discovery_runs_on_one_worker_and_moves_when_it_crashes() {
     let crashed = Instant::now();
     source.add(Shard::new(key("s3")));
     let took = fleet
-        .until(secs(120), |f| held_keys(f).contains("s3"))
+        .until(secs(120), |f| f.held_keys().contains("s3"))
         .await;
-    Fleet::figure("discovery: discoverer crashed + shard added, until held", took);
+    Fleet::figure(
+        "discovery: discoverer crashed + shard added, until held",
+        took,
+    );
     let config = WorkerConfig::default();
     assert!(
-        took <= config.lease_duration + config.taker_interval + config.discovery_interval.mul_f64(1.1),
+        took <= config.lease_duration
+            + config.taker_interval
+            + config.discovery_interval.mul_f64(1.1),
         "the new shard was held {took:?} after the discoverer crashed"
     );
     fleet.idle(secs(60)).await;
     assert_eq!(
-        listed_by(&fleet, crashed + config.lease_duration + config.taker_interval),
+        listed_by(
+            &fleet,
+            crashed + config.lease_duration + config.taker_interval
+        ),
         ["b".to_owned()].into(),
         "one worker took over discovery"
     );
@@ -315,7 +280,9 @@ async fn a_lease_deleted_by_hand_is_recreated_from_its_last_checkpoint() {
         .records()
         .into_iter()
         .filter_map(|r| match r {
-            Record::Started { key, checkpoint, .. } if key == "s0" => checkpoint,
+            Record::Started {
+                key, checkpoint, ..
+            } if key == "s0" => checkpoint,
             _ => None,
         })
         .next_back()

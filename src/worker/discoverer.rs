@@ -135,7 +135,9 @@ async fn apply(shared: &Arc<Shared>, discovery: &mut Discovery, plan: DiscoveryP
                     .delete(&lease.key, lease.counter, lease.tenure, deadline)
                     .await;
                 let (label, why) = match reason {
-                    DeleteReason::ParentDone => ("parent_done", "finished and its children started"),
+                    DeleteReason::ParentDone => {
+                        ("parent_done", "finished and its children started")
+                    }
                     DeleteReason::Vanished => ("vanished", "its shard left the source"),
                 };
                 match outcome {
@@ -228,7 +230,10 @@ mod tests {
         for failures in 1..20 {
             let wait = backoff(interval, failures);
             let ceiling = interval * (1u32 << (failures - 1).min(3));
-            assert!(wait >= ceiling / 2 && wait <= ceiling, "{failures}: {wait:?}");
+            assert!(
+                wait >= ceiling / 2 && wait <= ceiling,
+                "{failures}: {wait:?}"
+            );
             assert!(wait <= interval * MAX_BACKOFF_INTERVALS);
             assert!(wait >= interval / 2);
         }

@@ -101,7 +101,9 @@ pub enum CheckpointError {
     },
     /// The value starts with the reserved prefix; use
     /// [`Checkpointer::end_of_shard`] for the end of a shard.
-    #[error("checkpoint {value:?} of lease {key} starts with the reserved prefix {RESERVED_PREFIX:?}")]
+    #[error(
+        "checkpoint {value:?} of lease {key} starts with the reserved prefix {RESERVED_PREFIX:?}"
+    )]
     Reserved {
         /// The lease.
         key: LeaseKey,

@@ -85,11 +85,19 @@ pub(crate) struct Shared {
 /// What to do after the application finished with a lease.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub(crate) enum Finish {
-    HandOff { tenure: u64, to: WorkerId },
+    HandOff {
+        tenure: u64,
+        to: WorkerId,
+    },
     /// Give the lease up; `ended`: because its shard was processed to the end.
-    Release { tenure: u64, ended: bool },
+    Release {
+        tenure: u64,
+        ended: bool,
+    },
     /// Delete the lease: its shard left the source.
-    Retire { tenure: u64 },
+    Retire {
+        tenure: u64,
+    },
 }
 
 /// The taker's reading of the table at the end of one round.

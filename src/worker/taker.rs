@@ -14,8 +14,8 @@ use super::metrics;
 use super::state::{Pending, Shared, TableView};
 use crate::balance::{BalancePolicy, FleetView, Holder, LeaseView, Move, WorkerView};
 use crate::expiry::ExpiryTracker;
-use crate::lifecycle::{self, LeaseStatus};
 use crate::lease::{Lease, LeaseKey, Snapshot, WorkerId};
+use crate::lifecycle::{self, LeaseStatus};
 use crate::store::{Outcome, StoreError};
 
 pub(crate) struct Taker {

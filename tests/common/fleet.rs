@@ -347,6 +347,64 @@ impl Fleet {
             .collect()
     }
 
+    /// Every lease some worker holds now.
+    pub fn held_keys(&self) -> std::collections::BTreeSet<String> {
+        self.held()
+            .into_values()
+            .flatten()
+            .map(|k| k.to_string())
+            .collect()
+    }
+
+    /// Whether the table has a lease `key`.
+    pub async fn lease_exists(&self, key: &str) -> bool {
+        let deadline = Instant::now() + Duration::from_secs(5);
+        self.store
+            .get(&LeaseKey::new(key).unwrap(), deadline)
+            .await
+            .unwrap()
+            .is_some()
+    }
+
+    /// Every time `child` started, each of `parents` had been processed to its end before.
+    pub fn assert_parents_first(&self, child: &str, parents: &[&str]) {
+        let records = self.records();
+        let starts: Vec<Instant> = records
+            .iter()
+            .filter_map(|r| match r {
+                Record::Started { key, at, .. } if key == child => Some(*at),
+                _ => None,
+            })
+            .collect();
+        assert!(!starts.is_empty(), "{child} never started");
+        for parent in parents {
+            let ended = records
+                .iter()
+                .find_map(|r| match r {
+                    Record::Ended { key, at, .. } if key == parent => Some(*at),
+                    _ => None,
+                })
+                .unwrap_or_else(|| panic!("{parent} never ended"));
+            for start in &starts {
+                assert!(
+                    *start >= ended,
+                    "{child} started {:?} before its parent {parent} ended",
+                    ended - *start
+                );
+            }
+        }
+    }
+
+    /// No lease was lost and every end-of-shard checkpoint was accepted.
+    pub fn assert_no_errors(&self) {
+        let bad: Vec<Record> = self
+            .records()
+            .into_iter()
+            .filter(|r| matches!(r, Record::Lost { .. } | Record::EndFailed { .. }))
+            .collect();
+        assert!(bad.is_empty(), "{bad:#?}");
+    }
+
     pub fn counts(&self) -> Vec<usize> {
         self.held().values().map(Vec::len).collect()
     }
@@ -535,8 +593,7 @@ async fn run_app(
                 let (name, ledger) = (name.clone(), Arc::clone(&ledger));
                 let behaviour = behaviour.clone();
                 tokio::spawn(async move {
-                    let Some(reason) = process(&name, &mut grant, &behaviour, &ledger).await
-                    else {
+                    let Some(reason) = process(&name, &mut grant, &behaviour, &ledger).await else {
                         ledger.lock().unwrap().stop(&name, &key);
                         grant.finish();
                         return;
