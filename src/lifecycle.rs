@@ -184,6 +184,15 @@ impl Discovery {
 
         for lease in table.leases {
             let alive = table.owner_alive.contains(&lease.key) && lease.owner.is_some();
+            if lease.is_retiring() && !alive {
+                // Its owner died while retiring it (nobody else may take a retiring lease):
+                // finish the retirement. A shard listed again gets a new lease next round.
+                plan.actions.push(DiscoveryAction::Delete {
+                    lease: lease.clone(),
+                    reason: DeleteReason::Vanished,
+                });
+                continue;
+            }
             if !graph.shards.contains_key(&lease.key) {
                 let since = *self.missing_since.entry(lease.key.clone()).or_insert(now);
                 if now.saturating_duration_since(since) < self.retire_after {
@@ -483,6 +492,26 @@ mod tests {
                     reason: DeleteReason::Vanished
                 },
             ]
+        );
+    }
+
+    #[test]
+    fn a_retiring_lease_whose_owner_died_is_deleted_even_if_listed_again() {
+        let mut discovery = Discovery::new(Duration::from_secs(60));
+        let mut retiring = owned(lease("r", &[]), "a");
+        retiring.handoff_to = Some(WorkerId::retire_marker());
+        let leases = vec![retiring.clone()];
+        let shards = vec![shard("r", &[])];
+        let alive = HashSet::from([key("r")]);
+        let plan = discovery.plan(&shards, table(&leases, &alive), Instant::now());
+        assert!(plan.actions.is_empty(), "its owner is retiring it");
+        let plan = discovery.plan(&shards, table(&leases, &HashSet::new()), Instant::now());
+        assert_eq!(
+            plan.actions,
+            [DiscoveryAction::Delete {
+                lease: retiring,
+                reason: DeleteReason::Vanished
+            }]
         );
     }
 

@@ -10,7 +10,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use fleet::{App, Fleet, Processing, Record};
-use shardlease::source::{Shard, StaticShardSource};
+use shardlease::source::{Shard, ShardSource, SourceError, StaticShardSource};
 use shardlease::store::memory::InMemoryStore;
 use shardlease::store::{LeaseStore, Outcome};
 use shardlease::{LeaseKey, WorkerConfig};
@@ -297,5 +297,69 @@ async fn a_lease_deleted_by_hand_is_recreated_from_its_last_checkpoint() {
         deleted_at - *written_at
     );
     fleet.assert_safe();
+    fleet.shutdown_all().await;
+}
+
+/// A source that fails its first `failures` listings (half of them throttled).
+struct FlakySource {
+    inner: StaticShardSource,
+    failures: std::sync::Mutex<u32>,
+}
+
+#[async_trait::async_trait]
+impl ShardSource for FlakySource {
+    async fn list_shards(&self) -> Result<Vec<Shard>, SourceError> {
+        let left = {
+            let mut failures = self.failures.lock().unwrap();
+            let left = *failures;
+            *failures = left.saturating_sub(1);
+            left
+        };
+        if left == 0 {
+            return self.inner.list_shards().await;
+        }
+        let err = "service unavailable".into();
+        if left % 2 == 0 {
+            Err(SourceError::Throttled(err))
+        } else {
+            Err(SourceError::Failed(err))
+        }
+    }
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_failing_source_is_backed_off_and_no_error_reaches_the_application() {
+    let source = source(2);
+    let flaky = Arc::new(FlakySource {
+        inner: source.clone(),
+        failures: std::sync::Mutex::new(4),
+    });
+    let mut fleet = fleet(&source);
+    // The fleet's recording source wraps the flaky one, so every call is timed.
+    fleet.source_override = Some(flaky);
+    fleet.start("a", QUICK).await;
+    let took = fleet.until(secs(600), |f| f.counts() == [2]).await;
+    let calls: Vec<Instant> = fleet
+        .source_calls
+        .lock()
+        .unwrap()
+        .iter()
+        .map(|(_, at)| *at)
+        .collect();
+    assert!(calls.len() >= 5, "{calls:?}");
+    let gaps: Vec<Duration> = calls.windows(2).map(|w| w[1] - w[0]).take(4).collect();
+    let interval = WorkerConfig::default().discovery_interval;
+    // After n failures the wait is between half and all of interval x 2^(n-1).
+    for (n, gap) in gaps.iter().enumerate() {
+        let ceiling = interval * (1 << n);
+        assert!(
+            *gap >= ceiling / 2 && *gap <= ceiling,
+            "wait after failure {}: {gap:?}",
+            n + 1
+        );
+    }
+    Fleet::figure("discovery: 4 failed listings, until leases held", took);
+    fleet.assert_safe();
+    fleet.assert_no_errors();
     fleet.shutdown_all().await;
 }

@@ -160,6 +160,8 @@ pub struct Fleet {
     pub source: Option<StaticShardSource>,
     /// Which worker listed the source, and when.
     pub source_calls: Arc<Mutex<Vec<(String, Instant)>>>,
+    /// Listed by the workers instead of `source` (which the applications still read).
+    pub source_override: Option<Arc<dyn ShardSource>>,
     /// How the applications behave while processing.
     pub processing: Processing,
 }
@@ -176,7 +178,7 @@ pub struct Processing {
 
 /// Records which worker lists the shared source, and when.
 struct RecordingSource {
-    inner: StaticShardSource,
+    inner: Arc<dyn ShardSource>,
     worker: String,
     calls: Arc<Mutex<Vec<(String, Instant)>>>,
 }
@@ -215,6 +217,7 @@ impl Fleet {
             sample_every: Duration::from_millis(5),
             source: None,
             source_calls: Arc::default(),
+            source_override: None,
             processing: Processing::default(),
         }
     }
@@ -240,8 +243,12 @@ impl Fleet {
             .config(config)
             .shards(self.shards.clone());
         if let Some(source) = &self.source {
+            let inner = match &self.source_override {
+                Some(inner) => Arc::clone(inner),
+                None => Arc::new(source.clone()),
+            };
             builder = builder.source(RecordingSource {
-                inner: source.clone(),
+                inner,
                 worker: name.to_owned(),
                 calls: Arc::clone(&self.source_calls),
             });
