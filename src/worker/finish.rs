@@ -58,6 +58,8 @@ async fn finish_now(shared: &Shared, key: LeaseKey, finish: Finish) {
                 Ok(Outcome::Done(_)) if ended => {
                     tracing::info!(lease_key = %key, "lease of a finished shard released");
                     shared.emit(LeaseEvent::ShardEnded { key });
+                    // Its children are ready now: look at once rather than at the next round.
+                    shared.rescan.notify_one();
                 }
                 Ok(Outcome::Done(_)) => {
                     tracing::info!(lease_key = %key, "lease released");
