@@ -9,6 +9,10 @@ scripts/emulators.sh install
 if [ -z "${SHARDLEASE_DYNALITE_ENDPOINT:-}${SHARDLEASE_MOTO_ENDPOINT:-}" ]; then
   trap 'scripts/emulators.sh stop' EXIT
   scripts/emulators.sh start
+  # The tests find the emulators on the ports they were started on (DYNALITE_PORT / MOTO_PORT
+  # move both, for a machine where the defaults are taken).
+  export SHARDLEASE_DYNALITE_ENDPOINT="http://127.0.0.1:${DYNALITE_PORT:-4567}"
+  export SHARDLEASE_MOTO_ENDPOINT="http://127.0.0.1:${MOTO_PORT:-4568}"
 fi
 
 cargo test --all-targets "$@"
