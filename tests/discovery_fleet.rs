@@ -30,6 +30,30 @@ fn source(n: usize) -> StaticShardSource {
     StaticShardSource::from_keys((0..n).map(|i| key(&format!("s{i}"))))
 }
 
+/// `shards` shards on the named workers, started and balanced.
+async fn running(shards: usize, workers: &[&str]) -> (StaticShardSource, Fleet) {
+    let source = source(shards);
+    let mut fleet = fleet(&source);
+    for name in workers {
+        fleet.start(name, QUICK).await;
+    }
+    fleet
+        .until(secs(60), |f| {
+            let counts = f.counts();
+            counts.iter().sum::<usize>() == shards
+                && counts.iter().max().unwrap() - counts.iter().min().unwrap() <= 1
+        })
+        .await;
+    (source, fleet)
+}
+
+/// Checks the safety and error invariants, then shuts every worker down.
+async fn finish(fleet: Fleet) {
+    fleet.assert_safe();
+    fleet.assert_no_errors();
+    fleet.shutdown_all().await;
+}
+
 fn fleet(source: &StaticShardSource) -> Fleet {
     let mut fleet = Fleet::with_source(
         Arc::new(InMemoryStore::new()),
@@ -45,11 +69,7 @@ fn fleet(source: &StaticShardSource) -> Fleet {
 
 #[tokio::test(start_paused = true)]
 async fn shards_added_while_running_join_the_balance() {
-    let source = source(4);
-    let mut fleet = fleet(&source);
-    fleet.start("a", QUICK).await;
-    fleet.start("b", QUICK).await;
-    fleet.until(secs(60), |f| f.counts() == [2, 2]).await;
+    let (source, fleet) = running(4, &["a", "b"]).await;
 
     for i in 4..8 {
         source.add(Shard::new(key(&format!("s{i}"))));
@@ -64,18 +84,12 @@ async fn shards_added_while_running_join_the_balance() {
         took <= config.discovery_interval.mul_f64(1.1) + config.taker_interval,
         "new shards balanced after {took:?}"
     );
-    fleet.assert_safe();
-    fleet.assert_no_errors();
-    fleet.shutdown_all().await;
+    finish(fleet).await;
 }
 
 #[tokio::test(start_paused = true)]
 async fn removed_shards_are_retired_without_errors() {
-    let source = source(6);
-    let mut fleet = fleet(&source);
-    fleet.start("a", QUICK).await;
-    fleet.start("b", QUICK).await;
-    fleet.until(secs(60), |f| f.counts() == [3, 3]).await;
+    let (source, fleet) = running(6, &["a", "b"]).await;
 
     source.remove(&key("s0"));
     source.remove(&key("s5"));
@@ -113,19 +127,12 @@ async fn removed_shards_are_retired_without_errors() {
         4,
         "the retired shards did not come back"
     );
-    fleet.assert_safe();
-    fleet.assert_no_errors();
-    fleet.shutdown_all().await;
+    finish(fleet).await;
 }
 
 #[tokio::test(start_paused = true)]
 async fn a_split_and_a_merge_keep_every_child_after_its_parents() {
-    let source = source(3);
-    let mut fleet = fleet(&source);
-    for name in ["a", "b", "c"] {
-        fleet.start(name, QUICK).await;
-    }
-    fleet.until(secs(60), |f| f.counts() == [1, 1, 1]).await;
+    let (source, fleet) = running(3, &["a", "b", "c"]).await;
     fleet.idle(secs(5)).await;
 
     // s0 splits into s3 and s4; s1 and s2 merge into s5. The parents still hold data: their
@@ -173,19 +180,12 @@ async fn a_split_and_a_merge_keep_every_child_after_its_parents() {
         let starts = fleet.count(|r| matches!(r, Record::Started { key, .. } if key == parent));
         assert_eq!(starts, 1, "{parent} processed once");
     }
-    fleet.assert_safe();
-    fleet.assert_no_errors();
-    fleet.shutdown_all().await;
+    finish(fleet).await;
 }
 
 #[tokio::test(start_paused = true)]
 async fn discovery_runs_on_one_worker_and_moves_when_it_crashes() {
-    let source = source(3);
-    let mut fleet = fleet(&source);
-    for name in ["a", "b", "c"] {
-        fleet.start(name, QUICK).await;
-    }
-    fleet.until(secs(60), |f| f.counts() == [1, 1, 1]).await;
+    let (source, mut fleet) = running(3, &["a", "b", "c"]).await;
     fleet.idle(secs(60)).await;
     let listed_by = |fleet: &Fleet, since: Instant| -> BTreeSet<String> {
         let calls = fleet.source_calls.lock().unwrap();
@@ -359,7 +359,5 @@ async fn a_failing_source_is_backed_off_and_no_error_reaches_the_application() {
         );
     }
     Fleet::figure("discovery: 4 failed listings, until leases held", took);
-    fleet.assert_safe();
-    fleet.assert_no_errors();
-    fleet.shutdown_all().await;
+    finish(fleet).await;
 }
