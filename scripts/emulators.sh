@@ -1,11 +1,13 @@
 #!/usr/bin/env bash
-# Installs, starts and stops the DynamoDB-compatible emulators the tests run against.
+# Installs, starts and stops the emulators the tests run against: dynalite and moto
+# (DynamoDB), kinesalite (Kinesis).
 #
 #   scripts/emulators.sh install   # pinned versions into .emulators/ (idempotent)
 #   scripts/emulators.sh start     # start on 127.0.0.1, wait until they answer
 #   scripts/emulators.sh stop      # stop what `start` started
 #
-# Ports can be changed with DYNALITE_PORT / MOTO_PORT. The pids live in .emulators/run/.
+# Ports can be changed with DYNALITE_PORT / MOTO_PORT / KINESALITE_PORT. The pids live in
+# .emulators/run/.
 set -euo pipefail
 
 root=$(cd "$(dirname "$0")/.." && pwd)
@@ -13,8 +15,10 @@ dir="$root/.emulators"
 run="$dir/run"
 DYNALITE_VERSION=4.0.0
 MOTO_VERSION=5.2.5
+KINESALITE_VERSION=3.3.3
 DYNALITE_PORT=${DYNALITE_PORT:-4567}
 MOTO_PORT=${MOTO_PORT:-4568}
+KINESALITE_PORT=${KINESALITE_PORT:-4569}
 
 log() { printf 'emulators: %s\n' "$*" >&2; }
 
@@ -23,6 +27,10 @@ install() {
   if [ ! -x "$dir/node/node_modules/.bin/dynalite" ]; then
     log "installing dynalite $DYNALITE_VERSION from npm"
     npm install --silent --no-audit --no-fund --prefix "$dir/node" "dynalite@$DYNALITE_VERSION" >&2
+  fi
+  if [ ! -x "$dir/node/node_modules/.bin/kinesalite" ]; then
+    log "installing kinesalite $KINESALITE_VERSION from npm"
+    npm install --silent --no-audit --no-fund --prefix "$dir/node" "kinesalite@$KINESALITE_VERSION" >&2
   fi
   if [ ! -x "$dir/venv/bin/moto_server" ]; then
     log "installing moto[dynamodb] $MOTO_VERSION from PyPI"
@@ -66,6 +74,8 @@ start() {
     "$dir/node/node_modules/.bin/dynalite" --host 127.0.0.1 --port "$DYNALITE_PORT"
   start_one moto "$MOTO_PORT" \
     "$dir/venv/bin/python" "$root/scripts/moto_atomic.py" -H 127.0.0.1 -p "$MOTO_PORT"
+  NODE_PATH="$dir/node/node_modules" start_one kinesalite "$KINESALITE_PORT" \
+    node "$root/scripts/kinesalite.js" "$KINESALITE_PORT" 127.0.0.1
 }
 
 stop() {

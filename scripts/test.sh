@@ -1,20 +1,21 @@
 #!/usr/bin/env bash
-# The whole test suite: installs and starts the DynamoDB emulators (dynalite, moto) on
-# 127.0.0.1, runs every test against the in-memory store and both emulators, and stops the
-# emulators it started.
+# The whole test suite: installs and starts the emulators (dynalite and moto for DynamoDB,
+# kinesalite for Kinesis) on 127.0.0.1, runs every test with every feature (in-memory store,
+# both DynamoDB emulators, the Kinesis consumer), and stops the emulators it started.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
 scripts/emulators.sh install
-if [ -z "${SHARDLEASE_DYNALITE_ENDPOINT:-}${SHARDLEASE_MOTO_ENDPOINT:-}" ]; then
+if [ -z "${SHARDLEASE_DYNALITE_ENDPOINT:-}${SHARDLEASE_MOTO_ENDPOINT:-}${SHARDLEASE_KINESALITE_ENDPOINT:-}" ]; then
   trap 'scripts/emulators.sh stop' EXIT
   scripts/emulators.sh start
   # The tests find the emulators on the ports they were started on (DYNALITE_PORT / MOTO_PORT
   # move both, for a machine where the defaults are taken).
   export SHARDLEASE_DYNALITE_ENDPOINT="http://127.0.0.1:${DYNALITE_PORT:-4567}"
   export SHARDLEASE_MOTO_ENDPOINT="http://127.0.0.1:${MOTO_PORT:-4568}"
+  export SHARDLEASE_KINESALITE_ENDPOINT="http://127.0.0.1:${KINESALITE_PORT:-4569}"
 fi
 
-cargo test --all-targets "$@"
-cargo test --doc "$@"
+cargo test --all-features --all-targets "$@"
+cargo test --all-features --doc "$@"
 echo "conformance targets run: in-memory (conformance_memory), dynalite (conformance_dynalite), moto (conformance_moto)"

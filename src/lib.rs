@@ -36,6 +36,8 @@
 pub mod balance;
 pub mod config;
 pub mod expiry;
+#[cfg(feature = "kinesis")]
+pub mod kinesis;
 pub mod lease;
 pub mod lifecycle;
 pub mod source;

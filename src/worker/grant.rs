@@ -110,6 +110,17 @@ pub enum CheckpointError {
         /// The refused value.
         value: String,
     },
+    /// The value is not a valid checkpoint for this consumer (for example not a Kinesis
+    /// sequence number).
+    #[error("checkpoint {value:?} of lease {key} is invalid: {reason}")]
+    Invalid {
+        /// The lease.
+        key: LeaseKey,
+        /// The refused value.
+        value: String,
+        /// Why.
+        reason: &'static str,
+    },
     /// The shard was already checkpointed at its end; no later checkpoint is taken.
     #[error("lease {key} was already checkpointed at the end of its shard")]
     ShardEnded {
@@ -170,6 +181,13 @@ impl Checkpointer {
         }
         tracing::info!(lease_key = %self.key, tenure = self.tenure, "shard processed to its end");
         Ok(())
+    }
+
+    /// Stores a checkpoint in the reserved namespace (the Kinesis consumer's start marker).
+    #[cfg(feature = "kinesis")]
+    pub(crate) async fn checkpoint_reserved(&self, value: &str) -> Result<(), CheckpointError> {
+        debug_assert!(value.starts_with(RESERVED_PREFIX) && value != SHARD_END);
+        self.store(value).await
     }
 
     async fn store(&self, value: &str) -> Result<(), CheckpointError> {
@@ -237,6 +255,7 @@ pub struct LeaseGrant {
     key: LeaseKey,
     tenure: u64,
     checkpoint: Option<String>,
+    parents: Vec<LeaseKey>,
     stop: watch::Receiver<Option<StopReason>>,
     checkpointer: Checkpointer,
     _finish: FinishGuard,
@@ -248,6 +267,7 @@ impl LeaseGrant {
         key: LeaseKey,
         tenure: u64,
         checkpoint: Option<String>,
+        parents: Vec<LeaseKey>,
         stop: watch::Receiver<Option<StopReason>>,
         finished: mpsc::UnboundedSender<(LeaseKey, u64)>,
     ) -> Self {
@@ -265,6 +285,7 @@ impl LeaseGrant {
             key,
             tenure,
             checkpoint,
+            parents,
             stop,
         }
     }
@@ -282,6 +303,13 @@ impl LeaseGrant {
     /// The checkpoint stored when the lease was acquired.
     pub fn checkpoint(&self) -> Option<&str> {
         self.checkpoint.as_deref()
+    }
+
+    /// The lease's parents (a split child has one, a merged child two). A consumer starts a
+    /// child with no checkpoint at the beginning of its shard, whatever its initial position
+    /// for new shards: the parents' data ran up to the child's first record.
+    pub fn parents(&self) -> &[LeaseKey] {
+        &self.parents
     }
 
     /// The stop reason, if a stop was already requested.

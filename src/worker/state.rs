@@ -37,6 +37,7 @@ pub(crate) struct Held {
     pub valid_until: Instant,
     pub phase: Phase,
     pub checkpoint: Option<String>,
+    pub parents: Vec<LeaseKey>,
     /// The application dropped or finished its grant already.
     pub app_done: bool,
     /// The application checkpointed the end of the shard.
@@ -181,16 +182,17 @@ impl Shared {
             .map(|h| (h.valid_until, h.ended))
     }
 
-    /// Starts holding `key` in `tenure`, valid until `valid_until`; reports it to the
-    /// application at once, or at `report_at` when that is later than now.
-    pub fn hold(
-        self: &Arc<Self>,
-        key: LeaseKey,
-        tenure: u64,
-        valid_until: Instant,
-        report_at: Instant,
-        checkpoint: Option<String>,
-    ) {
+    /// Starts holding `lease` (just taken or received by this worker), valid until
+    /// `valid_until`; reports it to the application at once, or at `report_at` when that is
+    /// later than now.
+    pub fn hold(self: &Arc<Self>, lease: Lease, valid_until: Instant, report_at: Instant) {
+        let Lease {
+            key,
+            tenure,
+            checkpoint,
+            parents,
+            ..
+        } = lease;
         if checkpoint.as_deref() == Some(SHARD_END) {
             // Handed over or resumed after its shard was processed to the end: there is
             // nothing left to do with it but let it go.
@@ -213,6 +215,7 @@ impl Shared {
                 valid_until,
                 phase: Phase::Waiting { report_at },
                 checkpoint,
+                parents,
                 app_done: false,
                 ended: false,
                 stop,
@@ -244,6 +247,7 @@ impl Shared {
             key.clone(),
             held.tenure,
             held.checkpoint.clone(),
+            held.parents.clone(),
             held.stop.subscribe(),
             self.finished.clone(),
         );

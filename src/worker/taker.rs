@@ -425,13 +425,7 @@ impl Job {
                             report_at = report_at.max(start + config.lease_duration);
                         }
                         tracing::info!(lease_key = %taken.key, previous = ?lease.owner, forced, tenure = taken.tenure, "lease taken");
-                        shared.hold(
-                            taken.key,
-                            taken.tenure,
-                            start + config.validity(),
-                            report_at,
-                            taken.checkpoint,
-                        );
+                        shared.hold(taken, start + config.validity(), report_at);
                     }
                     Ok(Outcome::LostRace { .. }) => {
                         tracing::debug!(lease_key = %lease.key, "take lost the race");
@@ -475,13 +469,8 @@ impl Job {
                 {
                     Ok(Outcome::Done(renewed)) => {
                         tracing::info!(lease_key = %renewed.key, tenure = renewed.tenure, "handoff received");
-                        shared.hold(
-                            renewed.key,
-                            renewed.tenure,
-                            start + config.validity(),
-                            start + config.quiet_period,
-                            renewed.checkpoint,
-                        );
+                        let report_at = start + config.quiet_period;
+                        shared.hold(renewed, start + config.validity(), report_at);
                     }
                     Ok(Outcome::LostRace { .. }) => {
                         shared.lock().pending.remove(&lease.key);

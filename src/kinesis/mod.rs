@@ -1,0 +1,131 @@
+//! A Kinesis Data Streams consumer on top of the leases (feature `kinesis`): a
+//! [`KinesisShardSource`] that lists the stream's shards for the discoverer, a record loop per
+//! ready lease, and the [`RecordProcessor`] trait the application implements.
+//!
+//! ```no_run
+//! use std::sync::Arc;
+//! use async_trait::async_trait;
+//! use shardlease::kinesis::{KinesisConsumer, KinesisRecord, RecordCheckpointer, RecordProcessor};
+//! use shardlease::store::dynamodb::{DynamoConfig, DynamoStore};
+//! use shardlease::{LeaseKey, WorkerId};
+//!
+//! struct Printer;
+//!
+//! #[async_trait]
+//! impl RecordProcessor for Printer {
+//!     async fn process_records(&mut self, records: Vec<KinesisRecord>, checkpointer: &RecordCheckpointer) {
+//!         for record in &records {
+//!             println!("{} {}", record.partition_key, String::from_utf8_lossy(&record.data));
+//!         }
+//!         if let Some(last) = records.last() {
+//!             let _ = checkpointer.checkpoint(last).await;
+//!         }
+//!     }
+//! }
+//!
+//! # async fn run() -> Result<(), Box<dyn std::error::Error>> {
+//! let aws = aws_config::load_from_env().await;
+//! let store = Arc::new(DynamoStore::from_env(DynamoConfig::new("my-app-leases")).await?);
+//! let consumer = KinesisConsumer::builder(
+//!     aws_sdk_kinesis::Client::new(&aws),
+//!     "my-stream",
+//!     store,
+//!     WorkerId::new("host-a")?,
+//! )
+//! .processor(|_shard: &LeaseKey| Printer)
+//! .start()
+//! .await?;
+//! tokio::signal::ctrl_c().await?;
+//! consumer.shutdown().await; // every processor is asked to checkpoint, leases are released
+//! # Ok(())
+//! # }
+//! ```
+//!
+//! End of a shard is detected when `GetRecords` returns no next iterator (the `ChildShards`
+//! field is not needed); the processor's [`RecordProcessor::shard_ended`] checkpoints the end,
+//! and the children start through the discovery rules (parents first).
+
+mod consumer;
+mod processor;
+mod reader;
+mod source;
+
+pub use consumer::{ConsumerConfig, ConsumerError, ConsumerEvent, InitialPosition};
+pub use consumer::{KinesisConsumer, KinesisConsumerBuilder};
+pub use processor::{
+    KinesisRecord, ProcessorFactory, RecordCheckpointer, RecordProcessor, ShardStart, StartPosition,
+};
+pub use source::KinesisShardSource;
+
+use aws_sdk_kinesis::error::{ProvideErrorMetadata, SdkError};
+
+/// How a failed Kinesis call is handled.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Failure {
+    /// The service asked us to slow down: back off with jitter.
+    Throttled,
+    /// The shard iterator expired: get a fresh one from the last processed record.
+    ExpiredIterator,
+    /// A timeout, a dropped connection, a 5xx: retry after a backoff.
+    Transient,
+    /// A request that cannot succeed as sent (no such stream, bad argument, access denied):
+    /// logged as an error, retried slowly in case an operator fixes it.
+    Fatal,
+}
+
+/// Error codes that mean "slow down".
+const THROTTLING_CODES: &[&str] = &[
+    "ProvisionedThroughputExceededException",
+    "LimitExceededException",
+    "KMSThrottlingException",
+    "ThrottlingException",
+];
+
+pub(crate) fn classify<E, R>(err: &SdkError<E, R>) -> Failure
+where
+    E: ProvideErrorMetadata,
+{
+    match err {
+        SdkError::ServiceError(service) => {
+            let code = service.err().code().unwrap_or_default();
+            if THROTTLING_CODES.contains(&code) {
+                Failure::Throttled
+            } else if code == "ExpiredIteratorException" {
+                Failure::ExpiredIterator
+            } else if code == "InternalFailure" || code == "ServiceUnavailable" {
+                Failure::Transient
+            } else {
+                Failure::Fatal
+            }
+        }
+        SdkError::TimeoutError(_) | SdkError::DispatchFailure(_) | SdkError::ResponseError(_) => {
+            Failure::Transient
+        }
+        _ => Failure::Fatal,
+    }
+}
+
+/// The error's code and message, for logs.
+pub(crate) fn describe<E, R>(err: &SdkError<E, R>) -> String
+where
+    E: ProvideErrorMetadata + std::error::Error + 'static,
+    R: std::fmt::Debug,
+{
+    match err {
+        SdkError::ServiceError(service) => format!(
+            "{}: {}",
+            service.err().code().unwrap_or("unknown error"),
+            service.err().message().unwrap_or_default()
+        ),
+        other => {
+            let mut text = other.to_string();
+            let mut source = std::error::Error::source(other);
+            while let Some(inner) = source {
+                text.push_str(": ");
+                text.push_str(&inner.to_string());
+                source = inner.source();
+            }
+            text
+        }
+    }
+}

@@ -1,0 +1,330 @@
+//! The record loop of one lease: an iterator from the checkpoint (or the initial position),
+//! `GetRecords` within the service limits, the processor's calls, the end of the shard, and a
+//! prompt stop when the lease's signal fires.
+
+use std::sync::Arc;
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+use aws_sdk_kinesis::primitives::DateTime;
+use aws_sdk_kinesis::types::ShardIteratorType;
+use rand::Rng;
+use tokio::time::Instant;
+
+use super::consumer::{ConsumerConfig, ConsumerEvent, InitialPosition, Observer};
+use super::processor::{
+    KinesisRecord, RecordCheckpointer, RecordProcessor, ShardStart, StartPosition,
+};
+use super::{classify, describe, Failure};
+use crate::lease::{LeaseKey, RESERVED_PREFIX};
+use crate::worker::{LeaseGrant, StopReason};
+
+/// The checkpoint that records where a lease read from `Latest` started, so that a lease
+/// that moves before its first checkpoint resumes there: the prefix, then unix milliseconds.
+const STARTED_AT_PREFIX: &str = "shardlease#AT_TIMESTAMP:";
+
+/// How far before "now" a `Latest` start is placed: Kinesis refuses a timestamp in its future,
+/// and the host's clock may be a little ahead of the service's.
+const LATEST_MARGIN: Duration = Duration::from_secs(1);
+
+pub(crate) struct ReaderContext {
+    pub client: aws_sdk_kinesis::Client,
+    pub stream: String,
+    pub config: ConsumerConfig,
+    pub observer: Observer,
+}
+
+/// Full-jitter exponential backoff between `first` and `max`.
+struct Backoff {
+    first: Duration,
+    max: Duration,
+    next: Duration,
+}
+
+impl Backoff {
+    fn new(first: Duration, max: Duration) -> Self {
+        Self {
+            first,
+            max,
+            next: first,
+        }
+    }
+
+    fn wait(&mut self) -> Duration {
+        let ceiling = self.next;
+        self.next = (self.next * 2).min(self.max);
+        ceiling.mul_f64(rand::thread_rng().gen_range(0.5..=1.0))
+    }
+
+    fn reset(&mut self) {
+        self.next = self.first;
+    }
+}
+
+/// Where a lease starts: its checkpoint, else the beginning for a child shard, else the
+/// configured initial position (a `Latest` start is checkpointed at once as a timestamp).
+async fn start_position(
+    grant: &LeaseGrant,
+    config: &ConsumerConfig,
+    checkpointer: &RecordCheckpointer,
+) -> StartPosition {
+    if let Some(checkpoint) = grant.checkpoint() {
+        if let Some(millis) = checkpoint
+            .strip_prefix(STARTED_AT_PREFIX)
+            .and_then(|m| m.parse::<u64>().ok())
+        {
+            return StartPosition::AtTimestamp(UNIX_EPOCH + Duration::from_millis(millis));
+        }
+        if !checkpoint.starts_with(RESERVED_PREFIX) {
+            return StartPosition::AfterSequenceNumber(checkpoint.to_owned());
+        }
+        tracing::warn!(lease_key = %grant.key(), checkpoint, "unknown reserved checkpoint; starting from the initial position");
+    }
+    if !grant.parents().is_empty() {
+        return StartPosition::TrimHorizon;
+    }
+    match &config.initial_position {
+        InitialPosition::TrimHorizon => StartPosition::TrimHorizon,
+        InitialPosition::AtTimestamp(at) => StartPosition::AtTimestamp(*at),
+        InitialPosition::Latest => {
+            let at = SystemTime::now() - LATEST_MARGIN;
+            let millis = at
+                .duration_since(UNIX_EPOCH)
+                .unwrap_or_default()
+                .as_millis();
+            let marker = format!("{STARTED_AT_PREFIX}{millis}");
+            if let Err(err) = checkpointer.inner().checkpoint_reserved(&marker).await {
+                tracing::warn!(lease_key = %grant.key(), error = %err, "could not record where the lease started");
+            }
+            StartPosition::AtTimestamp(UNIX_EPOCH + Duration::from_millis(millis as u64))
+        }
+    }
+}
+
+pub(crate) async fn run<P: RecordProcessor>(
+    context: Arc<ReaderContext>,
+    mut grant: LeaseGrant,
+    mut processor: P,
+) {
+    let key = grant.key().clone();
+    let checkpointer = RecordCheckpointer::new(grant.checkpointer(), Arc::clone(&context.observer));
+    let mut position = start_position(&grant, &context.config, &checkpointer).await;
+    let start = ShardStart {
+        shard: key.clone(),
+        checkpoint: grant.checkpoint().map(str::to_owned),
+        position: position.clone(),
+        parents: grant.parents().to_vec(),
+    };
+    tracing::info!(?position, "record loop starts");
+    processor.initialize(&start).await;
+    let reason = read(
+        &context,
+        &mut grant,
+        &mut processor,
+        &checkpointer,
+        &mut position,
+    )
+    .await;
+    match reason {
+        Some(StopReason::Lost) => processor.lease_lost().await,
+        Some(reason) => {
+            let deadline = match &reason {
+                StopReason::Handoff { deadline, .. }
+                | StopReason::Shutdown { deadline }
+                | StopReason::Retired { deadline } => *deadline,
+                StopReason::Lost => unreachable!("handled above"),
+            };
+            let last_chance = processor.stop_requested(&reason, &checkpointer);
+            if tokio::time::timeout_at(deadline, last_chance)
+                .await
+                .is_err()
+            {
+                tracing::warn!(
+                    "the processor did not return from stop_requested before the deadline"
+                );
+            }
+        }
+        None => {}
+    }
+    grant.finish();
+    tracing::info!("record loop ended");
+    (context.observer)(ConsumerEvent::Stopped { key });
+}
+
+/// Reads until the lease must stop (the reason) or its shard ended and the end was
+/// checkpointed (`None`).
+async fn read<P: RecordProcessor>(
+    context: &ReaderContext,
+    grant: &mut LeaseGrant,
+    processor: &mut P,
+    checkpointer: &RecordCheckpointer,
+    position: &mut StartPosition,
+) -> Option<StopReason> {
+    let config = &context.config;
+    let key = grant.key().clone();
+    let mut backoff = Backoff::new(config.min_call_interval, config.max_backoff);
+    let mut iterator: Option<String> = None;
+    let mut next_call = Instant::now();
+    loop {
+        tokio::select! {
+            biased;
+            reason = grant.stopped() => return Some(reason),
+            _ = tokio::time::sleep_until(next_call) => {}
+        }
+        let current = match iterator.take() {
+            Some(current) => current,
+            None => match shard_iterator(context, &key, position).await {
+                Ok(fresh) => fresh,
+                Err(failure) => {
+                    next_call = Instant::now() + pause(failure, &mut backoff, config);
+                    continue;
+                }
+            },
+        };
+        let called = Instant::now();
+        let request = context
+            .client
+            .get_records()
+            .shard_iterator(&current)
+            .limit(config.max_records)
+            .send();
+        let answer = tokio::select! {
+            biased;
+            reason = grant.stopped() => return Some(reason),
+            answer = request => answer,
+        };
+        let output = match answer {
+            Ok(output) => output,
+            Err(err) => {
+                let failure = classify(&err);
+                let text = describe(&err);
+                match failure {
+                    Failure::ExpiredIterator => {
+                        tracing::info!(error = %text, "shard iterator expired; getting a fresh one");
+                        next_call = Instant::now();
+                    }
+                    _ => {
+                        let wait = pause(failure, &mut backoff, config);
+                        tracing::warn!(error = %text, ?failure, ?wait, "GetRecords failed; backing off");
+                        iterator = Some(current);
+                        next_call = Instant::now() + wait;
+                    }
+                }
+                continue;
+            }
+        };
+        backoff.reset();
+        let records: Vec<KinesisRecord> = output.records().iter().map(to_record).collect();
+        let empty = records.is_empty();
+        if let Some(last) = records.last() {
+            *position = StartPosition::AfterSequenceNumber(last.sequence_number.clone());
+        }
+        if !empty {
+            processor.process_records(records, checkpointer).await;
+        }
+        match output.next_shard_iterator() {
+            Some(next) => {
+                iterator = Some(next.to_owned());
+                let gap = if empty {
+                    config.idle_time_between_reads
+                } else {
+                    config.min_call_interval
+                };
+                next_call = called + gap;
+            }
+            None => return end_of_shard(context, grant, processor, checkpointer).await,
+        }
+    }
+}
+
+/// The shard was read to its end: the processor checkpoints the end (asked again every idle
+/// interval until it does, or until the lease must stop).
+async fn end_of_shard<P: RecordProcessor>(
+    context: &ReaderContext,
+    grant: &mut LeaseGrant,
+    processor: &mut P,
+    checkpointer: &RecordCheckpointer,
+) -> Option<StopReason> {
+    tracing::info!("end of shard reached");
+    loop {
+        processor.shard_ended(checkpointer).await;
+        if checkpointer.is_ended() {
+            return None;
+        }
+        tracing::warn!("the processor did not checkpoint the end of the shard; its children wait");
+        tokio::select! {
+            reason = grant.stopped() => return Some(reason),
+            _ = tokio::time::sleep(context.config.idle_time_between_reads) => {}
+        }
+    }
+}
+
+fn pause(failure: Failure, backoff: &mut Backoff, config: &ConsumerConfig) -> Duration {
+    match failure {
+        Failure::Fatal => config.max_backoff,
+        _ => backoff.wait(),
+    }
+}
+
+async fn shard_iterator(
+    context: &ReaderContext,
+    key: &LeaseKey,
+    position: &StartPosition,
+) -> Result<String, Failure> {
+    let request = context
+        .client
+        .get_shard_iterator()
+        .stream_name(&context.stream)
+        .shard_id(key.as_str());
+    let request = match position {
+        StartPosition::TrimHorizon => request.shard_iterator_type(ShardIteratorType::TrimHorizon),
+        StartPosition::AtTimestamp(at) => request
+            .shard_iterator_type(ShardIteratorType::AtTimestamp)
+            .timestamp(DateTime::from(*at)),
+        StartPosition::AfterSequenceNumber(sequence) => request
+            .shard_iterator_type(ShardIteratorType::AfterSequenceNumber)
+            .starting_sequence_number(sequence),
+    };
+    match request.send().await {
+        Ok(output) => output.shard_iterator().map(str::to_owned).ok_or_else(|| {
+            tracing::warn!("GetShardIterator returned no iterator");
+            Failure::Transient
+        }),
+        Err(err) => {
+            let failure = classify(&err);
+            tracing::warn!(error = %describe(&err), ?failure, "GetShardIterator failed");
+            Err(failure)
+        }
+    }
+}
+
+fn to_record(record: &aws_sdk_kinesis::types::Record) -> KinesisRecord {
+    KinesisRecord {
+        sequence_number: record.sequence_number().to_owned(),
+        partition_key: record.partition_key().unwrap_or_default().to_owned(),
+        data: record.data().as_ref().to_vec(),
+        approximate_arrival: record
+            .approximate_arrival_timestamp()
+            .and_then(|at| SystemTime::try_from(*at).ok()),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn backoff_doubles_to_its_ceiling_with_jitter_and_resets() {
+        let mut backoff = Backoff::new(Duration::from_millis(200), Duration::from_secs(10));
+        let mut ceiling = Duration::from_millis(200);
+        for _ in 0..10 {
+            let wait = backoff.wait();
+            assert!(
+                wait >= ceiling / 2 && wait <= ceiling,
+                "{wait:?} vs {ceiling:?}"
+            );
+            ceiling = (ceiling * 2).min(Duration::from_secs(10));
+        }
+        backoff.reset();
+        assert!(backoff.wait() <= Duration::from_millis(200));
+    }
+}

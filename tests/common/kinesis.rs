@@ -1,0 +1,388 @@
+//! Kinesis on kinesalite for the consumer tests: clients, streams, a producer, a processor that
+//! records what it processes in a shared ledger, and an interceptor that injects throttling and
+//! expired-iterator errors into `GetRecords` answers.
+
+#![allow(dead_code)]
+
+use std::collections::{BTreeMap, HashMap};
+use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use async_trait::async_trait;
+use aws_sdk_kinesis::config::interceptors::{
+    BeforeDeserializationInterceptorContextMut, BeforeTransmitInterceptorContextRef,
+};
+use aws_sdk_kinesis::config::{
+    BehaviorVersion, ConfigBag, Credentials, Intercept, Region, RuntimeComponents,
+};
+use aws_sdk_kinesis::error::BoxError;
+use aws_sdk_kinesis::primitives::Blob;
+use aws_sdk_kinesis::Client;
+use aws_smithy_runtime_api::http::{Response, StatusCode};
+use aws_smithy_types::body::SdkBody;
+use aws_smithy_types::config_bag::{Storable, StoreReplace};
+use shardlease::kinesis::{KinesisRecord, RecordCheckpointer, RecordProcessor, ShardStart};
+use shardlease::worker::StopReason;
+use shardlease::LeaseKey;
+use tokio::time::Instant;
+
+/// kinesalite at `SHARDLEASE_KINESALITE_ENDPOINT` or the port `scripts/emulators.sh` uses.
+pub fn endpoint() -> String {
+    std::env::var("SHARDLEASE_KINESALITE_ENDPOINT")
+        .unwrap_or_else(|_| "http://127.0.0.1:4569".into())
+}
+
+fn config() -> aws_sdk_kinesis::config::Builder {
+    aws_sdk_kinesis::Config::builder()
+        .behavior_version(BehaviorVersion::latest())
+        .endpoint_url(endpoint())
+        .region(Region::new("us-east-1"))
+        .credentials_provider(Credentials::new("test", "test", None, None, "tests"))
+}
+
+pub fn client() -> Client {
+    Client::from_conf(config().build())
+}
+
+/// A client whose `GetRecords` answers are replaced, one in `every`, by a throttling or an
+/// expired-iterator error (alternately).
+pub fn faulty_client(every: u32) -> (Client, InjectErrors) {
+    let inject = InjectErrors {
+        every,
+        ..InjectErrors::default()
+    };
+    (
+        Client::from_conf(config().interceptor(inject.clone()).build()),
+        inject,
+    )
+}
+
+/// A stream name no other test uses.
+pub fn unique_stream(test: &str) -> String {
+    static SEQ: AtomicU64 = AtomicU64::new(0);
+    let seq = SEQ.fetch_add(1, Ordering::Relaxed);
+    let id = uuid::Uuid::new_v4().simple().to_string();
+    format!("{test}-{seq}-{}", &id[..8])
+}
+
+/// Creates a stream and waits until it is active.
+pub async fn create_stream(client: &Client, name: &str, shards: i32) {
+    client
+        .create_stream()
+        .stream_name(name)
+        .shard_count(shards)
+        .send()
+        .await
+        .unwrap_or_else(|e| {
+            panic!(
+                "cannot create a stream on kinesalite at {} ({e:?}); start the emulators with \
+                 `scripts/emulators.sh start` or run `scripts/test.sh`",
+                endpoint()
+            )
+        });
+    wait_active(client, name).await;
+}
+
+pub async fn wait_active(client: &Client, name: &str) {
+    for _ in 0..100 {
+        let summary = client
+            .describe_stream_summary()
+            .stream_name(name)
+            .send()
+            .await
+            .unwrap();
+        let status = summary
+            .stream_description_summary()
+            .unwrap()
+            .stream_status();
+        if status.as_str() == "ACTIVE" {
+            return;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    panic!("stream {name} did not become ACTIVE");
+}
+
+/// The shards of a stream: (id, starting hash key, ending hash key, open).
+pub async fn shards(client: &Client, name: &str) -> Vec<(String, u128, u128, bool)> {
+    let listed = client.list_shards().stream_name(name).send().await.unwrap();
+    listed
+        .shards()
+        .iter()
+        .map(|s| {
+            let range = s.hash_key_range().unwrap();
+            let open = s
+                .sequence_number_range()
+                .is_none_or(|r| r.ending_sequence_number().is_none());
+            (
+                s.shard_id().to_owned(),
+                range.starting_hash_key().parse().unwrap(),
+                range.ending_hash_key().parse().unwrap(),
+                open,
+            )
+        })
+        .collect()
+}
+
+/// Writes records `"{key}:{n}"` for each partition key, `n` counting up per key.
+#[derive(Clone)]
+pub struct Producer {
+    client: Client,
+    stream: String,
+    keys: Vec<String>,
+    next: Arc<Mutex<HashMap<String, u64>>>,
+}
+
+impl Producer {
+    pub fn new(client: Client, stream: &str, keys: usize) -> Self {
+        Self {
+            client,
+            stream: stream.to_owned(),
+            keys: (0..keys).map(|k| format!("key-{k:02}")).collect(),
+            next: Arc::default(),
+        }
+    }
+
+    /// One record for every key.
+    pub async fn round(&self) {
+        for key in &self.keys {
+            let n = {
+                let mut next = self.next.lock().unwrap();
+                let n = next.entry(key.clone()).or_default();
+                *n += 1;
+                *n - 1
+            };
+            self.client
+                .put_record()
+                .stream_name(&self.stream)
+                .partition_key(key)
+                .data(Blob::new(format!("{key}:{n}")))
+                .send()
+                .await
+                .unwrap();
+        }
+    }
+
+    /// How many records of each key were written.
+    pub fn written(&self) -> HashMap<String, u64> {
+        self.next.lock().unwrap().clone()
+    }
+
+    pub fn total(&self) -> u64 {
+        self.written().values().sum()
+    }
+}
+
+/// One record as a worker processed it.
+#[derive(Debug, Clone)]
+pub struct Processed {
+    pub worker: String,
+    pub shard: String,
+    pub key: String,
+    pub n: u64,
+    pub sequence: String,
+    pub at: Instant,
+}
+
+#[derive(Debug, Clone, Default)]
+pub struct Ledger {
+    /// Which worker is inside `process_records` of each shard right now.
+    busy: HashMap<String, String>,
+    pub processed: Vec<Processed>,
+    /// Checkpoints stored, by shard: (worker, sequence number, at).
+    pub checkpoints: BTreeMap<String, Vec<(String, String, Instant)>>,
+    pub starts: Vec<(String, ShardStart, Instant)>,
+    pub ends: Vec<(String, String, Instant)>,
+    pub violations: Vec<String>,
+}
+
+impl Ledger {
+    /// Records processed of each key, in the order they were first processed.
+    pub fn first_order(&self) -> HashMap<String, Vec<u64>> {
+        let mut seen = std::collections::HashSet::new();
+        let mut order: HashMap<String, Vec<u64>> = HashMap::new();
+        for p in &self.processed {
+            if seen.insert((p.key.clone(), p.n)) {
+                order.entry(p.key.clone()).or_default().push(p.n);
+            }
+        }
+        order
+    }
+
+    /// How many distinct records were processed.
+    pub fn distinct(&self) -> usize {
+        self.processed
+            .iter()
+            .map(|p| (&p.key, p.n))
+            .collect::<std::collections::HashSet<_>>()
+            .len()
+    }
+}
+
+/// Records everything in the ledger and checkpoints after every batch.
+pub struct TestProcessor {
+    pub worker: String,
+    pub shard: String,
+    pub ledger: Arc<Mutex<Ledger>>,
+    /// How long processing a batch takes.
+    pub work: Duration,
+}
+
+#[async_trait]
+impl RecordProcessor for TestProcessor {
+    async fn initialize(&mut self, start: &ShardStart) {
+        self.ledger.lock().unwrap().starts.push((
+            self.worker.clone(),
+            start.clone(),
+            Instant::now(),
+        ));
+    }
+
+    async fn process_records(
+        &mut self,
+        records: Vec<KinesisRecord>,
+        checkpointer: &RecordCheckpointer,
+    ) {
+        {
+            let mut ledger = self.ledger.lock().unwrap();
+            if let Some(other) = ledger.busy.insert(self.shard.clone(), self.worker.clone()) {
+                let message = format!(
+                    "{}: {} processing while {other} was",
+                    self.shard, self.worker
+                );
+                ledger.violations.push(message);
+            }
+            for record in &records {
+                let text = String::from_utf8(record.data.clone()).unwrap();
+                let (key, n) = text.split_once(':').unwrap();
+                ledger.processed.push(Processed {
+                    worker: self.worker.clone(),
+                    shard: self.shard.clone(),
+                    key: key.to_owned(),
+                    n: n.parse().unwrap(),
+                    sequence: record.sequence_number.clone(),
+                    at: Instant::now(),
+                });
+            }
+        }
+        tokio::time::sleep(self.work).await;
+        self.ledger.lock().unwrap().busy.remove(&self.shard);
+        let last = records.last().expect("batches are not empty");
+        if checkpointer.checkpoint(last).await.is_ok() {
+            self.ledger
+                .lock()
+                .unwrap()
+                .checkpoints
+                .entry(self.shard.clone())
+                .or_default()
+                .push((
+                    self.worker.clone(),
+                    last.sequence_number.clone(),
+                    Instant::now(),
+                ));
+        }
+    }
+
+    async fn shard_ended(&mut self, checkpointer: &RecordCheckpointer) {
+        checkpointer.end_of_shard().await.unwrap();
+        self.ledger.lock().unwrap().ends.push((
+            self.worker.clone(),
+            self.shard.clone(),
+            Instant::now(),
+        ));
+    }
+
+    async fn stop_requested(&mut self, _reason: &StopReason, _checkpointer: &RecordCheckpointer) {}
+}
+
+/// A factory of [`TestProcessor`]s for one worker.
+pub fn processors(
+    worker: &str,
+    ledger: &Arc<Mutex<Ledger>>,
+    work: Duration,
+) -> impl Fn(&LeaseKey) -> TestProcessor + Send + Sync + 'static {
+    let (worker, ledger) = (worker.to_owned(), Arc::clone(ledger));
+    move |shard: &LeaseKey| TestProcessor {
+        worker: worker.clone(),
+        shard: shard.to_string(),
+        ledger: Arc::clone(&ledger),
+        work,
+    }
+}
+
+/// Which error an injected answer carries.
+#[derive(Debug, Clone, Copy)]
+struct Inject(&'static str);
+
+impl Storable for Inject {
+    type Storer = StoreReplace<Self>;
+}
+
+/// Replaces one `GetRecords` answer in `every` with an error, alternating throttling and
+/// expired iterators. The request reached the server; only its answer is replaced.
+#[derive(Debug, Clone, Default)]
+pub struct InjectErrors {
+    every: u32,
+    seen: Arc<AtomicU32>,
+    pub throttled: Arc<AtomicU32>,
+    pub expired: Arc<AtomicU32>,
+    /// `GetShardIterator` calls seen.
+    pub iterators: Arc<AtomicU32>,
+}
+
+impl Intercept for InjectErrors {
+    fn name(&self) -> &'static str {
+        "InjectErrors"
+    }
+
+    fn read_before_transmit(
+        &self,
+        context: &BeforeTransmitInterceptorContextRef<'_>,
+        _: &RuntimeComponents,
+        cfg: &mut ConfigBag,
+    ) -> Result<(), BoxError> {
+        let target = context
+            .request()
+            .headers()
+            .get("x-amz-target")
+            .unwrap_or_default();
+        if target.ends_with("GetShardIterator") {
+            self.iterators.fetch_add(1, Ordering::SeqCst);
+        }
+        if !target.ends_with("GetRecords") || self.every == 0 {
+            return Ok(());
+        }
+        let seen = self.seen.fetch_add(1, Ordering::SeqCst) + 1;
+        if seen.is_multiple_of(self.every) {
+            let code = if (seen / self.every) % 2 == 1 {
+                self.throttled.fetch_add(1, Ordering::SeqCst);
+                "ProvisionedThroughputExceededException"
+            } else {
+                self.expired.fetch_add(1, Ordering::SeqCst);
+                "ExpiredIteratorException"
+            };
+            cfg.interceptor_state().store_put(Inject(code));
+        }
+        Ok(())
+    }
+
+    fn modify_before_deserialization(
+        &self,
+        context: &mut BeforeDeserializationInterceptorContextMut<'_>,
+        _: &RuntimeComponents,
+        cfg: &mut ConfigBag,
+    ) -> Result<(), BoxError> {
+        if let Some(Inject(code)) = cfg.load::<Inject>().copied() {
+            let body = format!(r#"{{"__type":"{code}","message":"injected by the test"}}"#);
+            let mut response =
+                Response::new(StatusCode::try_from(400).unwrap(), SdkBody::from(body));
+            response
+                .headers_mut()
+                .insert("content-type", "application/x-amz-json-1.1");
+            response.headers_mut().insert("x-amzn-errortype", code);
+            *context.response_mut() = response;
+        }
+        Ok(())
+    }
+}

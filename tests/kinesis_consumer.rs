@@ -1,0 +1,386 @@
+//! The Kinesis consumer end to end, in real time: streams on kinesalite, leases on dynalite,
+//! several consumers in one process. A ledger records every record each processor sees and
+//! flags two workers inside one shard's `process_records` at once. Limits are generous (a
+//! shared machine is noisy); speed is measured by the figure printed, not asserted tightly.
+
+#[path = "common/dynamo.rs"]
+mod dynamo;
+#[path = "common/kinesis.rs"]
+mod kinesis;
+
+use std::collections::{BTreeSet, HashMap};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use kinesis::{Ledger, Producer};
+use shardlease::kinesis::{ConsumerConfig, InitialPosition, KinesisConsumer, StartPosition};
+use shardlease::store::dynamodb::DynamoConfig;
+use shardlease::store::LeaseStore;
+use shardlease::{WorkerConfig, WorkerId};
+use tokio::time::Instant;
+
+const LIMIT: Duration = Duration::from_secs(90);
+
+fn worker_config() -> WorkerConfig {
+    WorkerConfig::with_lease_duration(Duration::from_secs(2))
+        .discovery_interval(Duration::from_millis(500))
+}
+
+fn consumer_config() -> ConsumerConfig {
+    ConsumerConfig {
+        initial_position: InitialPosition::TrimHorizon,
+        max_records: 50,
+        min_call_interval: Duration::from_millis(100),
+        idle_time_between_reads: Duration::from_millis(200),
+        ..ConsumerConfig::default()
+    }
+}
+
+async fn store(test: &str) -> Arc<dyn LeaseStore> {
+    let emulator = dynamo::Emulator::dynalite();
+    Arc::new(
+        emulator
+            .store(DynamoConfig::new(dynamo::unique_table(test)))
+            .await,
+    )
+}
+
+async fn start(
+    name: &str,
+    client: &aws_sdk_kinesis::Client,
+    stream: &str,
+    store: &Arc<dyn LeaseStore>,
+    ledger: &Arc<Mutex<Ledger>>,
+) -> KinesisConsumer {
+    KinesisConsumer::builder(
+        client.clone(),
+        stream,
+        Arc::clone(store),
+        WorkerId::new(name).unwrap(),
+    )
+    .worker_config(worker_config())
+    .config(consumer_config())
+    .processor(kinesis::processors(name, ledger, Duration::from_millis(10)))
+    .start()
+    .await
+    .expect("consumer starts")
+}
+
+async fn until(what: &str, done: impl Fn() -> bool) -> Duration {
+    let start = Instant::now();
+    while !done() {
+        assert!(
+            start.elapsed() < LIMIT,
+            "not reached within {LIMIT:?}: {what}"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    start.elapsed()
+}
+
+/// Numeric order of two decimal sequence numbers.
+fn seq_cmp(a: &str, b: &str) -> std::cmp::Ordering {
+    a.len().cmp(&b.len()).then_with(|| a.cmp(b))
+}
+
+/// Every record written was processed, each key's records were first processed in the order
+/// they were written, and no two workers were inside one shard at once.
+fn assert_complete_and_ordered(ledger: &Ledger, producer: &Producer) {
+    assert!(ledger.violations.is_empty(), "{:#?}", ledger.violations);
+    let order = ledger.first_order();
+    for (key, written) in producer.written() {
+        let seen = order.get(&key).cloned().unwrap_or_default();
+        let expected: Vec<u64> = (0..written).collect();
+        assert_eq!(seen, expected, "records of {key}, in first-processed order");
+    }
+}
+
+fn held(consumer: &KinesisConsumer) -> Vec<String> {
+    consumer
+        .worker()
+        .held_leases()
+        .iter()
+        .map(|k| k.to_string())
+        .collect()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn every_record_is_processed_and_a_killed_workers_shards_resume_from_their_checkpoints() {
+    let client = kinesis::client();
+    let stream = kinesis::unique_stream("failover");
+    kinesis::create_stream(&client, &stream, 4).await;
+    let store = store("kinesis-failover").await;
+    let ledger = Arc::new(Mutex::new(Ledger::default()));
+    let producer = Producer::new(client.clone(), &stream, 16);
+    for _ in 0..5 {
+        producer.round().await;
+    }
+
+    let mut consumers: HashMap<&str, KinesisConsumer> = HashMap::new();
+    for name in ["a", "b", "c"] {
+        consumers.insert(name, start(name, &client, &stream, &store, &ledger).await);
+    }
+    let total = producer.total() as usize;
+    until("every record processed", || {
+        ledger.lock().unwrap().distinct() == total
+    })
+    .await;
+    until("4 shards held by 3 workers", || {
+        let mut counts: Vec<usize> = consumers.values().map(|c| held(c).len()).collect();
+        counts.sort();
+        counts == [1, 1, 2]
+    })
+    .await;
+    // Let the processors checkpoint what they processed.
+    tokio::time::sleep(Duration::from_millis(500)).await;
+
+    let orphans = held(&consumers["c"]);
+    let last_checkpoints: HashMap<String, String> = {
+        let ledger = ledger.lock().unwrap();
+        orphans
+            .iter()
+            .map(|shard| {
+                let last = ledger.checkpoints[shard].last().unwrap().1.clone();
+                (shard.clone(), last)
+            })
+            .collect()
+    };
+    let killed = Instant::now();
+    drop(consumers.remove("c"));
+    let producing = {
+        let producer = producer.clone();
+        tokio::spawn(async move {
+            for _ in 0..10 {
+                producer.round().await;
+                tokio::time::sleep(Duration::from_millis(200)).await;
+            }
+        })
+    };
+    producing.await.unwrap();
+    let total = producer.total() as usize;
+    until("every record processed after the kill", || {
+        ledger.lock().unwrap().distinct() == total
+    })
+    .await;
+
+    let ledger = ledger.lock().unwrap().clone();
+    assert_complete_and_ordered(&ledger, &producer);
+    // Survivors resumed each orphan from its last checkpoint: anything processed twice on an
+    // orphaned shard lies after that checkpoint.
+    let mut count: HashMap<(String, u64), usize> = HashMap::new();
+    for p in &ledger.processed {
+        *count.entry((p.key.clone(), p.n)).or_default() += 1;
+    }
+    for p in &ledger.processed {
+        if count[&(p.key.clone(), p.n)] > 1 {
+            let checkpoint = last_checkpoints
+                .get(&p.shard)
+                .unwrap_or_else(|| panic!("{p:?} duplicated on a shard that did not move"));
+            assert_eq!(
+                seq_cmp(&p.sequence, checkpoint),
+                std::cmp::Ordering::Greater,
+                "{p:?} was processed again although checkpointed"
+            );
+        }
+    }
+    let failover = orphans
+        .iter()
+        .map(|shard| {
+            let first = ledger
+                .processed
+                .iter()
+                .find(|p| &p.shard == shard && p.worker != "c" && p.at > killed)
+                .unwrap_or_else(|| panic!("no survivor processed {shard}"));
+            first.at - killed
+        })
+        .max()
+        .unwrap();
+    println!(
+        "FIGURE kinesis: kill -> first record of every orphaned shard on a survivor (2 s lease): {:.2} s",
+        failover.as_secs_f64()
+    );
+    for (_, consumer) in consumers {
+        consumer.shutdown().await;
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_worker_restarted_with_the_same_id_resumes_from_its_checkpoints() {
+    let client = kinesis::client();
+    let stream = kinesis::unique_stream("restart");
+    kinesis::create_stream(&client, &stream, 2).await;
+    let store = store("kinesis-restart").await;
+    let ledger = Arc::new(Mutex::new(Ledger::default()));
+    let producer = Producer::new(client.clone(), &stream, 8);
+    for _ in 0..3 {
+        producer.round().await;
+    }
+    let consumer = start("a", &client, &stream, &store, &ledger).await;
+    let total = producer.total() as usize;
+    until("first records processed", || {
+        ledger.lock().unwrap().distinct() == total
+    })
+    .await;
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    drop(consumer);
+
+    for _ in 0..3 {
+        producer.round().await;
+    }
+    let restarted = Instant::now();
+    let consumer = start("a", &client, &stream, &store, &ledger).await;
+    let total = producer.total() as usize;
+    let took = until("records after the restart processed", || {
+        ledger.lock().unwrap().distinct() == total
+    })
+    .await;
+    println!(
+        "FIGURE kinesis: restart with the same id -> every new record processed: {:.2} s",
+        took.as_secs_f64()
+    );
+
+    let ledger_now = ledger.lock().unwrap().clone();
+    assert_complete_and_ordered(&ledger_now, &producer);
+    assert_eq!(
+        ledger_now.processed.len(),
+        total,
+        "nothing processed twice: every batch was checkpointed before the crash"
+    );
+    let resumed: Vec<&StartPosition> = ledger_now
+        .starts
+        .iter()
+        .filter(|(_, _, at)| *at >= restarted)
+        .map(|(_, start, _)| &start.position)
+        .collect();
+    assert_eq!(resumed.len(), 2, "{resumed:?}");
+    assert!(
+        resumed
+            .iter()
+            .all(|p| matches!(p, StartPosition::AfterSequenceNumber(_))),
+        "{resumed:?}"
+    );
+    consumer.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_split_and_a_merge_while_consuming_keep_every_keys_order() {
+    let client = kinesis::client();
+    let stream = kinesis::unique_stream("reshard");
+    kinesis::create_stream(&client, &stream, 2).await;
+    let store = store("kinesis-reshard").await;
+    let ledger = Arc::new(Mutex::new(Ledger::default()));
+    let producer = Producer::new(client.clone(), &stream, 16);
+    let a = start("a", &client, &stream, &store, &ledger).await;
+    let b = start("b", &client, &stream, &store, &ledger).await;
+
+    let producing = {
+        let producer = producer.clone();
+        tokio::spawn(async move {
+            for _ in 0..40 {
+                producer.round().await;
+                tokio::time::sleep(Duration::from_millis(100)).await;
+            }
+        })
+    };
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    let shards = kinesis::shards(&client, &stream).await;
+    let (first, start_key, end_key, _) = shards[0].clone();
+    let middle = start_key + (end_key - start_key) / 2 + 1;
+    client
+        .split_shard()
+        .stream_name(&stream)
+        .shard_to_split(&first)
+        .new_starting_hash_key(middle.to_string())
+        .send()
+        .await
+        .unwrap();
+    kinesis::wait_active(&client, &stream).await;
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    // Merge the upper child of the split with the second original shard (adjacent ranges).
+    let shards = kinesis::shards(&client, &stream).await;
+    let upper_child = shards
+        .iter()
+        .find(|(_, start, _, open)| *open && *start == middle)
+        .unwrap()
+        .0
+        .clone();
+    let second = shards[1].0.clone();
+    client
+        .merge_shards()
+        .stream_name(&stream)
+        .shard_to_merge(&upper_child)
+        .adjacent_shard_to_merge(&second)
+        .send()
+        .await
+        .unwrap();
+    kinesis::wait_active(&client, &stream).await;
+    producing.await.unwrap();
+
+    let total = producer.total() as usize;
+    until("every record processed", || {
+        ledger.lock().unwrap().distinct() == total
+    })
+    .await;
+    let ledger_now = ledger.lock().unwrap().clone();
+    assert_complete_and_ordered(&ledger_now, &producer);
+    let ended: BTreeSet<&str> = ledger_now.ends.iter().map(|(_, s, _)| s.as_str()).collect();
+    for parent in [first.as_str(), second.as_str(), upper_child.as_str()] {
+        assert!(
+            ended.contains(parent),
+            "{parent} was not read to its end: {ended:?}"
+        );
+    }
+    // A child's first record came after each of its parents' end.
+    for (_, start, started_at) in &ledger_now.starts {
+        for parent in &start.parents {
+            let end = ledger_now
+                .ends
+                .iter()
+                .find(|(_, s, _)| s == parent.as_str())
+                .map(|(_, _, at)| *at)
+                .unwrap_or_else(|| panic!("{parent} never ended"));
+            assert!(
+                end <= *started_at,
+                "{} started before {parent} ended",
+                start.shard
+            );
+        }
+    }
+    a.shutdown().await;
+    b.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn throttling_and_expired_iterators_are_survived_without_losing_records() {
+    let client = kinesis::client();
+    let stream = kinesis::unique_stream("faults");
+    kinesis::create_stream(&client, &stream, 2).await;
+    let store = store("kinesis-faults").await;
+    let ledger = Arc::new(Mutex::new(Ledger::default()));
+    let producer = Producer::new(client.clone(), &stream, 8);
+    let (faulty, injected) = kinesis::faulty_client(3);
+    let consumer = start("a", &faulty, &stream, &store, &ledger).await;
+    for _ in 0..20 {
+        producer.round().await;
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    let total = producer.total() as usize;
+    until("every record processed", || {
+        ledger.lock().unwrap().distinct() == total
+    })
+    .await;
+    let throttled = injected.throttled.load(std::sync::atomic::Ordering::SeqCst);
+    let expired = injected.expired.load(std::sync::atomic::Ordering::SeqCst);
+    assert!(
+        throttled >= 2 && expired >= 2,
+        "injected {throttled} throttles, {expired} expiries"
+    );
+    // A fresh iterator after each expiry (and one per shard at start), none after throttling.
+    let iterators = injected.iterators.load(std::sync::atomic::Ordering::SeqCst);
+    assert_eq!(iterators, 2 + expired, "GetShardIterator calls");
+    let ledger = ledger.lock().unwrap().clone();
+    assert_complete_and_ordered(&ledger, &producer);
+    // Each fresh iterator started after the last record processed: nothing was read twice.
+    assert_eq!(ledger.processed.len(), total, "records processed twice");
+    consumer.shutdown().await;
+}
