@@ -113,7 +113,8 @@ pub enum ConsumerEvent {
         /// Its checkpoint.
         checkpoint: Option<String>,
     },
-    /// The lease must stop (handoff, shutdown, retirement).
+    /// The record loop of the lease was asked to stop (handoff, shutdown, retirement) and
+    /// calls the processor's `stop_requested`.
     StopRequested {
         /// The shard.
         key: LeaseKey,
@@ -327,9 +328,9 @@ async fn dispatch<F: ProcessorFactory>(
                 readers.spawn(reader::run(Arc::clone(&context), grant, processor).instrument(span));
                 continue;
             }
-            LeaseEvent::StopRequested { key, reason } => {
-                ConsumerEvent::StopRequested { key, reason }
-            }
+            // The record loop reports it when it acts on it, so that a lease's events are in
+            // order (its `Stopped` comes after).
+            LeaseEvent::StopRequested { .. } => continue,
             LeaseEvent::HandedOff { key, to } => ConsumerEvent::HandedOff { key, to },
             LeaseEvent::Released { key } => ConsumerEvent::Released { key },
             LeaseEvent::Lost { key } => ConsumerEvent::Lost { key },

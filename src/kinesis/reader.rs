@@ -127,6 +127,10 @@ pub(crate) async fn run<P: RecordProcessor>(
     match reason {
         Some(StopReason::Lost) => processor.lease_lost().await,
         Some(reason) => {
+            (context.observer)(ConsumerEvent::StopRequested {
+                key: key.clone(),
+                reason: reason.clone(),
+            });
             let deadline = match &reason {
                 StopReason::Handoff { deadline, .. }
                 | StopReason::Shutdown { deadline }

@@ -1,0 +1,380 @@
+//! A Kinesis consumer process: prints every record it processes, checkpoints after every
+//! batch, and (with `--events-log PATH`) appends one JSON line per lease event.
+//!
+//! ```sh
+//! docker compose up -d          # kinesalite on 4569, dynalite on 4567
+//! export AWS_REGION=us-east-1 AWS_ACCESS_KEY_ID=test AWS_SECRET_ACCESS_KEY=test
+//! cargo run --features kinesis --example kinesis_consumer -- \
+//!     --worker-id a --stream demo --create-shards 4 --produce-per-sec 20 \
+//!     --kinesis-endpoint http://127.0.0.1:4569 --dynamodb-endpoint http://127.0.0.1:4567 \
+//!     --events-log events-a.jsonl
+//! ```
+//!
+//! Flags (all but `--stream` optional; region and credentials come from the standard AWS
+//! environment, endpoints also from `AWS_ENDPOINT_URL`):
+//!
+//! - `--worker-id ID`: default `<hostname>-<pid>`.
+//! - `--stream NAME`: the stream.
+//! - `--table NAME`: the lease table, created if missing. Default `<stream>-leases`.
+//! - `--kinesis-endpoint URL`, `--dynamodb-endpoint URL`: emulators or VPC endpoints.
+//! - `--initial-position trim-horizon|latest`: where new shards start. Default `trim-horizon`.
+//! - `--lease-secs N`: the lease duration (failover time). Default 10.
+//! - `--events-log PATH`: append `{"ts_unix_nanos":..,"worker":..,"lease":..,"event":..}`
+//!   lines: acquired, stop_requested, stopped, handed_off, released, lost, shard_ended,
+//!   retired, checkpointed.
+//! - `--create-shards N`: create the stream with N shards if it does not exist.
+//! - `--produce-per-sec N`: also write N records a second (keys `key-0`..`key-15`), to have
+//!   something to watch.
+
+use std::fs::OpenOptions;
+use std::io::Write;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+use async_trait::async_trait;
+use aws_sdk_kinesis::primitives::Blob;
+use shardlease::kinesis::{
+    ConsumerConfig, ConsumerEvent, InitialPosition, KinesisConsumer, KinesisRecord,
+    RecordCheckpointer, RecordProcessor, ShardStart,
+};
+use shardlease::store::dynamodb::{DynamoConfig, DynamoStore};
+use shardlease::worker::StopReason;
+use shardlease::{LeaseKey, WorkerConfig, WorkerId};
+
+type Error = Box<dyn std::error::Error + Send + Sync>;
+
+const USAGE: &str = "usage: kinesis_consumer --stream NAME [--worker-id ID] [--table NAME] \
+[--kinesis-endpoint URL] [--dynamodb-endpoint URL] [--initial-position trim-horizon|latest] \
+[--lease-secs N] [--events-log PATH] [--create-shards N] [--produce-per-sec N]";
+
+#[derive(Debug, Default)]
+struct Args {
+    worker_id: Option<String>,
+    stream: String,
+    table: Option<String>,
+    kinesis_endpoint: Option<String>,
+    dynamodb_endpoint: Option<String>,
+    latest: bool,
+    lease_secs: u64,
+    events_log: Option<String>,
+    create_shards: Option<i32>,
+    produce_per_sec: u32,
+}
+
+fn parse_args() -> Result<Args, String> {
+    let mut args = Args {
+        lease_secs: 10,
+        ..Args::default()
+    };
+    let mut it = std::env::args().skip(1);
+    while let Some(flag) = it.next() {
+        if flag == "--help" || flag == "-h" {
+            return Err(USAGE.into());
+        }
+        let value = it
+            .next()
+            .ok_or_else(|| format!("{flag} needs a value\n{USAGE}"))?;
+        let number = |v: &str| v.parse::<u64>().map_err(|e| format!("{flag} {v:?}: {e}"));
+        match flag.as_str() {
+            "--worker-id" => args.worker_id = Some(value),
+            "--stream" => args.stream = value,
+            "--table" => args.table = Some(value),
+            "--kinesis-endpoint" => args.kinesis_endpoint = Some(value),
+            "--dynamodb-endpoint" => args.dynamodb_endpoint = Some(value),
+            "--initial-position" => {
+                args.latest = match value.as_str() {
+                    "latest" => true,
+                    "trim-horizon" => false,
+                    other => return Err(format!("unknown initial position {other:?}\n{USAGE}")),
+                }
+            }
+            "--lease-secs" => args.lease_secs = number(&value)?,
+            "--events-log" => args.events_log = Some(value),
+            "--create-shards" => args.create_shards = Some(number(&value)? as i32),
+            "--produce-per-sec" => args.produce_per_sec = number(&value)? as u32,
+            other => return Err(format!("unknown flag {other}\n{USAGE}")),
+        }
+    }
+    if args.stream.is_empty() {
+        return Err(format!("--stream is required\n{USAGE}"));
+    }
+    Ok(args)
+}
+
+fn reason_name(reason: &StopReason) -> &'static str {
+    match reason {
+        StopReason::Lost => "lost",
+        StopReason::Handoff { .. } => "handoff",
+        StopReason::Shutdown { .. } => "shutdown",
+        StopReason::Retired { .. } => "retired",
+    }
+}
+
+/// Appends JSON lines to the events log.
+#[derive(Clone)]
+struct EventLog {
+    worker: String,
+    file: Option<Arc<Mutex<std::fs::File>>>,
+}
+
+fn json_string(value: &str) -> String {
+    let mut out = String::with_capacity(value.len() + 2);
+    out.push('"');
+    for c in value.chars() {
+        match c {
+            '"' => out.push_str("\\\""),
+            '\\' => out.push_str("\\\\"),
+            c if (c as u32) < 0x20 => out.push_str(&format!("\\u{:04x}", c as u32)),
+            c => out.push(c),
+        }
+    }
+    out.push('"');
+    out
+}
+
+impl EventLog {
+    fn write(&self, lease: &LeaseKey, event: &str, extra: &[(&str, String)]) {
+        let Some(file) = &self.file else { return };
+        let nanos = SystemTime::now()
+            .duration_since(UNIX_EPOCH)
+            .unwrap_or_default()
+            .as_nanos();
+        let mut line = format!(
+            "{{\"ts_unix_nanos\":{nanos},\"worker\":{},\"lease\":{},\"event\":{}",
+            json_string(&self.worker),
+            json_string(lease.as_str()),
+            json_string(event)
+        );
+        for (name, value) in extra {
+            line.push_str(&format!(",{}:{}", json_string(name), json_string(value)));
+        }
+        line.push_str("}\n");
+        let mut file = file.lock().unwrap_or_else(|e| e.into_inner());
+        if let Err(err) = file.write_all(line.as_bytes()) {
+            eprintln!("cannot write the events log: {err}");
+        }
+    }
+
+    fn record(&self, event: ConsumerEvent) {
+        let reason = |r: &StopReason| reason_name(r).to_owned();
+        match &event {
+            ConsumerEvent::Acquired { key, checkpoint } => {
+                let from = checkpoint.clone().unwrap_or_default();
+                self.write(key, "acquired", &[("checkpoint", from)]);
+            }
+            ConsumerEvent::StopRequested { key, reason: why } => {
+                self.write(key, "stop_requested", &[("reason", reason(why))]);
+            }
+            ConsumerEvent::Stopped { key } => self.write(key, "stopped", &[]),
+            ConsumerEvent::HandedOff { key, to } => {
+                self.write(key, "handed_off", &[("to", to.to_string())]);
+            }
+            ConsumerEvent::Released { key } => self.write(key, "released", &[]),
+            ConsumerEvent::Lost { key } => self.write(key, "lost", &[]),
+            ConsumerEvent::ShardEnded { key } => self.write(key, "shard_ended", &[]),
+            ConsumerEvent::Retired { key } => self.write(key, "retired", &[]),
+            ConsumerEvent::Checkpointed {
+                key,
+                sequence_number,
+            } => self.write(
+                key,
+                "checkpointed",
+                &[("sequence_number", sequence_number.clone())],
+            ),
+            other => eprintln!("event: {other:?}"),
+        }
+    }
+}
+
+/// Prints what it processes and checkpoints after every batch.
+struct Printer {
+    worker: String,
+    shard: LeaseKey,
+}
+
+#[async_trait]
+impl RecordProcessor for Printer {
+    async fn initialize(&mut self, start: &ShardStart) {
+        println!(
+            "[{}] {} starts at {:?}",
+            self.worker, self.shard, start.position
+        );
+    }
+
+    async fn process_records(
+        &mut self,
+        records: Vec<KinesisRecord>,
+        checkpointer: &RecordCheckpointer,
+    ) {
+        for record in &records {
+            println!(
+                "[{}] {} {} {}",
+                self.worker,
+                self.shard,
+                record.partition_key,
+                String::from_utf8_lossy(&record.data)
+            );
+        }
+        if let Some(last) = records.last() {
+            if let Err(err) = checkpointer.checkpoint(last).await {
+                eprintln!(
+                    "[{}] {}: checkpoint refused: {err}",
+                    self.worker, self.shard
+                );
+            }
+        }
+    }
+
+    async fn lease_lost(&mut self) {
+        println!("[{}] {} lost", self.worker, self.shard);
+    }
+
+    async fn stop_requested(&mut self, reason: &StopReason, _: &RecordCheckpointer) {
+        // Every batch is checkpointed as soon as it is processed: nothing left to save.
+        println!(
+            "[{}] {} stops: {}",
+            self.worker,
+            self.shard,
+            reason_name(reason)
+        );
+    }
+}
+
+async fn ensure_stream(
+    client: &aws_sdk_kinesis::Client,
+    stream: &str,
+    shards: i32,
+) -> Result<(), Error> {
+    let exists = client
+        .describe_stream_summary()
+        .stream_name(stream)
+        .send()
+        .await
+        .is_ok();
+    if !exists {
+        client
+            .create_stream()
+            .stream_name(stream)
+            .shard_count(shards)
+            .send()
+            .await?;
+        println!("created stream {stream} with {shards} shards");
+    }
+    for _ in 0..100 {
+        let summary = client
+            .describe_stream_summary()
+            .stream_name(stream)
+            .send()
+            .await?;
+        let active = summary
+            .stream_description_summary()
+            .is_some_and(|s| s.stream_status().as_str() == "ACTIVE");
+        if active {
+            return Ok(());
+        }
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    Err(format!("stream {stream} did not become ACTIVE").into())
+}
+
+async fn produce(client: aws_sdk_kinesis::Client, stream: String, per_sec: u32) {
+    let gap = Duration::from_secs(1) / per_sec.max(1);
+    let mut n: u64 = 0;
+    loop {
+        let key = format!("key-{}", n % 16);
+        let put = client
+            .put_record()
+            .stream_name(&stream)
+            .partition_key(&key)
+            .data(Blob::new(format!("{key}:{n}")))
+            .send()
+            .await;
+        if let Err(err) = put {
+            eprintln!("produce: {err}");
+        }
+        n += 1;
+        tokio::time::sleep(gap).await;
+    }
+}
+
+#[tokio::main]
+async fn main() -> Result<(), Error> {
+    let args = match parse_args() {
+        Ok(args) => args,
+        Err(message) => {
+            eprintln!("{message}");
+            std::process::exit(2);
+        }
+    };
+    let worker = args.worker_id.clone().unwrap_or_else(|| {
+        let host = std::env::var("HOSTNAME").unwrap_or_else(|_| "host".into());
+        format!("{host}-{}", std::process::id())
+    });
+    let aws = aws_config::load_from_env().await;
+    let mut kinesis_config = aws_sdk_kinesis::config::Builder::from(&aws);
+    if let Some(endpoint) = &args.kinesis_endpoint {
+        kinesis_config = kinesis_config.endpoint_url(endpoint);
+    }
+    let kinesis = aws_sdk_kinesis::Client::from_conf(kinesis_config.build());
+    let mut dynamo_config = aws_sdk_dynamodb::config::Builder::from(&aws);
+    if let Some(endpoint) = &args.dynamodb_endpoint {
+        dynamo_config = dynamo_config.endpoint_url(endpoint);
+    }
+    let dynamo = aws_sdk_dynamodb::Client::from_conf(dynamo_config.build());
+
+    if let Some(shards) = args.create_shards {
+        ensure_stream(&kinesis, &args.stream, shards).await?;
+    }
+    let table = args
+        .table
+        .clone()
+        .unwrap_or_else(|| format!("{}-leases", args.stream));
+    let store = DynamoStore::connect(dynamo, DynamoConfig::new(table)).await?;
+    let file = match &args.events_log {
+        Some(path) => Some(Arc::new(Mutex::new(
+            OpenOptions::new().create(true).append(true).open(path)?,
+        ))),
+        None => None,
+    };
+    let log = EventLog {
+        worker: worker.clone(),
+        file,
+    };
+    let config = ConsumerConfig {
+        initial_position: if args.latest {
+            InitialPosition::Latest
+        } else {
+            InitialPosition::TrimHorizon
+        },
+        ..ConsumerConfig::default()
+    };
+    let name = worker.clone();
+    let consumer = KinesisConsumer::builder(
+        kinesis.clone(),
+        args.stream.clone(),
+        Arc::new(store),
+        WorkerId::new(worker.clone())?,
+    )
+    .worker_config(WorkerConfig::with_lease_duration(Duration::from_secs(
+        args.lease_secs,
+    )))
+    .config(config)
+    .on_event(move |event| log.record(event))
+    .processor(move |shard: &LeaseKey| Printer {
+        worker: name.clone(),
+        shard: shard.clone(),
+    })
+    .start()
+    .await?;
+    println!(
+        "[{worker}] consuming {}; Ctrl-C to leave gracefully",
+        args.stream
+    );
+    if args.produce_per_sec > 0 {
+        tokio::spawn(produce(kinesis, args.stream.clone(), args.produce_per_sec));
+    }
+    tokio::signal::ctrl_c().await?;
+    println!("[{worker}] leaving");
+    consumer.shutdown().await;
+    Ok(())
+}
