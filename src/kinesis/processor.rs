@@ -40,7 +40,8 @@ pub enum StartPosition {
 pub struct ShardStart {
     /// The shard (the lease key).
     pub shard: LeaseKey,
-    /// The lease's checkpoint when it was acquired, if any.
+    /// The lease's checkpoint when it was acquired, if any: a sequence number, or the
+    /// consumer's own marker of where a `Latest` start began (`shardlease#AT_TIMESTAMP:<ms>`).
     pub checkpoint: Option<String>,
     /// Where reading starts.
     pub position: StartPosition,

@@ -206,6 +206,12 @@ async fn read<P: RecordProcessor>(
                         tracing::info!(error = %text, "shard iterator expired; getting a fresh one");
                         next_call = Instant::now();
                     }
+                    Failure::Fatal => {
+                        // The iterator itself may be what is wrong: start over from the last
+                        // record handed to the processor, slowly.
+                        tracing::error!(error = %text, "GetRecords refused; retrying with a fresh iterator");
+                        next_call = Instant::now() + config.max_backoff;
+                    }
                     _ => {
                         let wait = pause(failure, &mut backoff, config);
                         tracing::warn!(error = %text, ?failure, ?wait, "GetRecords failed; backing off");
