@@ -8,6 +8,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use fleet::{App, Fleet, Record};
+use shardlease::balance::KclBalance;
 use shardlease::store::memory::InMemoryStore;
 use shardlease::WorkerConfig;
 
@@ -480,4 +481,50 @@ async fn staggered_joins_of_fifty_workers_settle() {
     );
     fleet.assert_safe();
     fleet.shutdown_all().await;
+}
+
+/// The same join under our policy and under the KCL 2.x baseline (20 s taker interval, steals
+/// one lease per round from the most loaded worker): both end at 4 / 3 / 3 without any lease
+/// held twice (a steal is reported only once the previous owner's validity has ended).
+#[tokio::test(start_paused = true)]
+async fn ten_leases_joined_by_two_workers_ours_and_kcls() {
+    let mut figures = Vec::new();
+    for kcl in [false, true] {
+        let mut config = config();
+        if kcl {
+            config.taker_interval = secs(20);
+        }
+        let mut fleet = Fleet::new(Arc::new(InMemoryStore::new()), config, 10);
+        fleet.kcl = kcl.then(KclBalance::default);
+        fleet.start("a", QUICK).await;
+        fleet.until(secs(60), |f| f.counts() == [10]).await;
+        fleet.start("b", QUICK).await;
+        fleet.start("c", QUICK).await;
+        let took = fleet
+            .until(secs(600), |f| {
+                let mut c = f.counts();
+                c.sort();
+                c == [3, 3, 4]
+            })
+            .await;
+        let moves = fleet.ledger.lock().unwrap().starts() - 10;
+        let name = if kcl { "KCL 2.x baseline" } else { "ours" };
+        Fleet::figure(
+            &format!("join: 10 leases, 1 -> 3 workers, until 4+3+3 ({name}, {moves} moves)"),
+            took,
+        );
+        figures.push(took);
+        fleet.idle(secs(120)).await;
+        let mut c = fleet.counts();
+        c.sort();
+        assert_eq!(c, [3, 3, 4], "{name} stays balanced");
+        fleet.assert_safe();
+        fleet.shutdown_all().await;
+    }
+    assert!(
+        figures[0] < figures[1],
+        "ours {:?}, KCL {:?}",
+        figures[0],
+        figures[1]
+    );
 }

@@ -93,7 +93,7 @@ impl Taker {
         let moves = self.policy.plan(&view, &self.shared.id);
         let by_key: HashMap<&LeaseKey, &Lease> =
             snapshot.leases.iter().map(|l| (&l.key, l)).collect();
-        self.execute(actions, moves, &by_key).await;
+        self.execute(actions, moves, &by_key, now).await;
         self.clean_up_members(&snapshot, &live, now).await;
         let next = self.next_round(&snapshot, now);
         self.publish(snapshot, &live, now);
@@ -247,6 +247,7 @@ impl Taker {
         actions: Vec<Action>,
         moves: Vec<Move>,
         by_key: &HashMap<&LeaseKey, &Lease>,
+        now: Instant,
     ) {
         let limit = Arc::new(Semaphore::new(self.shared.config.max_concurrent_renewals));
         let mut jobs = JoinSet::new();
@@ -283,10 +284,15 @@ impl Taker {
                 continue;
             };
             let lease = (*lease).clone();
+            // A take of a lease whose owner is alive is a steal (a policy like KCL's): the
+            // owner may still be working until its next renewal fails, so the lease is
+            // reported only once its validity has certainly ended, as after a forced handoff.
+            let steal = lease.owner.as_ref().is_some_and(|o| o != &self.shared.id)
+                && self.owner_alive(&lease, now);
             spawn(match step {
                 Move::Take(_) => Job::Take {
                     lease,
-                    forced: false,
+                    forced: steal,
                 },
                 Move::RequestHandoff { from, .. } => Job::Request { lease, from },
             });

@@ -12,6 +12,7 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use async_trait::async_trait;
+use shardlease::balance::KclBalance;
 use shardlease::source::{Shard, ShardSource, SourceError, StaticShardSource};
 use shardlease::store::fault::{Faults, FaultyStore};
 use shardlease::store::LeaseStore;
@@ -164,6 +165,8 @@ pub struct Fleet {
     pub source_override: Option<Arc<dyn ShardSource>>,
     /// How the applications behave while processing.
     pub processing: Processing,
+    /// The KCL 2.x baseline policy instead of the default one.
+    pub kcl: Option<KclBalance>,
 }
 
 /// What the applications do while processing a lease (besides waiting for a stop).
@@ -219,6 +222,7 @@ impl Fleet {
             source_calls: Arc::default(),
             source_override: None,
             processing: Processing::default(),
+            kcl: None,
         }
     }
 
@@ -242,6 +246,9 @@ impl Fleet {
         let mut builder = Worker::builder(Arc::new(store), WorkerId::new(name).unwrap())
             .config(config)
             .shards(self.shards.clone());
+        if let Some(kcl) = self.kcl {
+            builder = builder.policy(kcl);
+        }
         if let Some(source) = &self.source {
             let inner = match &self.source_override {
                 Some(inner) => Arc::clone(inner),

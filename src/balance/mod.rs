@@ -7,8 +7,11 @@
 //! never ask one donor for more than its surplus. A load-aware policy can replace it through
 //! the [`BalancePolicy`] trait.
 
+mod kcl;
+
 use std::collections::HashMap;
 
+pub use self::kcl::KclBalance;
 use crate::lease::{LeaseKey, WorkerId};
 
 /// Who has a lease, as the observer judges it.
@@ -61,7 +64,9 @@ pub struct FleetView {
 /// A step the observer should take.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Move {
-    /// Take an available lease.
+    /// Take a lease: an available one, or (a steal, as KCL does) one a live worker holds. A
+    /// stolen lease is reported to the application only a lease duration after the take,
+    /// when its previous owner's validity has certainly ended.
     Take(LeaseKey),
     /// Ask `from` to hand `key` over gracefully.
     RequestHandoff {
@@ -103,7 +108,7 @@ pub struct Assignment {
 }
 
 /// FNV-1a: a hash that is the same in every process, so all observers order alike.
-fn stable_hash(bytes: &[u8]) -> u64 {
+pub(crate) fn stable_hash(bytes: &[u8]) -> u64 {
     bytes.iter().fold(0xcbf2_9ce4_8422_2325, |hash, b| {
         (hash ^ u64::from(*b)).wrapping_mul(0x0100_0000_01b3)
     })
