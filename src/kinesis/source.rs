@@ -3,12 +3,12 @@
 use std::time::Duration;
 
 use async_trait::async_trait;
-use rand::Rng;
 use tokio::time::Instant;
 
 use super::{classify, describe, Failure};
 use crate::lease::LeaseKey;
 use crate::source::{Shard, ShardSource, SourceError};
+use crate::store::RetryPolicy;
 
 /// Tries of one page before the listing fails (the discoverer then backs off on its own).
 const PAGE_ATTEMPTS: u32 = 4;
@@ -46,7 +46,11 @@ impl KinesisShardSource {
         &self,
         next: Option<&str>,
     ) -> Result<aws_sdk_kinesis::operation::list_shards::ListShardsOutput, SourceError> {
-        let mut backoff = FIRST_BACKOFF;
+        let backoff = RetryPolicy {
+            base_delay: FIRST_BACKOFF,
+            max_delay: FIRST_BACKOFF * (1 << PAGE_ATTEMPTS),
+            max_attempts: PAGE_ATTEMPTS,
+        };
         let mut attempt = 1;
         loop {
             self.pace().await;
@@ -69,9 +73,7 @@ impl KinesisShardSource {
                 });
             }
             tracing::debug!(stream = %self.stream, attempt, error = %text, "ListShards failed; retrying");
-            let wait = backoff.mul_f64(rand::thread_rng().gen_range(0.0..=1.0));
-            tokio::time::sleep(wait).await;
-            backoff *= 2;
+            tokio::time::sleep(backoff.backoff(attempt)).await;
             attempt += 1;
         }
     }

@@ -100,6 +100,12 @@ impl Taker {
         Ok(next)
     }
 
+    /// This worker has the smallest id among the live ones: it does the fleet's chores
+    /// (membership clean-up, discovery).
+    fn is_smallest(&self, live: &HashMap<WorkerId, Option<u32>>) -> bool {
+        live.keys().min() == Some(&self.shared.id)
+    }
+
     /// Hands this round's reading of the table to the discoverer, if there is one.
     fn publish(&self, snapshot: Snapshot, live: &HashMap<WorkerId, Option<u32>>, now: Instant) {
         if !self.shared.discovering {
@@ -115,7 +121,7 @@ impl Taker {
             leases: snapshot.leases,
             owner_alive,
             malformed: snapshot.malformed,
-            discoverer: live.keys().min() == Some(&self.shared.id),
+            discoverer: self.is_smallest(live),
         };
         self.shared.view.send_replace(Some(Arc::new(view)));
     }
@@ -309,7 +315,7 @@ impl Taker {
         live: &HashMap<WorkerId, Option<u32>>,
         now: Instant,
     ) {
-        if live.keys().min() != Some(&self.shared.id) {
+        if !self.is_smallest(live) {
             return;
         }
         let deadline = now + self.shared.config.store_timeout;
