@@ -26,6 +26,10 @@ pub struct WorkerConfig {
     /// duration after its last renewal was first seen. Default: `lease_duration / 2` (KCL:
     /// 2 x lease duration; ours is 4 x faster, and costs one table scan per 5 s per worker).
     pub taker_interval: Duration,
+    /// Whether the taker also runs at the moment an observed lease or membership record would
+    /// expire (see `taker_interval`). Off, it scans on `taker_interval` only, as KCL's taker
+    /// does: crash failover then takes up to one more interval. Default: `true`.
+    pub scan_at_expiry: bool,
     /// Safety margin taken off the local validity of a lease: a lease is valid locally until
     /// (start of the last successful renewal request) + `lease_duration` - this. It covers
     /// clock-rate drift between hosts and the time the application needs to notice its stop
@@ -79,6 +83,7 @@ impl WorkerConfig {
             lease_duration,
             renew_interval: lease_duration / 3,
             taker_interval: lease_duration / 2,
+            scan_at_expiry: true,
             drift_allowance: lease_duration / 20,
             handoff_timeout: Duration::from_secs(30),
             handoff_poll_interval: Duration::from_millis(250),
@@ -90,6 +95,20 @@ impl WorkerConfig {
             discovery_interval: Duration::from_secs(10),
             retire_after: Duration::from_secs(60),
         }
+    }
+
+    /// Sets [`taker_interval`](Self::taker_interval).
+    #[must_use]
+    pub fn taker_interval(mut self, value: Duration) -> Self {
+        self.taker_interval = value;
+        self
+    }
+
+    /// Sets [`scan_at_expiry`](Self::scan_at_expiry).
+    #[must_use]
+    pub fn scan_at_expiry(mut self, value: bool) -> Self {
+        self.scan_at_expiry = value;
+        self
     }
 
     /// Sets [`handoff_timeout`](Self::handoff_timeout).

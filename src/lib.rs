@@ -36,6 +36,7 @@
 pub mod balance;
 pub mod config;
 pub mod expiry;
+pub mod jitter;
 #[cfg(feature = "kinesis")]
 pub mod kinesis;
 pub mod lease;

@@ -7,7 +7,6 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use aws_sdk_kinesis::primitives::DateTime;
 use aws_sdk_kinesis::types::ShardIteratorType;
-use rand::Rng;
 use tokio::time::Instant;
 
 use super::consumer::{ConsumerConfig, ConsumerEvent, InitialPosition, Observer};
@@ -52,7 +51,7 @@ impl Backoff {
     fn wait(&mut self) -> Duration {
         let ceiling = self.next;
         self.next = (self.next * 2).min(self.max);
-        ceiling.mul_f64(rand::thread_rng().gen_range(0.5..=1.0))
+        ceiling.mul_f64(crate::jitter::uniform(0.5, 1.0))
     }
 
     fn reset(&mut self) {
@@ -170,7 +169,7 @@ async fn read<P: RecordProcessor>(
     let mut next_call = Instant::now();
     loop {
         tokio::select! {
-            biased;
+           biased;
             reason = grant.stopped() => return Some(reason),
             _ = tokio::time::sleep_until(next_call) => {}
         }
@@ -192,7 +191,7 @@ async fn read<P: RecordProcessor>(
             .limit(config.max_records)
             .send();
         let answer = tokio::select! {
-            biased;
+           biased;
             reason = grant.stopped() => return Some(reason),
             answer = request => answer,
         };
@@ -262,6 +261,7 @@ async fn end_of_shard<P: RecordProcessor>(
         }
         tracing::warn!("the processor did not checkpoint the end of the shard; its children wait");
         tokio::select! {
+            biased;
             reason = grant.stopped() => return Some(reason),
             _ = tokio::time::sleep(context.config.idle_time_between_reads) => {}
         }

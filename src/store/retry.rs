@@ -3,7 +3,6 @@
 use std::future::Future;
 use std::time::Duration;
 
-use rand::Rng;
 use tokio::time::Instant;
 
 use super::StoreResult;
@@ -39,7 +38,7 @@ impl RetryPolicy {
             .base_delay
             .saturating_mul(1u32 << retry.saturating_sub(1).min(20))
             .min(self.max_delay);
-        ceiling.mul_f64(rand::thread_rng().gen::<f64>())
+        ceiling.mul_f64(crate::jitter::uniform(0.0, 1.0))
     }
 
     /// Runs `attempt` until it succeeds, fails with a non-retryable error, runs out of

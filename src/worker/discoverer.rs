@@ -7,7 +7,6 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use rand::Rng;
 use tokio::sync::Semaphore;
 use tokio::task::JoinSet;
 use tokio::time::Instant;
@@ -50,6 +49,7 @@ pub(crate) async fn run(
             }
         };
         tokio::select! {
+            biased;
             _ = cancel.cancelled() => return,
             changed = views.changed() => {
                 if changed.is_err() {
@@ -108,7 +108,7 @@ pub(crate) async fn run(
 /// The wait before the next listing: the interval give or take a tenth, so fleets started
 /// together do not call the source in step.
 fn jittered(interval: Duration) -> Duration {
-    interval.mul_f64(rand::thread_rng().gen_range(0.9..=1.1))
+    interval.mul_f64(crate::jitter::uniform(0.9, 1.1))
 }
 
 /// The wait after `failures` failed listings in a row: doubling from one interval, capped at
@@ -116,7 +116,7 @@ fn jittered(interval: Duration) -> Duration {
 /// never called more often than every half interval.
 fn backoff(interval: Duration, failures: u32) -> Duration {
     let ceiling = interval * (1u32 << failures.saturating_sub(1).min(3)).min(MAX_BACKOFF_INTERVALS);
-    ceiling.mul_f64(rand::thread_rng().gen_range(0.5..=1.0))
+    ceiling.mul_f64(crate::jitter::uniform(0.5, 1.0))
 }
 
 async fn apply(shared: &Arc<Shared>, discovery: &mut Discovery, plan: DiscoveryPlan) {

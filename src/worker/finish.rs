@@ -21,6 +21,7 @@ pub(crate) fn spawn_finish(shared: &Arc<Shared>, key: LeaseKey, finish: Finish) 
     shared.jobs.spawn(
         async move {
             tokio::select! {
+                biased;
                 _ = cancel.cancelled() => {}
                 _ = finish_now(&task_shared, key, finish) => {}
             }
@@ -177,6 +178,7 @@ pub(crate) async fn control(
             }
         };
         tokio::select! {
+            biased;
             _ = cancel.cancelled() => return,
             _ = shared.changed.notified() => {}
             _ = sleep => {}

@@ -22,11 +22,13 @@ pub(crate) async fn run(shared: Arc<Shared>, cancel: CancellationToken) {
     let limit = Arc::new(Semaphore::new(shared.config.max_concurrent_renewals));
     loop {
         tokio::select! {
+            biased;
             _ = cancel.cancelled() => return,
             _ = tick.tick() => {}
         }
         let round = renew_all(&shared, &limit);
         tokio::select! {
+            biased;
             _ = cancel.cancelled() => return,
             _ = round => {}
         }

@@ -5,7 +5,7 @@
 //! succeeds until it is lost, handed over or released. The application considers it held
 //! only in the `Active` and `Stopping` phases, and only while `now < valid_until`.
 
-use std::collections::{HashMap, HashSet};
+use std::collections::{BTreeMap, HashSet};
 use std::sync::{Arc, Mutex, MutexGuard};
 
 use tokio::sync::{mpsc, watch, Notify};
@@ -54,8 +54,10 @@ pub(crate) struct Pending {
 
 #[derive(Debug, Default)]
 pub(crate) struct State {
-    pub held: HashMap<LeaseKey, Held>,
-    pub pending: HashMap<LeaseKey, Pending>,
+    // Ordered maps: the renewer and the handoff poll walk them, and a seeded simulation must
+    // replay the same order of store calls.
+    pub held: BTreeMap<LeaseKey, Held>,
+    pub pending: BTreeMap<LeaseKey, Pending>,
     pub shutting_down: bool,
 }
 
@@ -359,7 +361,7 @@ impl Shared {
     /// dropped: a crash as far as the table is concerned, but nobody may go on processing).
     pub fn lose_all_locally(&self) {
         let mut state = self.lock();
-        for (_, held) in state.held.drain() {
+        for held in std::mem::take(&mut state.held).into_values() {
             held.stop.send_replace(Some(StopReason::Lost));
         }
     }

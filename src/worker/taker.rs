@@ -55,6 +55,7 @@ impl Taker {
             let poll_at = pending.then(|| Instant::now() + config.handoff_poll_interval);
             let wake = poll_at.map_or(next_round, |p| p.min(next_round));
             tokio::select! {
+                biased;
                 _ = cancel.cancelled() => return,
                 _ = tokio::time::sleep_until(wake) => {}
                 _ = self.shared.rescan.notified() => next_round = Instant::now(),
@@ -174,7 +175,7 @@ impl Taker {
         let mut state = self.shared.lock();
         let mut room = (config.max_leases_per_worker as usize).saturating_sub(state.held.len());
         let mut actions = Vec::new();
-        let mut still_pending = HashMap::new();
+        let mut still_pending = std::collections::BTreeMap::new();
         for (lease, status) in snapshot.leases.iter().zip(statuses) {
             let held_here = state.held.contains_key(&lease.key);
             if let Some(pending) = state.pending.get(&lease.key) {
@@ -339,6 +340,12 @@ impl Taker {
     fn next_round(&self, snapshot: &Snapshot, now: Instant) -> Instant {
         let config = &self.shared.config;
         let mut next = now + config.taker_interval;
+        for pending in self.shared.lock().pending.values() {
+            next = next.min((pending.since + config.handoff_timeout).max(now));
+        }
+        if !config.scan_at_expiry {
+            return next;
+        }
         for lease in &snapshot.leases {
             if lease.owner.is_some() && !lease.is_owned_by(&self.shared.id) {
                 if let Some(at) = self.leases.expires_at(&lease.key).filter(|at| *at > now) {
@@ -354,9 +361,6 @@ impl Taker {
             {
                 next = next.min(at);
             }
-        }
-        for pending in self.shared.lock().pending.values() {
-            next = next.min((pending.since + config.handoff_timeout).max(now));
         }
         next
     }

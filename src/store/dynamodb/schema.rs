@@ -167,6 +167,82 @@ pub fn encode_lease(lease: &Lease, op: &str, now: &str) -> Item {
     item
 }
 
+/// Length of the per-call token stored in `lastOp` (a hyphenated UUID).
+const OP_TOKEN_LEN: usize = 36;
+/// Length of `updatedAt` (RFC 3339 in UTC with milliseconds).
+const UPDATED_AT_LEN: usize = 24;
+
+/// The size DynamoDB bills for a number: one byte per two significant digits, plus one.
+fn number_size(value: &str) -> usize {
+    let digits = value
+        .trim_start_matches('-')
+        .split(['e', 'E'])
+        .next()
+        .unwrap_or("")
+        .replace('.', "");
+    let significant = digits.trim_start_matches('0').trim_end_matches('0').len();
+    significant.max(1).div_ceil(2) + 1
+}
+
+/// The size DynamoDB bills for the lease's item, in bytes (attribute names plus values, by
+/// the rules of the DynamoDB developer guide's "item sizes"): what a read or a write of it
+/// costs in capacity units. Computed without encoding the item; a test checks it against
+/// [`encode_lease`].
+pub fn lease_item_size(lease: &Lease) -> usize {
+    let string = |name: &str, len: usize| name.len() + len;
+    let number = |name: &str, value: u64| name.len() + number_size(&value.to_string());
+    let mut size = string(KEY, lease.key.as_str().len())
+        + number(COUNTER, lease.counter)
+        + number(TENURE, lease.tenure)
+        + number(OWNER_SWITCHES, lease.owner_switches_since_checkpoint)
+        + string(LAST_OP, OP_TOKEN_LEN)
+        + string(UPDATED_AT, UPDATED_AT_LEN);
+    if let Some(owner) = &lease.owner {
+        size += string(OWNER, owner.as_str().len());
+    }
+    if let Some(checkpoint) = &lease.checkpoint {
+        size += string(CHECKPOINT, checkpoint.len());
+    }
+    if let Some(to) = &lease.handoff_to {
+        size += string(HANDOFF_TO, to.as_str().len());
+    }
+    if let Some(load) = lease.load {
+        size += LEASE_LOAD.len() + number_size(&load.to_string());
+    }
+    if !lease.parents.is_empty() {
+        // A list costs 3 bytes plus one byte and the size of each element.
+        size += PARENTS.len()
+            + 3
+            + lease
+                .parents
+                .iter()
+                .map(|p| 1 + p.as_str().len())
+                .sum::<usize>();
+    }
+    size
+}
+
+/// The size DynamoDB bills for `member`'s membership record, in bytes.
+pub fn member_item_size(member: &Member) -> usize {
+    let mut size = KEY.len()
+        + member_key(&member.worker).len()
+        + WORKER.len()
+        + member.worker.as_str().len()
+        + HEARTBEAT.len()
+        + number_size(&member.heartbeat.to_string())
+        + LAST_OP.len()
+        + OP_TOKEN_LEN
+        + UPDATED_AT.len()
+        + UPDATED_AT_LEN;
+    if let Some(load) = member.load {
+        size += MEMBER_LOAD.len() + number_size(&load.to_string());
+    }
+    if let Some(capacity) = member.capacity {
+        size += CAPACITY.len() + number_size(&capacity.to_string());
+    }
+    size
+}
+
 /// Reads attributes of one item, naming the item and the field in every error.
 struct Fields<'a> {
     item: &'a Item,
@@ -323,6 +399,65 @@ pub fn decode_member(item: &Item) -> Result<(Member, Option<String>), StoreError
 mod tests {
     use super::*;
     use crate::lease::NewLease;
+
+    /// Item size by DynamoDB's rules, over an encoded item.
+    fn billed_size(item: &Item) -> usize {
+        fn value_size(value: &AttributeValue) -> usize {
+            match value {
+                AttributeValue::S(s) => s.len(),
+                AttributeValue::N(n) => number_size(n),
+                AttributeValue::L(list) => {
+                    3 + list.iter().map(|v| 1 + value_size(v)).sum::<usize>()
+                }
+                other => panic!("not used by the schema: {other:?}"),
+            }
+        }
+        item.iter()
+            .map(|(name, value)| name.len() + value_size(value))
+            .sum()
+    }
+
+    #[test]
+    fn item_sizes_match_the_encoded_items() {
+        let token = "0f8fad5b-d9cb-469f-a165-70867728950e";
+        let at = "2026-11-30T04:27:26.123Z";
+        assert_eq!(token.len(), OP_TOKEN_LEN);
+        assert_eq!(at.len(), UPDATED_AT_LEN);
+        let bare = NewLease::new(LeaseKey::new("shardId-000000000001").unwrap()).into_lease();
+        let mut loaded = full_lease();
+        loaded.load = Some(0.125);
+        loaded.counter = 1_234_567;
+        for lease in [bare, full_lease(), loaded] {
+            assert_eq!(
+                lease_item_size(&lease),
+                billed_size(&encode_lease(&lease, token, at)),
+                "{lease:?}"
+            );
+        }
+        assert_eq!(number_size("0"), 2);
+        assert_eq!(number_size("100"), 2);
+        assert_eq!(number_size("12345"), 4);
+        assert_eq!(number_size("0.125"), 3);
+        let member = Member {
+            worker: WorkerId::new("worker-a").unwrap(),
+            heartbeat: 42,
+            load: None,
+            capacity: Some(100),
+        };
+        let expected = KEY.len()
+            + member_key(&member.worker).len()
+            + WORKER.len()
+            + 8
+            + HEARTBEAT.len()
+            + 2
+            + LAST_OP.len()
+            + 36
+            + UPDATED_AT.len()
+            + 24
+            + CAPACITY.len()
+            + 2;
+        assert_eq!(member_item_size(&member), expected);
+    }
 
     fn full_lease() -> Lease {
         let mut lease = NewLease::new(LeaseKey::new("shard-3").unwrap())
