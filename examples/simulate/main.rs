@@ -1,0 +1,226 @@
+//! The fleet simulator: runs the library's real workers on paused time over an in-memory
+//! table with simulated latency and faults, and reports convergence, movement, failover,
+//! safety and cost, for shardlease and for the KCL 2.x baseline side by side.
+//!
+//! ```sh
+//! cargo run --release --example simulate -- --scenario join --workers 100 --leases 10000
+//! cargo run --release --example simulate -- --scenario crash --workers 50 --leases 5000 --json
+//! cargo run --release --example simulate -- --help
+//! ```
+
+mod sim;
+
+use std::process::ExitCode;
+use std::time::Duration;
+
+use sim::net::{FaultRates, Latency};
+use sim::report::table;
+use sim::scenario::{scenario, NAMES};
+use sim::{Policy, Settings};
+
+const HELP: &str = "\
+simulate: a fleet of shardlease workers on simulated time, against the KCL 2.x baseline
+
+USAGE: cargo run --release --example simulate -- [OPTIONS]
+
+  --scenario NAME      what happens to the fleet (default: join); one of
+                       cold-start, join, crash, leave, rolling-restart, autoscale,
+                       shards, pause, cut-off; or `all` for every one in turn
+  --workers N          workers (autoscale: the peak, from 4) (default: 10)
+  --leases L           leases (default: 1000)
+  --k N                workers a join, crash, leave, pause or cut-off concerns
+                       (default: a tenth of the workers, at least 1)
+  --policy P           ours, kcl or both (default: both)
+  --seed S             seed; the same seed replays the same run (default: 1)
+  --latency MED,P99    store latency in ms, log-normal (default: 5,25)
+  --throttle P         probability a request is throttled (default: 0)
+  --transient P        probability a request fails before it is applied (default: 0)
+  --ambiguous P        probability a write's answer is lost after it is applied (default: 0)
+  --rest SECS          simulated rest after the last step, for moves and cost at rest
+                       (default: 3600)
+  --step-limit SECS    how long a step may take to balance (default: 600)
+  --checkpoint-every SECS  the applications checkpoint this often (default: only on stop)
+  --json               one JSON object per run, one per line, instead of the table
+";
+
+struct Args {
+    scenarios: Vec<String>,
+    workers: usize,
+    leases: usize,
+    k: Option<usize>,
+    policies: Vec<Policy>,
+    seed: u64,
+    latency: Latency,
+    faults: FaultRates,
+    rest: Duration,
+    step_limit: Duration,
+    checkpoint_every: Option<Duration>,
+    json: bool,
+}
+
+fn parse() -> Result<Option<Args>, String> {
+    let mut args = Args {
+        scenarios: vec!["join".into()],
+        workers: 10,
+        leases: 1000,
+        k: None,
+        policies: vec![Policy::Ours, Policy::Kcl],
+        seed: 1,
+        latency: Latency {
+            median: Duration::from_millis(5),
+            p99: Duration::from_millis(25),
+        },
+        faults: FaultRates::default(),
+        rest: Duration::from_secs(3600),
+        step_limit: Duration::from_secs(600),
+        checkpoint_every: None,
+        json: false,
+    };
+    let mut it = std::env::args().skip(1);
+    while let Some(flag) = it.next() {
+        if flag == "--help" || flag == "-h" {
+            return Ok(None);
+        }
+        if flag == "--json" {
+            args.json = true;
+            continue;
+        }
+        let value = it
+            .next()
+            .ok_or_else(|| format!("{flag} needs a value (see --help)"))?;
+        let number = |what: &str| -> Result<f64, String> {
+            value
+                .parse::<f64>()
+                .ok()
+                .filter(|v| v.is_finite() && *v >= 0.0)
+                .ok_or_else(|| format!("{flag} {value:?}: {what} expected"))
+        };
+        let count = || -> Result<usize, String> {
+            value
+                .parse::<usize>()
+                .map_err(|_| format!("{flag} {value:?}: a whole number expected"))
+        };
+        let probability = || -> Result<f64, String> {
+            number("a probability between 0 and 1").and_then(|p| {
+                (p <= 1.0)
+                    .then_some(p)
+                    .ok_or_else(|| format!("{flag} {value}: a probability is at most 1"))
+            })
+        };
+        match flag.as_str() {
+            "--scenario" => {
+                args.scenarios = if value == "all" {
+                    NAMES.iter().map(|s| s.to_string()).collect()
+                } else {
+                    vec![value.clone()]
+                }
+            }
+            "--workers" => args.workers = count()?,
+            "--leases" => args.leases = count()?,
+            "--k" => args.k = Some(count()?),
+            "--policy" => {
+                args.policies = match value.as_str() {
+                    "ours" => vec![Policy::Ours],
+                    "kcl" => vec![Policy::Kcl],
+                    "both" => vec![Policy::Ours, Policy::Kcl],
+                    _ => return Err(format!("--policy {value:?}: ours, kcl or both")),
+                }
+            }
+            "--seed" => {
+                args.seed = value
+                    .parse()
+                    .map_err(|_| format!("--seed {value:?}: a whole number expected"))?
+            }
+            "--latency" => {
+                let parts: Vec<f64> = value
+                    .split(',')
+                    .map(|p| p.trim().parse::<f64>())
+                    .collect::<Result<_, _>>()
+                    .map_err(|_| format!("--latency {value:?}: MEDIAN_MS,P99_MS expected"))?;
+                let [median, p99] = parts[..] else {
+                    return Err(format!("--latency {value:?}: MEDIAN_MS,P99_MS expected"));
+                };
+                if !(0.0..=60_000.0).contains(&median) || p99 < median || p99 > 60_000.0 {
+                    return Err(format!(
+                        "--latency {value:?}: 0 <= median <= p99 <= 60000 ms expected"
+                    ));
+                }
+                args.latency = Latency {
+                    median: Duration::from_secs_f64(median / 1000.0),
+                    p99: Duration::from_secs_f64(p99 / 1000.0),
+                };
+            }
+            "--throttle" => args.faults.throttle = probability()?,
+            "--transient" => args.faults.transient = probability()?,
+            "--ambiguous" => args.faults.ambiguous = probability()?,
+            "--rest" => args.rest = Duration::from_secs_f64(number("seconds")?),
+            "--step-limit" => args.step_limit = Duration::from_secs_f64(number("seconds")?),
+            "--checkpoint-every" => {
+                let every = number("seconds")?;
+                if every < 0.1 {
+                    return Err(format!("--checkpoint-every {value}: at least 0.1 s"));
+                }
+                args.checkpoint_every = Some(Duration::from_secs_f64(every));
+            }
+            _ => return Err(format!("unknown option {flag:?} (see --help)")),
+        }
+    }
+    if args.workers == 0 || args.leases == 0 {
+        return Err("--workers and --leases must be at least 1".into());
+    }
+    Ok(Some(args))
+}
+
+fn main() -> ExitCode {
+    let args = match parse() {
+        Ok(Some(args)) => args,
+        Ok(None) => {
+            print!("{HELP}");
+            return ExitCode::SUCCESS;
+        }
+        Err(message) => {
+            eprintln!("simulate: {message}");
+            return ExitCode::from(2);
+        }
+    };
+    let k = args.k.unwrap_or((args.workers / 10).max(1));
+    let mut failed = false;
+    for name in &args.scenarios {
+        let scenario = match scenario(name, args.workers, args.leases, k) {
+            Ok(s) => s,
+            Err(message) => {
+                eprintln!("simulate: {message}");
+                return ExitCode::from(2);
+            }
+        };
+        let mut reports = Vec::new();
+        for policy in &args.policies {
+            let settings = Settings {
+                scenario: scenario.clone(),
+                workers: args.workers,
+                leases: args.leases,
+                policy: *policy,
+                seed: args.seed,
+                latency: args.latency,
+                faults: args.faults,
+                rest: args.rest,
+                step_limit: args.step_limit,
+                checkpoint_every: args.checkpoint_every,
+            };
+            let report = sim::simulate(settings);
+            failed |= report.double_holding > 0;
+            if args.json {
+                println!("{}", report.json());
+            }
+            reports.push(report);
+        }
+        if !args.json {
+            println!("{}", table(&reports));
+        }
+    }
+    if failed {
+        eprintln!("simulate: a lease was processed by two workers at once");
+        return ExitCode::FAILURE;
+    }
+    ExitCode::SUCCESS
+}

@@ -1,0 +1,577 @@
+//! The fleet simulator: the real workers of the library, on paused tokio time, over one
+//! in-memory table reached through a simulated network ([`net`]).
+//!
+//! A run starts the scenario's first workers, waits until they are balanced (unmeasured),
+//! then applies each step and measures it until the fleet is balanced again, then rests
+//! (nothing happens) and measures the cost and the moves of a fleet at rest.
+//!
+//! Everything runs on one thread; with the library's jitter seeded
+//! ([`shardlease::jitter::seed_thread`]), a seed replays a run exactly.
+
+#![allow(dead_code)]
+
+pub mod net;
+pub mod report;
+pub mod scenario;
+
+use std::collections::{BTreeMap, HashMap, HashSet};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use rand::rngs::StdRng;
+use rand::seq::SliceRandom;
+use rand::SeedableRng;
+use shardlease::balance::KclBalance;
+use shardlease::source::{Shard, StaticShardSource};
+use shardlease::worker::{LeaseEvent, StopReason, Worker};
+use shardlease::{LeaseKey, LeaseStore, NewLease, WorkerConfig, WorkerId};
+use tokio::task::JoinHandle;
+use tokio::time::Instant;
+
+use self::net::{FaultRates, Latency, Link, Net, SimStore};
+use self::report::{Dist, Failover, Report, StepReport};
+use self::scenario::{Scenario, Step};
+
+/// The balancing policy the fleet runs.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Policy {
+    /// The library's defaults: `CountBalance`, graceful handoffs, 10 s lease, 5 s taker
+    /// interval and scans at observed expiry moments.
+    Ours,
+    /// KCL 2.x: its taker policy (`KclBalance`), a 10 s lease and a 20 s taker interval, on
+    /// the interval only.
+    Kcl,
+}
+
+impl Policy {
+    pub fn name(self) -> &'static str {
+        match self {
+            Policy::Ours => "shardlease",
+            Policy::Kcl => "KCL 2.x",
+        }
+    }
+
+    pub fn config(self) -> WorkerConfig {
+        match self {
+            Policy::Ours => WorkerConfig::default(),
+            Policy::Kcl => WorkerConfig::default()
+                .taker_interval(Duration::from_secs(20))
+                .scan_at_expiry(false),
+        }
+    }
+}
+
+/// What to simulate.
+#[derive(Debug, Clone)]
+pub struct Settings {
+    pub scenario: Scenario,
+    pub workers: usize,
+    pub leases: usize,
+    pub policy: Policy,
+    pub seed: u64,
+    pub latency: Latency,
+    pub faults: FaultRates,
+    /// How long the fleet rests after the last step (moves and cost at rest).
+    pub rest: Duration,
+    /// How long a step may take to balance before the run goes on without it.
+    pub step_limit: Duration,
+    /// The applications checkpoint every lease this often (`None`: only when they stop).
+    pub checkpoint_every: Option<Duration>,
+}
+
+/// Who processes what: the applications' view, where "two at once" is checked.
+#[derive(Debug, Default)]
+struct Ledger {
+    holder: HashMap<LeaseKey, usize>,
+    counts: BTreeMap<usize, usize>,
+    starts: u64,
+    violations: u64,
+    /// Orphans of a crash: when each started being processed again.
+    watch: HashMap<LeaseKey, Option<Instant>>,
+}
+
+impl Ledger {
+    fn start(&mut self, worker: usize, key: &LeaseKey) {
+        self.starts += 1;
+        if let Some(other) = self.holder.insert(key.clone(), worker) {
+            if other != worker {
+                self.violations += 1;
+                eprintln!("VIOLATION: {key} started by w{worker} while w{other} processes it");
+                *self.counts.entry(other).or_default() -= 1;
+            } else {
+                *self.counts.entry(worker).or_default() -= 1;
+            }
+        }
+        *self.counts.entry(worker).or_default() += 1;
+        if let Some(slot @ None) = self.watch.get_mut(key) {
+            *slot = Some(Instant::now());
+        }
+    }
+
+    fn stop(&mut self, worker: usize, key: &LeaseKey) {
+        if self.holder.get(key) == Some(&worker) {
+            self.holder.remove(key);
+            *self.counts.entry(worker).or_default() -= 1;
+        }
+    }
+
+    /// A process died: it processes nothing from now on.
+    fn crash(&mut self, worker: usize) {
+        self.holder.retain(|_, w| *w != worker);
+        self.counts.remove(&worker);
+    }
+}
+
+struct Running {
+    worker: Worker,
+    link: Link,
+    app: JoinHandle<()>,
+}
+
+/// The fleet under simulation.
+struct Fleet {
+    settings: Settings,
+    net: Arc<Net>,
+    ledger: Arc<Mutex<Ledger>>,
+    running: BTreeMap<usize, Running>,
+    leaving: Vec<JoinHandle<()>>,
+    next_index: usize,
+    /// The shards that exist now.
+    shards: Vec<LeaseKey>,
+    source: Option<StaticShardSource>,
+    next_shard: usize,
+    rng: StdRng,
+}
+
+fn worker_id(index: usize) -> WorkerId {
+    WorkerId::new(format!("w{index:05}")).expect("valid id")
+}
+
+fn shard_key(index: usize) -> LeaseKey {
+    LeaseKey::new(format!("shard-{index:07}")).expect("valid key")
+}
+
+impl Fleet {
+    async fn new(settings: Settings) -> Self {
+        let net = Net::new(settings.seed, settings.latency, settings.faults);
+        let shards: Vec<LeaseKey> = (0..settings.leases).map(shard_key).collect();
+        let source = settings
+            .scenario
+            .discovery
+            .then(|| StaticShardSource::from_keys(shards.clone()));
+        if source.is_none() {
+            // Created once, directly in the table: what a deployment script would do.
+            let deadline = Instant::now() + Duration::from_secs(5);
+            for key in &shards {
+                let _ = net.table.create(NewLease::new(key.clone()), deadline).await;
+            }
+        }
+        Self {
+            rng: StdRng::seed_from_u64(settings.seed),
+            next_shard: settings.leases,
+            settings,
+            net,
+            ledger: Arc::default(),
+            running: BTreeMap::new(),
+            leaving: Vec::new(),
+            next_index: 0,
+            shards,
+            source,
+        }
+    }
+
+    async fn start(&mut self, index: usize) {
+        let (store, link) = SimStore::new(Arc::clone(&self.net), index as u64);
+        let mut builder = Worker::builder(Arc::new(store), worker_id(index))
+            .config(self.settings.policy.config());
+        if self.settings.policy == Policy::Kcl {
+            builder = builder.policy(KclBalance::default());
+        }
+        if let Some(source) = &self.source {
+            builder = builder.source(source.clone());
+        }
+        let mut worker = builder.start().await.expect("worker starts");
+        let events = worker.take_events().expect("first call");
+        let app = tokio::spawn(run_app(
+            index,
+            events,
+            Arc::clone(&self.ledger),
+            self.settings.checkpoint_every,
+        ));
+        self.running.insert(index, Running { worker, link, app });
+    }
+
+    async fn start_new(&mut self, n: usize) {
+        for _ in 0..n {
+            let index = self.next_index;
+            self.next_index += 1;
+            self.start(index).await;
+        }
+    }
+
+    /// `n` running workers, chosen by the seeded generator.
+    fn pick(&mut self, n: usize) -> Vec<usize> {
+        let mut all: Vec<usize> = self.running.keys().copied().collect();
+        all.shuffle(&mut self.rng);
+        all.truncate(n);
+        all.sort_unstable();
+        all
+    }
+
+    fn crash(&mut self, index: usize) {
+        let running = self.running.remove(&index).expect("running");
+        running.app.abort();
+        self.ledger.lock().unwrap().crash(index);
+        drop(running.worker);
+    }
+
+    /// Starts a graceful shutdown; it completes in the background.
+    fn leave(&mut self, index: usize) {
+        let running = self.running.remove(&index).expect("running");
+        self.leaving.push(tokio::spawn(async move {
+            running.worker.shutdown().await;
+            let _ = running.app.await;
+        }));
+    }
+
+    /// Every shard processed by exactly one running worker, counts within one of each other.
+    fn balanced(&self) -> bool {
+        let ledger = self.ledger.lock().unwrap();
+        if ledger.holder.len() != self.shards.len() {
+            return false;
+        }
+        let (mut min, mut max) = (usize::MAX, 0);
+        for index in self.running.keys() {
+            let count = ledger.counts.get(index).copied().unwrap_or(0);
+            min = min.min(count);
+            max = max.max(count);
+        }
+        let held_by_running = ledger.holder.values().all(|w| self.running.contains_key(w));
+        held_by_running && max.saturating_sub(min) <= 1 && self.all_current(&ledger)
+    }
+
+    fn all_current(&self, ledger: &Ledger) -> bool {
+        if self.source.is_none() {
+            return true;
+        }
+        let current: HashSet<&LeaseKey> = self.shards.iter().collect();
+        ledger.holder.keys().all(|k| current.contains(k))
+    }
+
+    /// Max - min leases processed per running worker.
+    fn spread(&self) -> usize {
+        let ledger = self.ledger.lock().unwrap();
+        let counts = self
+            .running
+            .keys()
+            .map(|i| ledger.counts.get(i).copied().unwrap_or(0));
+        let (min, max) = counts.fold((usize::MAX, 0), |(lo, hi), c| (lo.min(c), hi.max(c)));
+        max.saturating_sub(min.min(max))
+    }
+
+    /// The fewest lease moves any assignment needs to balance the fleet again, given who
+    /// processes what now: every lease of a worker that goes away (or restarts), every new
+    /// lease, and each remaining worker's surplus over its best target.
+    fn minimum_moves(&self, going: &[usize], joining: usize) -> u64 {
+        let ledger = self.ledger.lock().unwrap();
+        let current: HashSet<&LeaseKey> = self.shards.iter().collect();
+        let mut counts: BTreeMap<usize, u64> = self
+            .running
+            .keys()
+            .filter(|i| !going.contains(i))
+            .map(|i| (*i, 0))
+            .collect();
+        let mut orphans = 0u64;
+        for key in &self.shards {
+            match ledger.holder.get(key) {
+                Some(w) if counts.contains_key(w) => *counts.get_mut(w).expect("present") += 1,
+                _ => orphans += 1,
+            }
+        }
+        let _ = current;
+        let mut held: Vec<u64> = counts.into_values().collect();
+        held.extend(std::iter::repeat_n(0, joining));
+        held.sort_unstable_by(|a, b| b.cmp(a));
+        let workers = held.len().max(1) as u64;
+        let total = self.shards.len() as u64;
+        let (base, extra) = (total / workers, total % workers);
+        let surplus: u64 = held
+            .iter()
+            .enumerate()
+            .map(|(i, c)| c.saturating_sub(base + u64::from((i as u64) < extra)))
+            .sum();
+        orphans + surplus
+    }
+
+    fn scans(&self) -> BTreeMap<usize, u64> {
+        self.running
+            .iter()
+            .map(|(i, r)| (*i, r.link.scans()))
+            .collect()
+    }
+
+    fn starts(&self) -> u64 {
+        self.ledger.lock().unwrap().starts
+    }
+
+    /// Waits until balanced; returns how long it took, or `None` past the step limit.
+    async fn until_balanced(&self, since: Instant) -> Option<Duration> {
+        let limit = since + self.settings.step_limit;
+        loop {
+            if self.balanced() {
+                return Some(since.elapsed());
+            }
+            if Instant::now() >= limit {
+                return None;
+            }
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+    }
+
+    async fn apply(&mut self, step: &Step) -> StepReport {
+        let started = Instant::now();
+        let starts = self.starts();
+        let scans = self.scans();
+        let mut orphans: Vec<LeaseKey> = Vec::new();
+        let minimum = match step {
+            Step::Start(n) => {
+                let min = self.minimum_moves(&[], *n);
+                self.start_new(*n).await;
+                min
+            }
+            Step::Crash(n) => {
+                let victims = self.pick(*n);
+                let min = self.minimum_moves(&victims, 0);
+                let table = self.net.ownership.lock().unwrap();
+                orphans = table
+                    .owner
+                    .iter()
+                    .filter(|(_, (w, _))| victims.iter().any(|v| worker_id(*v) == *w))
+                    .map(|(k, _)| k.clone())
+                    .collect();
+                drop(table);
+                orphans.sort();
+                self.watch(&orphans);
+                for v in victims {
+                    self.crash(v);
+                }
+                min
+            }
+            Step::Leave(n) => {
+                let leavers = self.pick(*n);
+                let min = self.minimum_moves(&leavers, 0);
+                for l in leavers {
+                    self.leave(l);
+                }
+                min
+            }
+            Step::Restart(i) => {
+                let Some(index) = self.running.keys().nth(*i).copied() else {
+                    return StepReport::skipped(step.label());
+                };
+                let min = self.minimum_moves(&[index], 1);
+                let running = self.running.remove(&index).expect("running");
+                running.worker.shutdown().await;
+                let _ = running.app.await;
+                self.start(index).await;
+                min
+            }
+            Step::AddShards(n) => {
+                let source = self.source.clone().expect("a shards scenario");
+                for _ in 0..*n {
+                    let key = shard_key(self.next_shard);
+                    self.next_shard += 1;
+                    source.add(Shard::new(key.clone()));
+                    self.shards.push(key);
+                }
+                self.minimum_moves(&[], 0)
+            }
+            Step::RemoveShards(n) => {
+                let source = self.source.clone().expect("a shards scenario");
+                let mut gone: Vec<LeaseKey> = self.shards.clone();
+                gone.shuffle(&mut self.rng);
+                gone.truncate(*n);
+                for key in &gone {
+                    source.remove(key);
+                }
+                self.shards.retain(|k| !gone.contains(k));
+                self.minimum_moves(&[], 0)
+            }
+            Step::Pause(n, span) | Step::CutOff(n, span) => {
+                let victims = self.pick(*n);
+                let min = self.minimum_moves(&victims, 1);
+                for v in &victims {
+                    let link = &self.running[v].link;
+                    match step {
+                        Step::Pause(..) => link.pause_until(Instant::now() + *span),
+                        _ => link.set_cut_off(true),
+                    }
+                }
+                if matches!(step, Step::CutOff(..)) {
+                    let links: Vec<Link> = victims
+                        .iter()
+                        .map(|v| self.running[v].link.clone())
+                        .collect();
+                    let span = *span;
+                    tokio::spawn(async move {
+                        tokio::time::sleep(span).await;
+                        for link in links {
+                            link.set_cut_off(false);
+                        }
+                    });
+                }
+                min
+            }
+        };
+        // A stalled or cut-off worker comes back during the step: wait for that too.
+        if let Step::Pause(_, span) | Step::CutOff(_, span) = step {
+            tokio::time::sleep(*span).await;
+        }
+        let balanced = self.until_balanced(started).await;
+        let rounds = self
+            .scans()
+            .iter()
+            .map(|(i, now)| now - scans.get(i).copied().unwrap_or(0))
+            .max()
+            .unwrap_or(0);
+        let failover = (!orphans.is_empty()).then(|| self.failover(&orphans, started));
+        StepReport {
+            label: step.label(),
+            balanced: balanced.map(|d| d.as_secs_f64()),
+            rounds,
+            moves: self.starts() - starts,
+            minimum,
+            failover,
+        }
+    }
+
+    fn watch(&self, orphans: &[LeaseKey]) {
+        let mut ledger = self.ledger.lock().unwrap();
+        ledger.watch = orphans.iter().map(|k| (k.clone(), None)).collect();
+        let mut table = self.net.ownership.lock().unwrap();
+        table.watch = orphans.iter().map(|k| (k.clone(), None)).collect();
+    }
+
+    /// Crash to each orphan taken in the table, and to each orphan processed again.
+    fn failover(&self, orphans: &[LeaseKey], crashed: Instant) -> Failover {
+        let since = |at: Option<Instant>| at.map(|at| (at - crashed).as_secs_f64());
+        let table = self.net.ownership.lock().unwrap();
+        let ledger = self.ledger.lock().unwrap();
+        let held: Vec<Option<f64>> = orphans
+            .iter()
+            .map(|k| since(table.watch.get(k).copied().flatten()))
+            .collect();
+        let processing: Vec<Option<f64>> = orphans
+            .iter()
+            .map(|k| since(ledger.watch.get(k).copied().flatten()))
+            .collect();
+        Failover {
+            held: Dist::of(&held),
+            processing: Dist::of(&processing),
+        }
+    }
+}
+
+/// The application: processes whatever it is granted until told to stop; on a handoff,
+/// retirement or shutdown it checkpoints once and finishes.
+async fn run_app(
+    index: usize,
+    mut events: tokio::sync::mpsc::UnboundedReceiver<LeaseEvent>,
+    ledger: Arc<Mutex<Ledger>>,
+    checkpoint_every: Option<Duration>,
+) {
+    let mut tasks = tokio::task::JoinSet::new();
+    while let Some(event) = events.recv().await {
+        let LeaseEvent::Acquired(mut grant) = event else {
+            continue;
+        };
+        let key = grant.key().clone();
+        ledger.lock().unwrap().start(index, &key);
+        let ledger = Arc::clone(&ledger);
+        tasks.spawn(async move {
+            let reason = match checkpoint_every {
+                None => grant.stopped().await,
+                Some(every) => loop {
+                    tokio::select! {
+                        biased;
+                        reason = grant.stopped() => break reason,
+                        _ = tokio::time::sleep(every) => {
+                            let _ = grant.checkpoint_at("progress").await;
+                        }
+                    }
+                },
+            };
+            if reason != StopReason::Lost {
+                let _ = grant.checkpoint_at("done").await;
+            }
+            ledger.lock().unwrap().stop(index, &key);
+            grant.finish();
+        });
+        while tasks.try_join_next().is_some() {}
+    }
+    // The worker stopped (or crashed): its applications stop with it.
+    tasks.abort_all();
+}
+
+/// Runs one simulation on the current (paused, single-threaded) runtime.
+pub async fn run(settings: Settings) -> Report {
+    let wall = std::time::Instant::now();
+    let begin = Instant::now();
+    let scenario = settings.scenario.clone();
+    let mut fleet = Fleet::new(settings.clone()).await;
+    fleet.start_new(scenario.initial).await;
+    let setup = if scenario.initial > 0 {
+        fleet.until_balanced(Instant::now()).await
+    } else {
+        Some(Duration::ZERO)
+    };
+    let mut steps = Vec::new();
+    for step in &scenario.steps {
+        steps.push(fleet.apply(step).await);
+    }
+    // At rest: nothing happens; moves should be 0, and the cost is the steady state.
+    let usage = fleet.net.usage();
+    let starts = fleet.starts();
+    let rest_start = Instant::now();
+    tokio::time::sleep(settings.rest).await;
+    let rest_usage = fleet.net.usage().minus(&usage);
+    let moves_at_rest = fleet.starts() - starts;
+    let rest_hours = rest_start.elapsed().as_secs_f64() / 3600.0;
+    let spread = fleet.spread();
+    let violations = fleet.ledger.lock().unwrap().violations;
+    let leases = fleet.shards.len();
+    let simulated = begin.elapsed();
+    for index in fleet.running.keys().copied().collect::<Vec<_>>() {
+        fleet.crash(index);
+    }
+    for leaving in fleet.leaving.drain(..) {
+        leaving.abort();
+    }
+    Report::new(
+        &settings,
+        setup.map(|d| d.as_secs_f64()),
+        steps,
+        report::Rest {
+            seconds: settings.rest.as_secs_f64(),
+            moves: moves_at_rest,
+            usage: rest_usage,
+            lease_hours: rest_hours * leases as f64,
+        },
+        spread,
+        violations,
+        simulated.as_secs_f64(),
+        wall.elapsed().as_secs_f64(),
+    )
+}
+
+/// Runs one simulation on a fresh single-threaded runtime on paused time, with the library's
+/// jitter seeded, so that the same settings give the same report (wall time aside).
+pub fn simulate(settings: Settings) -> Report {
+    shardlease::jitter::seed_thread(settings.seed);
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_time()
+        .start_paused(true)
+        .build()
+        .expect("a runtime");
+    runtime.block_on(run(settings))
+}

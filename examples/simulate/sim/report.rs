@@ -1,0 +1,378 @@
+//! What a run measured, as a side-by-side table or as JSON.
+
+use std::fmt::Write;
+
+use super::net::Usage;
+use super::Settings;
+
+/// A distribution of durations, in seconds.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Dist {
+    /// How many were measured; `missing` never happened within the run.
+    pub n: usize,
+    pub missing: usize,
+    pub min: f64,
+    pub p50: f64,
+    pub p90: f64,
+    pub p99: f64,
+    pub max: f64,
+}
+
+impl Dist {
+    pub fn of(values: &[Option<f64>]) -> Dist {
+        let mut seen: Vec<f64> = values.iter().flatten().copied().collect();
+        seen.sort_by(f64::total_cmp);
+        let at = |q: f64| -> f64 {
+            if seen.is_empty() {
+                return f64::NAN;
+            }
+            let rank = ((q * seen.len() as f64).ceil() as usize).clamp(1, seen.len());
+            seen[rank - 1]
+        };
+        Dist {
+            n: seen.len(),
+            missing: values.len() - seen.len(),
+            min: at(0.0),
+            p50: at(0.5),
+            p90: at(0.9),
+            p99: at(0.99),
+            max: at(1.0),
+        }
+    }
+
+    fn cell(&self) -> String {
+        if self.n == 0 {
+            return "-".into();
+        }
+        let missing = if self.missing > 0 {
+            format!(" ({} never)", self.missing)
+        } else {
+            String::new()
+        };
+        format!(
+            "{:.1} / {:.1} / {:.1}{missing}",
+            self.min, self.p50, self.max
+        )
+    }
+
+    fn json(&self) -> String {
+        format!(
+            "{{\"n\":{},\"missing\":{},\"min\":{},\"p50\":{},\"p90\":{},\"p99\":{},\"max\":{}}}",
+            self.n,
+            self.missing,
+            num(self.min),
+            num(self.p50),
+            num(self.p90),
+            num(self.p99),
+            num(self.max)
+        )
+    }
+}
+
+/// Crash to orphans held again (a take in the table) and processed again (the new owner's
+/// application started).
+#[derive(Debug, Clone, PartialEq)]
+pub struct Failover {
+    pub held: Dist,
+    pub processing: Dist,
+}
+
+/// One step of a scenario.
+#[derive(Debug, Clone, PartialEq)]
+pub struct StepReport {
+    pub label: String,
+    /// Seconds from the step to balanced; `None`: not within the step limit.
+    pub balanced: Option<f64>,
+    /// Taker rounds (scans) of the busiest worker until then.
+    pub rounds: u64,
+    /// Leases that started being processed by a new holder.
+    pub moves: u64,
+    /// The fewest moves any assignment needed.
+    pub minimum: u64,
+    pub failover: Option<Failover>,
+}
+
+impl StepReport {
+    pub fn skipped(label: String) -> Self {
+        Self {
+            label,
+            balanced: Some(0.0),
+            rounds: 0,
+            moves: 0,
+            minimum: 0,
+            failover: None,
+        }
+    }
+}
+
+/// The rest after the last step.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Rest {
+    pub seconds: f64,
+    pub moves: u64,
+    pub usage: Usage,
+    pub lease_hours: f64,
+}
+
+/// Everything one run measured.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Report {
+    pub scenario: String,
+    pub policy: String,
+    pub workers: usize,
+    pub leases: usize,
+    pub seed: u64,
+    pub setup: Option<f64>,
+    pub steps: Vec<StepReport>,
+    pub rest: Rest,
+    pub spread: usize,
+    pub double_holding: u64,
+    pub simulated: f64,
+    pub wall: f64,
+}
+
+impl Report {
+    #[allow(clippy::too_many_arguments)]
+    pub fn new(
+        settings: &Settings,
+        setup: Option<f64>,
+        steps: Vec<StepReport>,
+        rest: Rest,
+        spread: usize,
+        double_holding: u64,
+        simulated: f64,
+        wall: f64,
+    ) -> Self {
+        Self {
+            scenario: settings.scenario.name.to_owned(),
+            policy: settings.policy.name().to_owned(),
+            workers: settings.workers,
+            leases: settings.leases,
+            seed: settings.seed,
+            setup,
+            steps,
+            rest,
+            spread,
+            double_holding,
+            simulated,
+            wall,
+        }
+    }
+
+    /// Seconds until every step was balanced again (the sum over steps); `None` if one never was.
+    pub fn balanced(&self) -> Option<f64> {
+        self.steps.iter().map(|s| s.balanced).sum()
+    }
+
+    pub fn rounds(&self) -> u64 {
+        self.steps.iter().map(|s| s.rounds).sum()
+    }
+
+    pub fn moves(&self) -> u64 {
+        self.steps.iter().map(|s| s.moves).sum()
+    }
+
+    pub fn minimum(&self) -> u64 {
+        self.steps.iter().map(|s| s.minimum).sum()
+    }
+
+    /// Moves over the minimum (1.00 is perfect).
+    pub fn move_ratio(&self) -> f64 {
+        self.moves() as f64 / self.minimum().max(1) as f64
+    }
+
+    pub fn failover(&self) -> Option<&Failover> {
+        self.steps.iter().find_map(|s| s.failover.as_ref())
+    }
+
+    fn per_lease_hour(&self, count: u64) -> f64 {
+        if self.rest.lease_hours <= 0.0 {
+            return f64::NAN;
+        }
+        count as f64 / self.rest.lease_hours
+    }
+
+    /// The rows of the table: a name and this run's value.
+    fn rows(&self) -> Vec<(String, String)> {
+        let secs = |v: Option<f64>| v.map_or("never".into(), |v| format!("{v:.2}"));
+        let mut rows = vec![
+            ("time to balanced (s)".into(), secs(self.balanced())),
+            ("taker rounds to balanced".into(), self.rounds().to_string()),
+            ("lease moves".into(), self.moves().to_string()),
+            ("minimum moves".into(), self.minimum().to_string()),
+            (
+                "moves / minimum".into(),
+                format!("{:.2}", self.move_ratio()),
+            ),
+        ];
+        if self.steps.len() > 1 {
+            for step in &self.steps {
+                rows.push((
+                    format!("  {}: balanced s / moves / min", step.label),
+                    format!(
+                        "{} / {} / {}",
+                        secs(step.balanced),
+                        step.moves,
+                        step.minimum
+                    ),
+                ));
+            }
+        }
+        if let Some(failover) = self.failover() {
+            rows.push((
+                "failover to held, min/p50/max (s)".into(),
+                failover.held.cell(),
+            ));
+            rows.push((
+                "failover to processing (s)".into(),
+                failover.processing.cell(),
+            ));
+        }
+        let usage = &self.rest.usage;
+        rows.extend([
+            (
+                format!("moves at rest ({:.0} s)", self.rest.seconds),
+                self.rest.moves.to_string(),
+            ),
+            (
+                "max - min leases per worker".into(),
+                self.spread.to_string(),
+            ),
+            (
+                "instants two workers held one lease".into(),
+                self.double_holding.to_string(),
+            ),
+            (
+                "reads per lease-hour at rest".into(),
+                format!("{:.1}", self.per_lease_hour(usage.reads)),
+            ),
+            (
+                "writes per lease-hour at rest".into(),
+                format!("{:.1}", self.per_lease_hour(usage.writes)),
+            ),
+            (
+                "RCU per lease-hour at rest".into(),
+                format!("{:.1}", self.per_lease_hour(usage.rcu)),
+            ),
+            (
+                "WCU per lease-hour at rest".into(),
+                format!("{:.1}", self.per_lease_hour(usage.wcu)),
+            ),
+            ("simulated (s)".into(), format!("{:.0}", self.simulated)),
+            ("wall time (s)".into(), format!("{:.1}", self.wall)),
+        ]);
+        rows
+    }
+
+    /// This run as one JSON object.
+    pub fn json(&self) -> String {
+        let mut steps = String::new();
+        for (i, step) in self.steps.iter().enumerate() {
+            if i > 0 {
+                steps.push(',');
+            }
+            let failover = step.failover.as_ref().map_or("null".into(), |f| {
+                format!(
+                    "{{\"held\":{},\"processing\":{}}}",
+                    f.held.json(),
+                    f.processing.json()
+                )
+            });
+            let _ = write!(
+                steps,
+                "{{\"step\":\"{}\",\"balanced_s\":{},\"rounds\":{},\"moves\":{},\"minimum_moves\":{},\"failover\":{}}}",
+                step.label,
+                opt(step.balanced),
+                step.rounds,
+                step.moves,
+                step.minimum,
+                failover
+            );
+        }
+        let u = &self.rest.usage;
+        format!(
+            "{{\"scenario\":\"{}\",\"policy\":\"{}\",\"workers\":{},\"leases\":{},\"seed\":{},\
+             \"setup_s\":{},\"balanced_s\":{},\"rounds\":{},\"moves\":{},\"minimum_moves\":{},\
+             \"move_ratio\":{},\"steps\":[{}],\"rest_s\":{},\"moves_at_rest\":{},\"spread\":{},\
+             \"double_holding\":{},\"per_lease_hour\":{{\"reads\":{},\"writes\":{},\"rcu\":{},\
+             \"wcu\":{}}},\"throttled\":{},\"failed\":{},\"simulated_s\":{},\"wall_s\":{}}}",
+            self.scenario,
+            self.policy,
+            self.workers,
+            self.leases,
+            self.seed,
+            opt(self.setup),
+            opt(self.balanced()),
+            self.rounds(),
+            self.moves(),
+            self.minimum(),
+            num(self.move_ratio()),
+            steps,
+            num(self.rest.seconds),
+            self.rest.moves,
+            self.spread,
+            self.double_holding,
+            num(self.per_lease_hour(u.reads)),
+            num(self.per_lease_hour(u.writes)),
+            num(self.per_lease_hour(u.rcu)),
+            num(self.per_lease_hour(u.wcu)),
+            u.throttled,
+            u.failed,
+            num(self.simulated),
+            num(self.wall),
+        )
+    }
+}
+
+fn num(value: f64) -> String {
+    if value.is_finite() {
+        format!("{:.3}", value)
+    } else {
+        "null".into()
+    }
+}
+
+fn opt(value: Option<f64>) -> String {
+    value.map_or("null".into(), num)
+}
+
+/// Runs side by side, one column each, with the ratio of the second to the first where both
+/// are numbers.
+pub fn table(reports: &[Report]) -> String {
+    let Some(first) = reports.first() else {
+        return String::new();
+    };
+    let columns: Vec<Vec<(String, String)>> = reports.iter().map(Report::rows).collect();
+    let mut out = format!(
+        "scenario {} | {} workers | {} leases | seed {}\n",
+        first.scenario, first.workers, first.leases, first.seed
+    );
+    let width = columns[0].iter().map(|(n, _)| n.len()).max().unwrap_or(10);
+    let _ = write!(out, "{:width$}", "");
+    for report in reports {
+        let _ = write!(out, " | {:>22}", report.policy);
+    }
+    if reports.len() == 2 {
+        let _ = write!(out, " | {:>7}", "ratio");
+    }
+    out.push('\n');
+    for (row, (name, value)) in columns[0].iter().enumerate() {
+        let _ = write!(out, "{name:width$} | {value:>22}");
+        for column in &columns[1..] {
+            let other = column.get(row).map_or("", |(_, v)| v.as_str());
+            let _ = write!(out, " | {other:>22}");
+        }
+        if let [_, second] = &columns[..] {
+            let ratio = match (
+                value.parse::<f64>(),
+                second.get(row).map(|(_, v)| v.parse::<f64>()),
+            ) {
+                (Ok(a), Some(Ok(b))) if a > 0.0 => format!("{:.2}x", b / a),
+                _ => String::new(),
+            };
+            let _ = write!(out, " | {ratio:>7}");
+        }
+        out.push('\n');
+    }
+    out
+}

@@ -1,0 +1,154 @@
+//! The scenarios: each a short list of steps over a fleet that is first started and balanced.
+
+use std::time::Duration;
+
+/// One thing that happens to the fleet. The simulator waits until the fleet is balanced again
+/// (or the step limit passes) before the next step, and measures each step on its own.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Step {
+    /// `n` new workers start at the same moment.
+    Start(usize),
+    /// `n` workers die without a goodbye (process killed).
+    Crash(usize),
+    /// `n` workers shut down gracefully at the same moment.
+    Leave(usize),
+    /// Worker number `i` shuts down gracefully and starts again with the same id.
+    Restart(usize),
+    /// `n` new shards appear in the source.
+    AddShards(usize),
+    /// `n` shards disappear from the source.
+    RemoveShards(usize),
+    /// `n` workers stall (every answer to them held) for a while, then go on.
+    Pause(usize, Duration),
+    /// `n` workers lose their connection to the table for a while.
+    CutOff(usize, Duration),
+}
+
+impl Step {
+    pub fn label(&self) -> String {
+        match self {
+            Step::Start(n) => format!("{n} start"),
+            Step::Crash(n) => format!("{n} crash"),
+            Step::Leave(n) => format!("{n} leave"),
+            Step::Restart(i) => format!("restart #{i}"),
+            Step::AddShards(n) => format!("{n} shards added"),
+            Step::RemoveShards(n) => format!("{n} shards removed"),
+            Step::Pause(n, d) => format!("{n} paused {} s", d.as_secs()),
+            Step::CutOff(n, d) => format!("{n} cut off {} s", d.as_secs()),
+        }
+    }
+}
+
+/// A scenario: the fleet it starts from and what happens to it.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Scenario {
+    pub name: &'static str,
+    /// Workers started (and balanced, unmeasured) before the first step.
+    pub initial: usize,
+    /// Shards come from a source the workers discover (instead of leases created up front).
+    pub discovery: bool,
+    pub steps: Vec<Step>,
+}
+
+/// Every scenario name, for `--help`.
+pub const NAMES: &[&str] = &[
+    "cold-start",
+    "join",
+    "crash",
+    "leave",
+    "rolling-restart",
+    "autoscale",
+    "shards",
+    "pause",
+    "cut-off",
+];
+
+/// The scenario `name` for a fleet of `workers` over `leases`; `k` is how many workers a
+/// join, crash, leave, pause or cut-off concerns.
+pub fn scenario(name: &str, workers: usize, leases: usize, k: usize) -> Result<Scenario, String> {
+    let k = k.clamp(1, workers.max(1));
+    let plain = |initial, steps| Scenario {
+        name: NAMES.iter().find(|n| **n == name).copied().unwrap_or("?"),
+        initial,
+        discovery: false,
+        steps,
+    };
+    Ok(match name {
+        "cold-start" => plain(0, vec![Step::Start(workers)]),
+        "join" => plain(workers, vec![Step::Start(k)]),
+        "crash" => plain(workers, vec![Step::Crash(k.min(workers - 1))]),
+        "leave" => plain(workers, vec![Step::Leave(k.min(workers - 1))]),
+        "rolling-restart" => plain(workers, (0..workers).map(Step::Restart).collect()),
+        "autoscale" => {
+            // From 4 workers up to `workers` in four waves, and back down in four.
+            let peak = workers.max(8);
+            let wave = (peak - 4).div_ceil(4);
+            let mut steps = Vec::new();
+            let mut size = 4;
+            while size < peak {
+                let n = wave.min(peak - size);
+                steps.push(Step::Start(n));
+                size += n;
+            }
+            while size > 4 {
+                let n = wave.min(size - 4);
+                steps.push(Step::Leave(n));
+                size -= n;
+            }
+            plain(4, steps)
+        }
+        "shards" => {
+            let n = (leases / 10).max(1);
+            Scenario {
+                discovery: true,
+                ..plain(workers, vec![Step::AddShards(n), Step::RemoveShards(n)])
+            }
+        }
+        "pause" => plain(workers, vec![Step::Pause(k, Duration::from_secs(20))]),
+        "cut-off" => plain(workers, vec![Step::CutOff(k, Duration::from_secs(30))]),
+        other => {
+            return Err(format!(
+                "unknown scenario {other:?}; one of: {}",
+                NAMES.join(", ")
+            ))
+        }
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn autoscale_grows_to_the_peak_and_back() {
+        let s = scenario("autoscale", 64, 1000, 1).unwrap();
+        assert_eq!(s.initial, 4);
+        let grown: usize = s
+            .steps
+            .iter()
+            .map(|s| match s {
+                Step::Start(n) => *n,
+                _ => 0,
+            })
+            .sum();
+        let shrunk: usize = s
+            .steps
+            .iter()
+            .map(|s| match s {
+                Step::Leave(n) => *n,
+                _ => 0,
+            })
+            .sum();
+        assert_eq!((grown, shrunk), (60, 60));
+        assert_eq!(s.steps.len(), 8);
+    }
+
+    #[test]
+    fn unknown_names_are_refused_with_the_list() {
+        let err = scenario("explode", 4, 10, 1).unwrap_err();
+        assert!(
+            err.contains("cold-start") && err.contains("cut-off"),
+            "{err}"
+        );
+    }
+}
