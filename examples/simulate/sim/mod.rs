@@ -159,12 +159,22 @@ impl Fleet {
             .scenario
             .discovery
             .then(|| StaticShardSource::from_keys(shards.clone()));
-        if source.is_none() {
-            // Created once, directly in the table: what a deployment script would do.
-            let deadline = Instant::now() + Duration::from_secs(5);
-            for key in &shards {
-                let _ = net.table.create(NewLease::new(key.clone()), deadline).await;
+        // The leases exist before the fleet starts (created once, directly in the table),
+        // each owned by one of the scenario's first workers in turn, as a fleet that has run
+        // for a while leaves them: both policies start the scenario balanced.
+        let deadline = Instant::now() + Duration::from_secs(5);
+        let first = settings.scenario.initial;
+        for (i, key) in shards.iter().enumerate() {
+            let lease = net.table.create(NewLease::new(key.clone()), deadline).await;
+            if first == 0 {
+                continue;
             }
+            let owner = worker_id(i % first);
+            let counter = lease.expect("in memory").done().expect("new").counter;
+            let taken = net.table.take(key, &owner, counter, deadline).await;
+            assert!(taken.expect("in memory").is_done());
+            let mut table = net.ownership.lock().unwrap();
+            table.owner.insert(key.clone(), (owner, Instant::now()));
         }
         Self {
             rng: StdRng::seed_from_u64(settings.seed),

@@ -1,0 +1,17 @@
+#!/usr/bin/env bash
+# Runs every simulator scenario for BENCHMARKS.md, ours and the KCL 2.x baseline side by side.
+# Usage: scripts/simulate_all.sh [WORKERS] [LEASES] [REST_SECS] [extra simulate flags...]
+set -euo pipefail
+cd "$(dirname "$0")/.."
+workers=${1:-10}
+leases=${2:-1000}
+rest=${3:-3600}
+shift $(( $# < 3 ? $# : 3 ))
+cargo build --release --example simulate
+for scenario in cold-start join crash leave rolling-restart shards pause cut-off autoscale; do
+    n=$workers
+    # The autoscaling wave goes from 4 workers to the peak and back.
+    if [ "$scenario" = autoscale ]; then n=$(( workers < 64 ? 64 : workers )); fi
+    echo "\$ cargo run --release --example simulate -- --scenario $scenario --workers $n --leases $leases --rest $rest $*"
+    ./target/release/examples/simulate --scenario "$scenario" --workers "$n" --leases "$leases" --rest "$rest" "$@"
+done
