@@ -12,6 +12,6 @@ for scenario in cold-start join crash leave rolling-restart shards pause cut-off
     n=$workers
     # The autoscaling wave goes from 4 workers to the peak and back.
     if [ "$scenario" = autoscale ]; then n=$(( workers < 64 ? 64 : workers )); fi
-    echo "\$ cargo run --release --example simulate -- --scenario $scenario --workers $n --leases $leases --rest $rest $*"
-    ./target/release/examples/simulate --scenario "$scenario" --workers "$n" --leases "$leases" --rest "$rest" "$@"
+    echo "\$ cargo run --release --example simulate -- --scenario $scenario --workers $n --leases $leases --rest $rest --step-limit 3600 $*"
+    ./target/release/examples/simulate --scenario "$scenario" --workers "$n" --leases "$leases" --rest "$rest" --step-limit 3600 "$@"
 done

@@ -409,7 +409,10 @@ impl Fleet {
             }
             Step::Pause(n, span) | Step::CutOff(n, span) => {
                 let victims = self.pick(*n);
-                let min = self.minimum_moves(&victims, 1);
+                // Their leases expire: the others must take them, and give each victim its
+                // share back when it returns.
+                let share = (self.shards.len() / self.running.len().max(1)) as u64;
+                let min = self.minimum_moves(&victims, 0) + share * victims.len() as u64;
                 for v in &victims {
                     let link = &self.running[v].link;
                     match step {
@@ -441,7 +444,11 @@ impl Fleet {
         let rounds = self
             .scans()
             .iter()
-            .map(|(i, now)| now - scans.get(i).copied().unwrap_or(0))
+            // A restarted worker's count starts again from zero.
+            .map(|(i, now)| match scans.get(i) {
+                Some(before) if before <= now => now - before,
+                _ => *now,
+            })
             .max()
             .unwrap_or(0);
         let failover = (!orphans.is_empty()).then(|| self.failover(&orphans, started));

@@ -144,7 +144,8 @@ impl Link {
         self.cut_off.store(cut_off, Ordering::SeqCst);
     }
 
-    /// Holds every answer to this worker until `until` (a stalled process or network).
+    /// Stalls the worker's traffic until `until` (a paused process): requests wait to be
+    /// sent, answers in flight wait to be delivered.
     pub fn pause_until(&self, until: Instant) {
         *self.paused_until.lock().unwrap() = Some(until);
     }
@@ -220,6 +221,11 @@ impl SimStore {
         let landed: Mutex<Option<T>> = Mutex::new(None);
         self.retry
             .run(deadline, |_| async {
+                // A stalled worker sends nothing until it goes on.
+                let stalled = *self.link.paused_until.lock().unwrap();
+                if let Some(until) = stalled.filter(|u| *u > Instant::now()) {
+                    tokio::time::sleep_until(until).await;
+                }
                 let sent = Instant::now();
                 let latency = self.latency();
                 let half = latency / 2;
