@@ -27,14 +27,30 @@ impl<K: Eq + Hash + Clone> ExpiryTracker<K> {
     }
 
     /// Records that `key` had `counter` at `now`. A changed counter restarts the clock.
-    pub fn observe(&mut self, key: &K, counter: u64, now: Instant) {
-        match self.seen.get_mut(key) {
-            Some((seen, _)) if *seen == counter => {}
-            Some(entry) => *entry = (counter, now),
+    /// Returns when the value it has now will count as expired.
+    pub fn observe(&mut self, key: &K, counter: u64, now: Instant) -> Instant {
+        let first = match self.seen.get_mut(key) {
+            Some((seen, first)) if *seen == counter => *first,
+            Some(entry) => {
+                *entry = (counter, now);
+                now
+            }
             None => {
                 self.seen.insert(key.clone(), (counter, now));
+                now
             }
-        }
+        };
+        first + self.duration
+    }
+
+    /// How many keys it remembers.
+    pub fn len(&self) -> usize {
+        self.seen.len()
+    }
+
+    /// True when it remembers no key.
+    pub fn is_empty(&self) -> bool {
+        self.seen.is_empty()
     }
 
     /// Forgets every key for which `keep` is false (items that disappeared).

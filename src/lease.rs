@@ -5,6 +5,7 @@
 //! [`LeaseStore`](crate::store::LeaseStore) conditional write.
 
 use std::fmt;
+use std::sync::Arc;
 
 /// Prefix reserved for the library's own items in the lease table (membership records).
 /// Lease keys and worker ids may not start with it.
@@ -88,15 +89,17 @@ fn validate(what: &'static str, value: &str) -> Result<(), InvalidId> {
 macro_rules! validated_id {
     ($(#[$doc:meta])* $name:ident, $what:literal) => {
         $(#[$doc])*
+        // Shared, immutable text: every scan clones every key and owner, and a clone is a
+        // reference count, not an allocation.
         #[derive(Clone, PartialEq, Eq, PartialOrd, Ord, Hash)]
-        pub struct $name(String);
+        pub struct $name(Arc<str>);
 
         impl $name {
             /// Validates and wraps `value`.
             pub fn new(value: impl Into<String>) -> Result<Self, InvalidId> {
                 let value = value.into();
                 validate($what, &value)?;
-                Ok(Self(value))
+                Ok(Self(Arc::from(value)))
             }
 
             /// The value as a string slice.
@@ -156,12 +159,12 @@ validated_id!(
 impl WorkerId {
     /// The marker stored in `handoff_to` to ask the owner to retire a lease.
     pub(crate) fn retire_marker() -> Self {
-        Self(RETIRE.to_owned())
+        Self(Arc::from(RETIRE))
     }
 
     /// True for the retire marker.
     pub fn is_retire_marker(&self) -> bool {
-        self.0 == RETIRE
+        &*self.0 == RETIRE
     }
 
     /// Parses a stored `handoff_to` value: a worker id or the retire marker.

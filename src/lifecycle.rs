@@ -54,6 +54,9 @@ pub fn status<'a>(lease: &Lease, find: impl Fn(&LeaseKey) -> Option<&'a Lease>) 
 
 /// The status of every lease of a table listing, in the same order.
 pub fn statuses(leases: &[Lease]) -> Vec<LeaseStatus> {
+    if leases.iter().all(|l| l.parents.is_empty()) {
+        return leases.iter().map(|lease| status(lease, |_| None)).collect();
+    }
     let by_key: HashMap<&LeaseKey, &Lease> = leases.iter().map(|l| (&l.key, l)).collect();
     leases
         .iter()

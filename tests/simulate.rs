@@ -74,7 +74,10 @@ fn a_join_moves_the_minimum_and_nothing_at_rest() {
 
     let kcl = simulate(settings("join", 4, 100, Policy::Kcl));
     assert!(kcl.balanced().is_some(), "{}", kcl.json());
-    assert!(kcl.balanced() > ours.balanced(), "KCL steals one lease per 20 s round");
+    assert!(
+        kcl.balanced() > ours.balanced(),
+        "KCL steals one lease per 20 s round"
+    );
     assert_eq!(kcl.double_holding, 0);
 }
 

@@ -86,18 +86,18 @@ impl Taker {
         // Observed at the end of the scan: every value read was written before now, so no
         // owner's validity (counted from before its write) can outlast now + lease duration.
         let now = Instant::now();
-        self.observe(&snapshot, now);
-        let live = self.live_workers(&snapshot, now);
+        let expiry = self.observe(&snapshot, now);
+        let live = self.live_workers(&snapshot, &expiry, now);
         let statuses = lifecycle::statuses(&snapshot.leases);
         let actions = self.actions(&snapshot, &statuses, now);
-        let view = self.view(&snapshot, &statuses, &live, now);
+        let view = self.view(&snapshot, &statuses, &live, &expiry, now);
         let moves = self.policy.plan(&view, &self.shared.id);
         let by_key: HashMap<&LeaseKey, &Lease> =
             snapshot.leases.iter().map(|l| (&l.key, l)).collect();
         self.execute(actions, moves, &by_key, now).await;
         self.clean_up_members(&snapshot, &live, now).await;
-        let next = self.next_round(&snapshot, now);
-        self.publish(snapshot, &live, now);
+        let next = self.next_round(&snapshot, &expiry, now);
+        self.publish(snapshot, &live, &expiry, now);
         Ok(next)
     }
 
@@ -108,15 +108,22 @@ impl Taker {
     }
 
     /// Hands this round's reading of the table to the discoverer, if there is one.
-    fn publish(&self, snapshot: Snapshot, live: &HashMap<WorkerId, Option<u32>>, now: Instant) {
+    fn publish(
+        &self,
+        snapshot: Snapshot,
+        live: &HashMap<WorkerId, Option<u32>>,
+        expiry: &[Instant],
+        now: Instant,
+    ) {
         if !self.shared.discovering {
             return;
         }
         let owner_alive = snapshot
             .leases
             .iter()
-            .filter(|l| self.owner_alive(l, now))
-            .map(|l| l.key.clone())
+            .zip(expiry)
+            .filter(|(l, at)| alive(l, **at, now))
+            .map(|(l, _)| l.key.clone())
             .collect();
         let view = TableView {
             leases: snapshot.leases,
@@ -127,17 +134,25 @@ impl Taker {
         self.shared.view.send_replace(Some(Arc::new(view)));
     }
 
-    fn observe(&mut self, snapshot: &Snapshot, now: Instant) {
-        let keys: HashSet<&LeaseKey> = snapshot.leases.iter().map(|l| &l.key).collect();
-        self.leases.retain(|k| keys.contains(k));
-        for lease in &snapshot.leases {
-            self.leases.observe(&lease.key, lease.counter, now);
+    /// Records this scan's counters; returns when each lease (in snapshot order) expires.
+    fn observe(&mut self, snapshot: &Snapshot, now: Instant) -> Vec<Instant> {
+        let expiry = snapshot
+            .leases
+            .iter()
+            .map(|lease| self.leases.observe(&lease.key, lease.counter, now))
+            .collect();
+        // Every key of the snapshot (they are unique) is remembered now: anything more is a
+        // lease that was deleted.
+        if self.leases.len() > snapshot.leases.len() {
+            let keys: HashSet<&LeaseKey> = snapshot.leases.iter().map(|l| &l.key).collect();
+            self.leases.retain(|k| keys.contains(k));
         }
         let ids: HashSet<&WorkerId> = snapshot.members.iter().map(|m| &m.worker).collect();
         self.members.retain(|w| ids.contains(w));
         for member in &snapshot.members {
             self.members.observe(&member.worker, member.heartbeat, now);
         }
+        expiry
     }
 
     fn owner_alive(&self, lease: &Lease, now: Instant) -> bool {
@@ -145,15 +160,20 @@ impl Taker {
     }
 
     /// Live workers: fresh membership records, owners of unexpired leases, and this worker.
-    fn live_workers(&self, snapshot: &Snapshot, now: Instant) -> HashMap<WorkerId, Option<u32>> {
+    fn live_workers(
+        &self,
+        snapshot: &Snapshot,
+        expiry: &[Instant],
+        now: Instant,
+    ) -> HashMap<WorkerId, Option<u32>> {
         let mut live: HashMap<WorkerId, Option<u32>> = snapshot
             .members
             .iter()
             .filter(|m| !self.members.is_expired(&m.worker, now))
             .map(|m| (m.worker.clone(), m.capacity))
             .collect();
-        for lease in &snapshot.leases {
-            if let (Some(owner), true) = (&lease.owner, self.owner_alive(lease, now)) {
+        for (lease, at) in snapshot.leases.iter().zip(expiry) {
+            if let (Some(owner), true) = (&lease.owner, alive(lease, *at, now)) {
                 live.entry(owner.clone()).or_insert(None);
             }
         }
@@ -211,16 +231,18 @@ impl Taker {
         snapshot: &Snapshot,
         statuses: &[LeaseStatus],
         live: &HashMap<WorkerId, Option<u32>>,
+        expiry: &[Instant],
         now: Instant,
     ) -> FleetView {
         let leases = snapshot
             .leases
             .iter()
             .zip(statuses)
-            .filter(|(_, status)| **status == LeaseStatus::Ready)
-            .map(|(lease, _)| {
+            .zip(expiry)
+            .filter(|((_, status), _)| **status == LeaseStatus::Ready)
+            .map(|((lease, _), at)| {
                 let holder = match &lease.owner {
-                    Some(owner) if self.owner_alive(lease, now) && live.contains_key(owner) => {
+                    Some(owner) if alive(lease, *at, now) && live.contains_key(owner) => {
                         match &lease.handoff_to {
                             Some(to) if live.contains_key(to) => Holder::Moving {
                                 from: owner.clone(),
@@ -337,7 +359,7 @@ impl Taker {
 
     /// The next round: after the taker interval, or at the moment an observed lease or
     /// member would expire, or a handoff we wait on times out, whichever is first.
-    fn next_round(&self, snapshot: &Snapshot, now: Instant) -> Instant {
+    fn next_round(&self, snapshot: &Snapshot, expiry: &[Instant], now: Instant) -> Instant {
         let config = &self.shared.config;
         let mut next = now + config.taker_interval;
         for pending in self.shared.lock().pending.values() {
@@ -346,11 +368,9 @@ impl Taker {
         if !config.scan_at_expiry {
             return next;
         }
-        for lease in &snapshot.leases {
-            if lease.owner.is_some() && !lease.is_owned_by(&self.shared.id) {
-                if let Some(at) = self.leases.expires_at(&lease.key).filter(|at| *at > now) {
-                    next = next.min(at);
-                }
+        for (lease, at) in snapshot.leases.iter().zip(expiry) {
+            if *at > now && lease.owner.is_some() && !lease.is_owned_by(&self.shared.id) {
+                next = next.min(*at);
             }
         }
         for member in &snapshot.members {
@@ -384,6 +404,12 @@ impl Taker {
             }
         }
     }
+}
+
+/// An owned lease whose counter, last changed so that it expires at `expiry`, has not yet
+/// stayed unchanged a whole lease duration on this observer's clock.
+fn alive(lease: &Lease, expiry: Instant, now: Instant) -> bool {
+    lease.owner.is_some() && now < expiry
 }
 
 /// Reads the parents of a lease about to be taken: it may be taken only when each of them is
