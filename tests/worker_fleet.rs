@@ -492,7 +492,9 @@ async fn ten_leases_joined_by_two_workers_ours_and_kcls() {
     for kcl in [false, true] {
         let mut config = config();
         if kcl {
+            // KCL's taker runs on its 20 s interval only.
             config.taker_interval = secs(20);
+            config.scan_at_expiry = false;
         }
         let mut fleet = Fleet::new(Arc::new(InMemoryStore::new()), config, 10);
         fleet.kcl = kcl.then(KclBalance::default);

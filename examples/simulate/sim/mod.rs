@@ -88,10 +88,36 @@ struct Ledger {
     violations: u64,
     /// Orphans of a crash: when each started being processed again.
     watch: HashMap<LeaseKey, Option<Instant>>,
+    /// How many shards exist, and the integral over time of those nobody processes.
+    shards: usize,
+    idle_lease_seconds: f64,
+    idle_since: Option<Instant>,
 }
 
 impl Ledger {
+    /// Adds the lease-seconds without a processor since the last change. (Shards removed but
+    /// still processed until they are retired count as processed ones.)
+    fn tick(&mut self) {
+        let now = Instant::now();
+        if let Some(since) = self.idle_since {
+            let idle = self.shards.saturating_sub(self.holder.len());
+            self.idle_lease_seconds += idle as f64 * (now - since).as_secs_f64();
+        }
+        self.idle_since = Some(now);
+    }
+
+    fn set_shards(&mut self, shards: usize) {
+        self.tick();
+        self.shards = shards;
+    }
+
+    fn idle(&mut self) -> f64 {
+        self.tick();
+        self.idle_lease_seconds
+    }
+
     fn start(&mut self, worker: usize, key: &LeaseKey) {
+        self.tick();
         self.starts += 1;
         if let Some(other) = self.holder.insert(key.clone(), worker) {
             if other != worker {
@@ -109,6 +135,7 @@ impl Ledger {
     }
 
     fn stop(&mut self, worker: usize, key: &LeaseKey) {
+        self.tick();
         if self.holder.get(key) == Some(&worker) {
             self.holder.remove(key);
             *self.counts.entry(worker).or_default() -= 1;
@@ -117,6 +144,7 @@ impl Ledger {
 
     /// A process died: it processes nothing from now on.
     fn crash(&mut self, worker: usize) {
+        self.tick();
         self.holder.retain(|_, w| *w != worker);
         self.counts.remove(&worker);
     }
@@ -142,6 +170,9 @@ struct Fleet {
     next_shard: usize,
     rng: StdRng,
 }
+
+/// How long a restarted worker's process is down (stop, deploy, start).
+pub const RESTART_DOWNTIME: Duration = Duration::from_secs(10);
 
 fn worker_id(index: usize) -> WorkerId {
     WorkerId::new(format!("w{index:05}")).expect("valid id")
@@ -176,12 +207,14 @@ impl Fleet {
             let mut table = net.ownership.lock().unwrap();
             table.owner.insert(key.clone(), (owner, Instant::now()));
         }
+        let ledger = Arc::new(Mutex::new(Ledger::default()));
+        ledger.lock().unwrap().set_shards(shards.len());
         Self {
             rng: StdRng::seed_from_u64(settings.seed),
             next_shard: settings.leases,
             settings,
             net,
-            ledger: Arc::default(),
+            ledger,
             running: BTreeMap::new(),
             leaving: Vec::new(),
             next_index: 0,
@@ -340,6 +373,7 @@ impl Fleet {
 
     async fn apply(&mut self, step: &Step) -> StepReport {
         let started = Instant::now();
+        let idle = self.ledger.lock().unwrap().idle();
         let starts = self.starts();
         let scans = self.scans();
         let mut orphans: Vec<LeaseKey> = Vec::new();
@@ -379,10 +413,14 @@ impl Fleet {
                 let Some(index) = self.running.keys().nth(*i).copied() else {
                     return StepReport::skipped(step.label());
                 };
-                let min = self.minimum_moves(&[index], 1);
+                // Its leases must be processed by others while it is down, and it gets its
+                // share back when it is up again.
+                let share = (self.shards.len() / self.running.len().max(1)) as u64;
+                let min = self.minimum_moves(&[index], 0) + share;
                 let running = self.running.remove(&index).expect("running");
                 running.worker.shutdown().await;
                 let _ = running.app.await;
+                tokio::time::sleep(RESTART_DOWNTIME).await;
                 self.start(index).await;
                 min
             }
@@ -394,6 +432,7 @@ impl Fleet {
                     source.add(Shard::new(key.clone()));
                     self.shards.push(key);
                 }
+                self.ledger.lock().unwrap().set_shards(self.shards.len());
                 self.minimum_moves(&[], 0)
             }
             Step::RemoveShards(n) => {
@@ -405,6 +444,7 @@ impl Fleet {
                     source.remove(key);
                 }
                 self.shards.retain(|k| !gone.contains(k));
+                self.ledger.lock().unwrap().set_shards(self.shards.len());
                 self.minimum_moves(&[], 0)
             }
             Step::Pause(n, span) | Step::CutOff(n, span) => {
@@ -458,6 +498,7 @@ impl Fleet {
             rounds,
             moves: self.starts() - starts,
             minimum,
+            idle: self.ledger.lock().unwrap().idle() - idle,
             failover,
         }
     }

@@ -89,6 +89,9 @@ pub struct StepReport {
     pub moves: u64,
     /// The fewest moves any assignment needed.
     pub minimum: u64,
+    /// Lease-seconds without a processor until balanced (the sum over leases of the time
+    /// nobody processed them).
+    pub idle: f64,
     pub failover: Option<Failover>,
 }
 
@@ -100,6 +103,7 @@ impl StepReport {
             rounds: 0,
             moves: 0,
             minimum: 0,
+            idle: 0.0,
             failover: None,
         }
     }
@@ -176,6 +180,10 @@ impl Report {
         self.steps.iter().map(|s| s.minimum).sum()
     }
 
+    pub fn idle(&self) -> f64 {
+        self.steps.iter().map(|s| s.idle).sum()
+    }
+
     /// Moves over the minimum (1.00 is perfect).
     pub fn move_ratio(&self) -> f64 {
         self.moves() as f64 / self.minimum().max(1) as f64
@@ -203,6 +211,10 @@ impl Report {
             (
                 "moves / minimum".into(),
                 format!("{:.2}", self.move_ratio()),
+            ),
+            (
+                "lease-seconds without a processor".into(),
+                format!("{:.0}", self.idle()),
             ),
         ];
         if self.steps.len() > 1 {
@@ -280,12 +292,13 @@ impl Report {
             });
             let _ = write!(
                 steps,
-                "{{\"step\":\"{}\",\"balanced_s\":{},\"rounds\":{},\"moves\":{},\"minimum_moves\":{},\"failover\":{}}}",
+                "{{\"step\":\"{}\",\"balanced_s\":{},\"rounds\":{},\"moves\":{},\"minimum_moves\":{},\"idle_lease_s\":{},\"failover\":{}}}",
                 step.label,
                 opt(step.balanced),
                 step.rounds,
                 step.moves,
                 step.minimum,
+                num(step.idle),
                 failover
             );
         }
@@ -293,7 +306,7 @@ impl Report {
         format!(
             "{{\"scenario\":\"{}\",\"policy\":\"{}\",\"workers\":{},\"leases\":{},\"seed\":{},\
              \"setup_s\":{},\"balanced_s\":{},\"rounds\":{},\"moves\":{},\"minimum_moves\":{},\
-             \"move_ratio\":{},\"steps\":[{}],\"rest_s\":{},\"moves_at_rest\":{},\"spread\":{},\
+             \"move_ratio\":{},\"idle_lease_s\":{},\"steps\":[{}],\"rest_s\":{},\"moves_at_rest\":{},\"spread\":{},\
              \"double_holding\":{},\"per_lease_hour\":{{\"reads\":{},\"writes\":{},\"rcu\":{},\
              \"wcu\":{}}},\"throttled\":{},\"failed\":{},\"simulated_s\":{},\"wall_s\":{}}}",
             self.scenario,
@@ -307,6 +320,7 @@ impl Report {
             self.moves(),
             self.minimum(),
             num(self.move_ratio()),
+            num(self.idle()),
             steps,
             num(self.rest.seconds),
             self.rest.moves,

@@ -12,7 +12,8 @@ pub enum Step {
     Crash(usize),
     /// `n` workers shut down gracefully at the same moment.
     Leave(usize),
-    /// Worker number `i` shuts down gracefully and starts again with the same id.
+    /// Worker number `i` shuts down gracefully and starts again with the same id after
+    /// [`RESTART_DOWNTIME`](super::RESTART_DOWNTIME).
     Restart(usize),
     /// `n` new shards appear in the source.
     AddShards(usize),

@@ -187,7 +187,7 @@ fn number_size(value: &str) -> usize {
 /// [`number_size`] of a whole number, without formatting it (it runs for every item of
 /// every simulated scan).
 fn integer_size(mut value: u64) -> usize {
-    while value >= 10 && value % 10 == 0 {
+    while value >= 10 && value.is_multiple_of(10) {
         value /= 10;
     }
     let mut digits: usize = 1;
