@@ -6,7 +6,7 @@ mod sim;
 
 use std::time::Duration;
 
-use sim::net::{FaultRates, Latency};
+use sim::net::{FaultRates, Latencies, Latency};
 use sim::report::Report;
 use sim::scenario::scenario;
 use sim::{simulate, Policy, Settings};
@@ -18,14 +18,15 @@ fn settings(name: &str, workers: usize, leases: usize, policy: Policy) -> Settin
         leases,
         policy,
         seed: 7,
-        latency: Latency {
+        latency: Latencies::all(Latency {
             median: Duration::from_millis(5),
             p99: Duration::from_millis(25),
-        },
+        }),
         faults: FaultRates::default(),
         rest: Duration::from_secs(300),
         step_limit: Duration::from_secs(600),
         checkpoint_every: None,
+        progress: None,
     }
 }
 

@@ -13,7 +13,7 @@ mod sim;
 use std::process::ExitCode;
 use std::time::Duration;
 
-use sim::net::{FaultRates, Latency};
+use sim::net::{FaultRates, Latencies, Latency};
 use sim::report::table;
 use sim::scenario::{scenario, NAMES};
 use sim::{Policy, Settings};
@@ -32,7 +32,10 @@ USAGE: cargo run --release --example simulate -- [OPTIONS]
                        (default: a tenth of the workers, at least 1)
   --policy P           ours, kcl or both (default: both)
   --seed S             seed; the same seed replays the same run (default: 1)
-  --latency MED,P99    store latency in ms, log-normal (default: 5,25)
+  --latency MED,P99    store latency in ms, log-normal, of every request (default: 5,25)
+  --read-latency MED,P99, --write-latency MED,P99, --scan-latency MED,P99
+                       the latency of gets, of conditional writes, of one scan page
+                       (default: --latency)
   --throttle P         probability a request is throttled (default: 0)
   --transient P        probability a request fails before it is applied (default: 0)
   --ambiguous P        probability a write's answer is lost after it is applied (default: 0)
@@ -40,6 +43,7 @@ USAGE: cargo run --release --example simulate -- [OPTIONS]
                        (default: 3600)
   --step-limit SECS    how long a step may take to balance (default: 600)
   --checkpoint-every SECS  the applications checkpoint this often (default: only on stop)
+  --progress SECS      print simulated and wall time to stderr every SECS simulated
   --json               one JSON object per run, one per line, instead of the table
 ";
 
@@ -51,11 +55,37 @@ struct Args {
     policies: Vec<Policy>,
     seed: u64,
     latency: Latency,
+    read_latency: Option<Latency>,
+    write_latency: Option<Latency>,
+    scan_latency: Option<Latency>,
     faults: FaultRates,
     rest: Duration,
     step_limit: Duration,
     checkpoint_every: Option<Duration>,
+    progress: Option<Duration>,
     json: bool,
+}
+
+/// `MEDIAN_MS,P99_MS` as a latency distribution.
+fn latency(flag: &str, value: &str) -> Result<Latency, String> {
+    let expected = || format!("{flag} {value:?}: MEDIAN_MS,P99_MS expected");
+    let parts: Vec<f64> = value
+        .split(',')
+        .map(|p| p.trim().parse::<f64>())
+        .collect::<Result<_, _>>()
+        .map_err(|_| expected())?;
+    let [median, p99] = parts[..] else {
+        return Err(expected());
+    };
+    if !(0.0..=60_000.0).contains(&median) || p99 < median || p99 > 60_000.0 {
+        return Err(format!(
+            "{flag} {value:?}: 0 <= median <= p99 <= 60000 ms expected"
+        ));
+    }
+    Ok(Latency {
+        median: Duration::from_secs_f64(median / 1000.0),
+        p99: Duration::from_secs_f64(p99 / 1000.0),
+    })
 }
 
 fn parse() -> Result<Option<Args>, String> {
@@ -70,10 +100,14 @@ fn parse() -> Result<Option<Args>, String> {
             median: Duration::from_millis(5),
             p99: Duration::from_millis(25),
         },
+        read_latency: None,
+        write_latency: None,
+        scan_latency: None,
         faults: FaultRates::default(),
         rest: Duration::from_secs(3600),
         step_limit: Duration::from_secs(600),
         checkpoint_every: None,
+        progress: None,
         json: false,
     };
     let mut it = std::env::args().skip(1);
@@ -131,25 +165,10 @@ fn parse() -> Result<Option<Args>, String> {
                     .parse()
                     .map_err(|_| format!("--seed {value:?}: a whole number expected"))?
             }
-            "--latency" => {
-                let parts: Vec<f64> = value
-                    .split(',')
-                    .map(|p| p.trim().parse::<f64>())
-                    .collect::<Result<_, _>>()
-                    .map_err(|_| format!("--latency {value:?}: MEDIAN_MS,P99_MS expected"))?;
-                let [median, p99] = parts[..] else {
-                    return Err(format!("--latency {value:?}: MEDIAN_MS,P99_MS expected"));
-                };
-                if !(0.0..=60_000.0).contains(&median) || p99 < median || p99 > 60_000.0 {
-                    return Err(format!(
-                        "--latency {value:?}: 0 <= median <= p99 <= 60000 ms expected"
-                    ));
-                }
-                args.latency = Latency {
-                    median: Duration::from_secs_f64(median / 1000.0),
-                    p99: Duration::from_secs_f64(p99 / 1000.0),
-                };
-            }
+            "--latency" => args.latency = latency(&flag, &value)?,
+            "--read-latency" => args.read_latency = Some(latency(&flag, &value)?),
+            "--write-latency" => args.write_latency = Some(latency(&flag, &value)?),
+            "--scan-latency" => args.scan_latency = Some(latency(&flag, &value)?),
             "--throttle" => args.faults.throttle = probability()?,
             "--transient" => args.faults.transient = probability()?,
             "--ambiguous" => args.faults.ambiguous = probability()?,
@@ -161,6 +180,13 @@ fn parse() -> Result<Option<Args>, String> {
                     return Err(format!("--checkpoint-every {value}: at least 0.1 s"));
                 }
                 args.checkpoint_every = Some(Duration::from_secs_f64(every));
+            }
+            "--progress" => {
+                let every = number("seconds")?;
+                if every < 1.0 {
+                    return Err(format!("--progress {value}: at least 1 s"));
+                }
+                args.progress = Some(Duration::from_secs_f64(every));
             }
             _ => return Err(format!("unknown option {flag:?} (see --help)")),
         }
@@ -201,11 +227,16 @@ fn main() -> ExitCode {
                 leases: args.leases,
                 policy: *policy,
                 seed: args.seed,
-                latency: args.latency,
+                latency: Latencies {
+                    read: args.read_latency.unwrap_or(args.latency),
+                    write: args.write_latency.unwrap_or(args.latency),
+                    scan: args.scan_latency.unwrap_or(args.latency),
+                },
                 faults: args.faults,
                 rest: args.rest,
                 step_limit: args.step_limit,
                 checkpoint_every: args.checkpoint_every,
+                progress: args.progress,
             };
             let report = sim::simulate(settings);
             failed |= report.double_holding > 0;

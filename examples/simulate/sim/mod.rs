@@ -28,7 +28,7 @@ use shardlease::{LeaseKey, LeaseStore, NewLease, WorkerConfig, WorkerId};
 use tokio::task::JoinHandle;
 use tokio::time::Instant;
 
-use self::net::{FaultRates, Latency, Link, Net, SimStore};
+use self::net::{FaultRates, Latencies, Link, Net, SimStore};
 use self::report::{Dist, Failover, Report, StepReport};
 use self::scenario::{Scenario, Step};
 
@@ -69,7 +69,7 @@ pub struct Settings {
     pub leases: usize,
     pub policy: Policy,
     pub seed: u64,
-    pub latency: Latency,
+    pub latency: Latencies,
     pub faults: FaultRates,
     /// How long the fleet rests after the last step (moves and cost at rest).
     pub rest: Duration,
@@ -77,6 +77,8 @@ pub struct Settings {
     pub step_limit: Duration,
     /// The applications checkpoint every lease this often (`None`: only when they stop).
     pub checkpoint_every: Option<Duration>,
+    /// Print the simulated and the wall time to stderr this often (simulated).
+    pub progress: Option<Duration>,
 }
 
 /// Who processes what: the applications' view, where "two at once" is checked.
@@ -575,6 +577,18 @@ async fn run_app(
 pub async fn run(settings: Settings) -> Report {
     let wall = std::time::Instant::now();
     let begin = Instant::now();
+    let progress = settings.progress.map(|every| {
+        tokio::spawn(async move {
+            loop {
+                tokio::time::sleep(every).await;
+                eprintln!(
+                    "simulate: {:.0} s simulated in {:.1} s",
+                    begin.elapsed().as_secs_f64(),
+                    wall.elapsed().as_secs_f64()
+                );
+            }
+        })
+    });
     let scenario = settings.scenario.clone();
     let mut fleet = Fleet::new(settings.clone()).await;
     fleet.start_new(scenario.initial).await;
@@ -604,6 +618,9 @@ pub async fn run(settings: Settings) -> Report {
     }
     for leaving in fleet.leaving.drain(..) {
         leaving.abort();
+    }
+    if let Some(progress) = progress {
+        progress.abort();
     }
     Report::new(
         &settings,

@@ -47,6 +47,28 @@ impl Latency {
     }
 }
 
+/// The latency of each kind of request.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct Latencies {
+    /// `GetItem`.
+    pub read: Latency,
+    /// Conditional writes.
+    pub write: Latency,
+    /// One `Scan` page (up to 1,000 items here).
+    pub scan: Latency,
+}
+
+impl Latencies {
+    /// The same distribution for every kind of request.
+    pub fn all(latency: Latency) -> Self {
+        Self {
+            read: latency,
+            write: latency,
+            scan: latency,
+        }
+    }
+}
+
 /// Rates of injected faults, per request sent.
 #[derive(Debug, Clone, Copy, Default, PartialEq)]
 pub struct FaultRates {
@@ -101,7 +123,7 @@ pub struct Ownership {
 #[derive(Debug)]
 pub struct Net {
     pub table: InMemoryStore,
-    pub latency: Latency,
+    pub latency: Latencies,
     pub faults: FaultRates,
     pub usage: Mutex<Usage>,
     pub ownership: Mutex<Ownership>,
@@ -109,7 +131,7 @@ pub struct Net {
 }
 
 impl Net {
-    pub fn new(seed: u64, latency: Latency, faults: FaultRates) -> Arc<Self> {
+    pub fn new(seed: u64, latency: Latencies, faults: FaultRates) -> Arc<Self> {
         Arc::new(Self {
             table: InMemoryStore::new(),
             latency,
@@ -159,6 +181,7 @@ impl Link {
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum Kind {
     Read,
+    Scan,
     Write,
 }
 
@@ -189,8 +212,13 @@ impl SimStore {
         self.rng.lock().unwrap().gen()
     }
 
-    fn latency(&self) -> Duration {
-        self.net.latency.sample(&mut self.rng.lock().unwrap())
+    fn latency(&self, kind: Kind) -> Duration {
+        let latency = match kind {
+            Kind::Read => self.net.latency.read,
+            Kind::Scan => self.net.latency.scan,
+            Kind::Write => self.net.latency.write,
+        };
+        latency.sample(&mut self.rng.lock().unwrap())
     }
 
     /// Waits for an answer due at `at`, held while the worker is paused; `false` when the
@@ -227,7 +255,7 @@ impl SimStore {
                     tokio::time::sleep_until(until).await;
                 }
                 let sent = Instant::now();
-                let latency = self.latency();
+                let latency = self.latency(kind);
                 let half = latency / 2;
                 let fail = |ambiguous: bool| StoreError::Transient {
                     operation,
@@ -269,7 +297,7 @@ impl SimStore {
                 }
                 let (answer, size) = apply();
                 self.net.count(|u| match kind {
-                    Kind::Read => {
+                    Kind::Read | Kind::Scan => {
                         u.reads += 1;
                         u.rcu += size.div_ceil(4096).max(1) as u64;
                     }
@@ -374,7 +402,7 @@ impl LeaseStore for SimStore {
         if from.is_none() {
             self.link.scans.fetch_add(1, Ordering::Relaxed);
         }
-        self.call("scan", "", Kind::Read, deadline, || {
+        self.call("scan", "", Kind::Scan, deadline, || {
             let page = flat(now_or_never(
                 self.net.table.list_page(from.clone(), deadline),
             ));
