@@ -13,7 +13,7 @@ use sim::{simulate, Policy, Settings};
 
 fn settings(name: &str, workers: usize, leases: usize, policy: Policy) -> Settings {
     Settings {
-        scenario: scenario(name, workers, leases, 2).unwrap(),
+        scenario: scenario(name, workers, leases, 2, None).unwrap(),
         workers,
         leases,
         policy,

@@ -43,6 +43,7 @@ USAGE: cargo run --release --example simulate -- [OPTIONS]
                        (default: 3600)
   --step-limit SECS    how long a step may take to balance (default: 600)
   --checkpoint-every SECS  the applications checkpoint this often (default: only on stop)
+  --outage SECS        how long a pause or a cut-off lasts (default: 20 and 30)
   --progress SECS      print simulated and wall time to stderr every SECS simulated
   --json               one JSON object per run, one per line, instead of the table
 ";
@@ -62,6 +63,7 @@ struct Args {
     rest: Duration,
     step_limit: Duration,
     checkpoint_every: Option<Duration>,
+    outage: Option<Duration>,
     progress: Option<Duration>,
     json: bool,
 }
@@ -107,6 +109,7 @@ fn parse() -> Result<Option<Args>, String> {
         rest: Duration::from_secs(3600),
         step_limit: Duration::from_secs(600),
         checkpoint_every: None,
+        outage: None,
         progress: None,
         json: false,
     };
@@ -181,6 +184,7 @@ fn parse() -> Result<Option<Args>, String> {
                 }
                 args.checkpoint_every = Some(Duration::from_secs_f64(every));
             }
+            "--outage" => args.outage = Some(Duration::from_secs_f64(number("seconds")?)),
             "--progress" => {
                 let every = number("seconds")?;
                 if every < 1.0 {
@@ -195,6 +199,12 @@ fn parse() -> Result<Option<Args>, String> {
         return Err("--workers and --leases must be at least 1".into());
     }
     Ok(Some(args))
+}
+
+/// Prints a line; a closed pipe (`| head`) is not an error worth a panic.
+fn say(text: &str) {
+    use std::io::Write;
+    let _ = writeln!(std::io::stdout(), "{text}");
 }
 
 fn main() -> ExitCode {
@@ -212,7 +222,7 @@ fn main() -> ExitCode {
     let k = args.k.unwrap_or((args.workers / 10).max(1));
     let mut failed = false;
     for name in &args.scenarios {
-        let scenario = match scenario(name, args.workers, args.leases, k) {
+        let scenario = match scenario(name, args.workers, args.leases, k, args.outage) {
             Ok(s) => s,
             Err(message) => {
                 eprintln!("simulate: {message}");
@@ -241,12 +251,12 @@ fn main() -> ExitCode {
             let report = sim::simulate(settings);
             failed |= report.double_holding > 0;
             if args.json {
-                println!("{}", report.json());
+                say(&report.json());
             }
             reports.push(report);
         }
         if !args.json {
-            println!("{}", table(&reports));
+            say(&table(&reports));
         }
     }
     if failed {

@@ -319,7 +319,6 @@ impl Fleet {
     /// lease, and each remaining worker's surplus over its best target.
     fn minimum_moves(&self, going: &[usize], joining: usize) -> u64 {
         let ledger = self.ledger.lock().unwrap();
-        let current: HashSet<&LeaseKey> = self.shards.iter().collect();
         let mut counts: BTreeMap<usize, u64> = self
             .running
             .keys()
@@ -333,7 +332,6 @@ impl Fleet {
                 _ => orphans += 1,
             }
         }
-        let _ = current;
         let mut held: Vec<u64> = counts.into_values().collect();
         held.extend(std::iter::repeat_n(0, joining));
         held.sort_unstable_by(|a, b| b.cmp(a));
@@ -451,10 +449,14 @@ impl Fleet {
             }
             Step::Pause(n, span) | Step::CutOff(n, span) => {
                 let victims = self.pick(*n);
-                // Their leases expire: the others must take them, and give each victim its
-                // share back when it returns.
-                let share = (self.shards.len() / self.running.len().max(1)) as u64;
-                let min = self.minimum_moves(&victims, 0) + share * victims.len() as u64;
+                // Outlasting the leases' validity, the victims lose them: the others must take
+                // them, and give each victim its share back when it returns.
+                let min = if *span >= self.settings.policy.config().validity() {
+                    let share = (self.shards.len() / self.running.len().max(1)) as u64;
+                    self.minimum_moves(&victims, 0) + share * victims.len() as u64
+                } else {
+                    0
+                };
                 for v in &victims {
                     let link = &self.running[v].link;
                     match step {

@@ -184,9 +184,9 @@ impl Report {
         self.steps.iter().map(|s| s.idle).sum()
     }
 
-    /// Moves over the minimum (1.00 is perfect).
+    /// Moves over the minimum (1.00 is perfect; no move where none was needed is 1.00 too).
     pub fn move_ratio(&self) -> f64 {
-        self.moves() as f64 / self.minimum().max(1) as f64
+        self.moves().max(1) as f64 / self.minimum().max(1) as f64
     }
 
     pub fn failover(&self) -> Option<&Failover> {

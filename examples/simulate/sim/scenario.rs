@@ -64,9 +64,21 @@ pub const NAMES: &[&str] = &[
     "cut-off",
 ];
 
+/// How long a pause lasts unless told: two lease durations.
+pub const PAUSE: Duration = Duration::from_secs(20);
+/// How long a cut-off lasts unless told: three lease durations.
+pub const CUT_OFF: Duration = Duration::from_secs(30);
+
 /// The scenario `name` for a fleet of `workers` over `leases`; `k` is how many workers a
-/// join, crash, leave, pause or cut-off concerns.
-pub fn scenario(name: &str, workers: usize, leases: usize, k: usize) -> Result<Scenario, String> {
+/// join, crash, leave, pause or cut-off concerns; `outage` how long a pause or cut-off lasts
+/// (default [`PAUSE`], [`CUT_OFF`]).
+pub fn scenario(
+    name: &str,
+    workers: usize,
+    leases: usize,
+    k: usize,
+    outage: Option<Duration>,
+) -> Result<Scenario, String> {
     let k = k.clamp(1, workers.max(1));
     let plain = |initial, steps| Scenario {
         name: NAMES.iter().find(|n| **n == name).copied().unwrap_or("?"),
@@ -105,8 +117,8 @@ pub fn scenario(name: &str, workers: usize, leases: usize, k: usize) -> Result<S
                 ..plain(workers, vec![Step::AddShards(n), Step::RemoveShards(n)])
             }
         }
-        "pause" => plain(workers, vec![Step::Pause(k, Duration::from_secs(20))]),
-        "cut-off" => plain(workers, vec![Step::CutOff(k, Duration::from_secs(30))]),
+        "pause" => plain(workers, vec![Step::Pause(k, outage.unwrap_or(PAUSE))]),
+        "cut-off" => plain(workers, vec![Step::CutOff(k, outage.unwrap_or(CUT_OFF))]),
         other => {
             return Err(format!(
                 "unknown scenario {other:?}; one of: {}",
@@ -122,7 +134,7 @@ mod tests {
 
     #[test]
     fn autoscale_grows_to_the_peak_and_back() {
-        let s = scenario("autoscale", 64, 1000, 1).unwrap();
+        let s = scenario("autoscale", 64, 1000, 1, None).unwrap();
         assert_eq!(s.initial, 4);
         let grown: usize = s
             .steps
@@ -146,7 +158,7 @@ mod tests {
 
     #[test]
     fn unknown_names_are_refused_with_the_list() {
-        let err = scenario("explode", 4, 10, 1).unwrap_err();
+        let err = scenario("explode", 4, 10, 1, None).unwrap_err();
         assert!(
             err.contains("cold-start") && err.contains("cut-off"),
             "{err}"
