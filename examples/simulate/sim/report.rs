@@ -184,9 +184,14 @@ impl Report {
         self.steps.iter().map(|s| s.idle).sum()
     }
 
-    /// Moves over the minimum (1.00 is perfect; no move where none was needed is 1.00 too).
+    /// Moves over the minimum (1.00 is perfect; no move where none was needed is 1.00 too,
+    /// and any move where none was needed is infinite).
     pub fn move_ratio(&self) -> f64 {
-        self.moves().max(1) as f64 / self.minimum().max(1) as f64
+        match (self.moves(), self.minimum()) {
+            (0, 0) => 1.0,
+            (_, 0) => f64::INFINITY,
+            (moves, minimum) => moves as f64 / minimum as f64,
+        }
     }
 
     pub fn failover(&self) -> Option<&Failover> {
