@@ -1,5 +1,6 @@
-//! A store wrapper that injects faults, for tests and the simulator: a worker cut off from the
-//! table, and a fixed latency per call.
+//! A store wrapper that injects faults, for tests: a worker cut off from the table, and a
+//! fixed latency per call. (The simulator in `examples/simulate` has a richer network model:
+//! latency distributions, throttles, lost answers, pauses.)
 
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
