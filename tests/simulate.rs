@@ -27,6 +27,7 @@ fn settings(name: &str, workers: usize, leases: usize, policy: Policy) -> Settin
         step_limit: Duration::from_secs(600),
         checkpoint_every: None,
         progress: None,
+        start_gap: Duration::ZERO,
     }
 }
 

@@ -44,6 +44,8 @@ USAGE: cargo run --release --example simulate -- [OPTIONS]
   --step-limit SECS    how long a step may take to balance (default: 600)
   --checkpoint-every SECS  the applications checkpoint this often (default: only on stop)
   --outage SECS        how long a pause or a cut-off lasts (default: 20 and 30)
+  --start-gap SECS     between the starts of workers that join together (default: 0,
+                       one right after the other)
   --progress SECS      print simulated and wall time to stderr every SECS simulated
   --json               one JSON object per run, one per line, instead of the table
 ";
@@ -65,6 +67,7 @@ struct Args {
     checkpoint_every: Option<Duration>,
     outage: Option<Duration>,
     progress: Option<Duration>,
+    start_gap: Duration,
     json: bool,
 }
 
@@ -111,6 +114,7 @@ fn parse() -> Result<Option<Args>, String> {
         checkpoint_every: None,
         outage: None,
         progress: None,
+        start_gap: Duration::ZERO,
         json: false,
     };
     let mut it = std::env::args().skip(1);
@@ -184,6 +188,7 @@ fn parse() -> Result<Option<Args>, String> {
                 }
                 args.checkpoint_every = Some(Duration::from_secs_f64(every));
             }
+            "--start-gap" => args.start_gap = Duration::from_secs_f64(number("seconds")?),
             "--outage" => args.outage = Some(Duration::from_secs_f64(number("seconds")?)),
             "--progress" => {
                 let every = number("seconds")?;
@@ -247,6 +252,7 @@ fn main() -> ExitCode {
                 step_limit: args.step_limit,
                 checkpoint_every: args.checkpoint_every,
                 progress: args.progress,
+                start_gap: args.start_gap,
             };
             let report = sim::simulate(settings);
             failed |= report.double_holding > 0;

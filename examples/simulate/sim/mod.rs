@@ -79,6 +79,8 @@ pub struct Settings {
     pub checkpoint_every: Option<Duration>,
     /// Print the simulated and the wall time to stderr this often (simulated).
     pub progress: Option<Duration>,
+    /// Between the starts of workers that join together (0: one right after the other).
+    pub start_gap: Duration,
 }
 
 /// Who processes what: the applications' view, where "two at once" is checked.
@@ -246,8 +248,11 @@ impl Fleet {
         self.running.insert(index, Running { worker, link, app });
     }
 
-    async fn start_new(&mut self, n: usize) {
-        for _ in 0..n {
+    async fn start_new(&mut self, n: usize, gap: Duration) {
+        for i in 0..n {
+            if i > 0 && !gap.is_zero() {
+                tokio::time::sleep(gap).await;
+            }
             let index = self.next_index;
             self.next_index += 1;
             self.start(index).await;
@@ -380,7 +385,7 @@ impl Fleet {
         let minimum = match step {
             Step::Start(n) => {
                 let min = self.minimum_moves(&[], *n);
-                self.start_new(*n).await;
+                self.start_new(*n, self.settings.start_gap).await;
                 min
             }
             Step::Crash(n) => {
@@ -593,7 +598,7 @@ pub async fn run(settings: Settings) -> Report {
     });
     let scenario = settings.scenario.clone();
     let mut fleet = Fleet::new(settings.clone()).await;
-    fleet.start_new(scenario.initial).await;
+    fleet.start_new(scenario.initial, Duration::ZERO).await;
     let setup = if scenario.initial > 0 {
         fleet.until_balanced(Instant::now()).await
     } else {
