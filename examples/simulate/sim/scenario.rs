@@ -136,22 +136,11 @@ mod tests {
     fn autoscale_grows_to_the_peak_and_back() {
         let s = scenario("autoscale", 64, 1000, 1, None).unwrap();
         assert_eq!(s.initial, 4);
-        let grown: usize = s
-            .steps
-            .iter()
-            .map(|s| match s {
-                Step::Start(n) => *n,
-                _ => 0,
-            })
-            .sum();
-        let shrunk: usize = s
-            .steps
-            .iter()
-            .map(|s| match s {
-                Step::Leave(n) => *n,
-                _ => 0,
-            })
-            .sum();
+        let (grown, shrunk) = s.steps.iter().fold((0, 0), |(up, down), step| match step {
+            Step::Start(n) => (up + n, down),
+            Step::Leave(n) => (up, down + n),
+            _ => (up, down),
+        });
         assert_eq!((grown, shrunk), (60, 60));
         assert_eq!(s.steps.len(), 8);
     }
