@@ -41,7 +41,7 @@ USAGE: cargo run --release --example simulate -- [OPTIONS]
   --ambiguous P        probability a write's answer is lost after it is applied (default: 0)
   --rest SECS          simulated rest after the last step, for moves and cost at rest
                        (default: 3600)
-  --step-limit SECS    how long a step may take to balance (default: 600)
+  --step-limit SECS    how long a step may take to balance (default: 3600)
   --checkpoint-every SECS  the applications checkpoint this often (default: only on stop)
   --outage SECS        how long a pause or a cut-off lasts (default: 20 and 30)
   --start-gap SECS     between the starts of workers that join together (default: 0,
@@ -110,7 +110,7 @@ fn parse() -> Result<Option<Args>, String> {
         scan_latency: None,
         faults: FaultRates::default(),
         rest: Duration::from_secs(3600),
-        step_limit: Duration::from_secs(600),
+        step_limit: Duration::from_secs(3600),
         checkpoint_every: None,
         outage: None,
         progress: None,
