@@ -290,14 +290,8 @@ impl Fleet {
         if ledger.holder.len() != self.shards.len() {
             return false;
         }
-        let (mut min, mut max) = (usize::MAX, 0);
-        for index in self.running.keys() {
-            let count = ledger.counts.get(index).copied().unwrap_or(0);
-            min = min.min(count);
-            max = max.max(count);
-        }
         let held_by_running = ledger.holder.values().all(|w| self.running.contains_key(w));
-        held_by_running && max.saturating_sub(min) <= 1 && self.all_current(&ledger)
+        held_by_running && self.spread_in(&ledger) <= 1 && self.all_current(&ledger)
     }
 
     fn all_current(&self, ledger: &Ledger) -> bool {
@@ -310,13 +304,21 @@ impl Fleet {
 
     /// Max - min leases processed per running worker.
     fn spread(&self) -> usize {
-        let ledger = self.ledger.lock().unwrap();
+        self.spread_in(&self.ledger.lock().unwrap())
+    }
+
+    fn spread_in(&self, ledger: &Ledger) -> usize {
         let counts = self
             .running
             .keys()
             .map(|i| ledger.counts.get(i).copied().unwrap_or(0));
         let (min, max) = counts.fold((usize::MAX, 0), |(lo, hi), c| (lo.min(c), hi.max(c)));
         max.saturating_sub(min.min(max))
+    }
+
+    /// A running worker's fair share of the shards (rounded down).
+    fn share(&self) -> u64 {
+        (self.shards.len() / self.running.len().max(1)) as u64
     }
 
     /// The fewest lease moves any assignment needs to balance the fleet again, given who
@@ -420,8 +422,7 @@ impl Fleet {
                 };
                 // Its leases must be processed by others while it is down, and it gets its
                 // share back when it is up again.
-                let share = (self.shards.len() / self.running.len().max(1)) as u64;
-                let min = self.minimum_moves(&[index], 0) + share;
+                let min = self.minimum_moves(&[index], 0) + self.share();
                 let running = self.running.remove(&index).expect("running");
                 running.worker.shutdown().await;
                 let _ = running.app.await;
@@ -457,8 +458,7 @@ impl Fleet {
                 // Outlasting the leases' validity, the victims lose them: the others must take
                 // them, and give each victim its share back when it returns.
                 let min = if *span >= self.settings.policy.config().validity() {
-                    let share = (self.shards.len() / self.running.len().max(1)) as u64;
-                    self.minimum_moves(&victims, 0) + share * victims.len() as u64
+                    self.minimum_moves(&victims, 0) + self.share() * victims.len() as u64
                 } else {
                     0
                 };
