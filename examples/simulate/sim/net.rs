@@ -323,20 +323,15 @@ impl SimStore {
             .await
     }
 
-    /// Runs a write on the table (its future is ready at once) and records owner changes.
+    /// Runs a write on the table (its future is ready at once), records owner changes, and
+    /// returns the answer with the item's size.
     fn write(
         &self,
         run: impl std::future::Future<Output = StoreResult<Outcome<Lease>>>,
-    ) -> (StoreResult<Outcome<Lease>>, usize) {
-        let answer = now_or_never(run);
-        let size = match &answer {
-            Ok(Outcome::Done(lease)) => lease_item_size(lease),
-            Ok(Outcome::LostRace {
-                current: Some(lease),
-            }) => lease_item_size(lease),
-            _ => 0,
-        };
-        if let Ok(Outcome::Done(lease)) = &answer {
+    ) -> (Outcome<Lease>, usize) {
+        let answer = flat(now_or_never(run));
+        let size = outcome_size(&answer, lease_item_size);
+        if let Outcome::Done(lease) = &answer {
             let mut ownership = self.net.ownership.lock().unwrap();
             match &lease.owner {
                 Some(owner) => {
@@ -373,6 +368,14 @@ fn now_or_never<T>(future: impl std::future::Future<Output = T>) -> T {
     }
 }
 
+/// The size of the item an answer carries (0 when there is none).
+fn outcome_size<T>(outcome: &Outcome<T>, size: impl Fn(&T) -> usize) -> usize {
+    match outcome {
+        Outcome::Done(item) => size(item),
+        Outcome::LostRace { current } => current.as_ref().map_or(0, size),
+    }
+}
+
 /// Flattens the table's own result into the call's (the table never fails by itself).
 fn flat<T>(result: StoreResult<T>) -> T {
     result.expect("the in-memory table does not fail")
@@ -383,8 +386,7 @@ impl LeaseStore for SimStore {
     async fn create(&self, lease: NewLease, deadline: Instant) -> StoreResult<Outcome<Lease>> {
         let key = lease.key.to_string();
         self.call("create", &key, Kind::Write, deadline, || {
-            let (answer, size) = self.write(self.net.table.create(lease.clone(), deadline));
-            (flat(answer), size)
+            self.write(self.net.table.create(lease.clone(), deadline))
         })
         .await
     }
@@ -422,9 +424,7 @@ impl LeaseStore for SimStore {
         deadline: Instant,
     ) -> StoreResult<Outcome<Lease>> {
         self.call("renew", key.as_str(), Kind::Write, deadline, || {
-            let (answer, size) =
-                self.write(self.net.table.renew(key, owner, tenure, load, deadline));
-            (flat(answer), size)
+            self.write(self.net.table.renew(key, owner, tenure, load, deadline))
         })
         .await
     }
@@ -437,9 +437,7 @@ impl LeaseStore for SimStore {
         deadline: Instant,
     ) -> StoreResult<Outcome<Lease>> {
         self.call("take", key.as_str(), Kind::Write, deadline, || {
-            let (answer, size) =
-                self.write(self.net.table.take(key, taker, observed_counter, deadline));
-            (flat(answer), size)
+            self.write(self.net.table.take(key, taker, observed_counter, deadline))
         })
         .await
     }
@@ -462,8 +460,7 @@ impl LeaseStore for SimStore {
                     .net
                     .table
                     .request_handoff(key, owner, tenure, requester, deadline);
-                let (answer, size) = self.write(request);
-                (flat(answer), size)
+                self.write(request)
             },
         )
         .await
@@ -487,8 +484,7 @@ impl LeaseStore for SimStore {
                     .net
                     .table
                     .complete_handoff(key, owner, tenure, to, deadline);
-                let (answer, size) = self.write(complete);
-                (flat(answer), size)
+                self.write(complete)
             },
         )
         .await
@@ -502,8 +498,7 @@ impl LeaseStore for SimStore {
         deadline: Instant,
     ) -> StoreResult<Outcome<Lease>> {
         self.call("release", key.as_str(), Kind::Write, deadline, || {
-            let (answer, size) = self.write(self.net.table.release(key, owner, tenure, deadline));
-            (flat(answer), size)
+            self.write(self.net.table.release(key, owner, tenure, deadline))
         })
         .await
     }
@@ -521,8 +516,7 @@ impl LeaseStore for SimStore {
                 .net
                 .table
                 .checkpoint(key, owner, tenure, checkpoint, deadline);
-            let (answer, size) = self.write(write);
-            (flat(answer), size)
+            self.write(write)
         })
         .await
     }
@@ -543,10 +537,7 @@ impl LeaseStore for SimStore {
             if answer.is_done() {
                 self.net.ownership.lock().unwrap().owner.remove(key);
             }
-            let size = match &answer {
-                Outcome::Done(lease) => lease_item_size(lease),
-                Outcome::LostRace { current } => current.as_ref().map_or(0, lease_item_size),
-            };
+            let size = outcome_size(&answer, lease_item_size);
             (answer, size)
         })
         .await
@@ -562,10 +553,7 @@ impl LeaseStore for SimStore {
         self.call("heartbeat", worker.as_str(), Kind::Write, deadline, || {
             let beat = self.net.table.heartbeat(worker, load, capacity, deadline);
             let answer = flat(now_or_never(beat));
-            let size = match &answer {
-                Outcome::Done(member) => member_item_size(member),
-                Outcome::LostRace { .. } => 0,
-            };
+            let size = outcome_size(&answer, member_item_size);
             (answer, size)
         })
         .await
@@ -588,10 +576,7 @@ impl LeaseStore for SimStore {
                     .table
                     .remove_member(worker, observed_heartbeat, deadline);
                 let answer = flat(now_or_never(remove));
-                let size = match &answer {
-                    Outcome::Done(member) => member_item_size(member),
-                    Outcome::LostRace { current } => current.as_ref().map_or(0, member_item_size),
-                };
+                let size = outcome_size(&answer, member_item_size);
                 (answer, size)
             },
         )
