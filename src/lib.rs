@@ -34,6 +34,7 @@
 #![warn(missing_docs)]
 
 pub mod balance;
+pub mod clock;
 pub mod config;
 pub mod expiry;
 pub mod jitter;

@@ -10,6 +10,8 @@ use std::time::Duration;
 use tokio::sync::Semaphore;
 use tokio::task::JoinSet;
 use tokio::time::Instant;
+
+use crate::clock::timeout_at;
 use tokio_util::sync::CancellationToken;
 use tracing::Instrument;
 
@@ -31,7 +33,7 @@ pub(crate) async fn run(
     let config = shared.config.clone();
     let mut views = shared.view.subscribe();
     let mut discovery = Discovery::new(config.retire_after);
-    let mut next_call = Instant::now();
+    let mut next_call = shared.now();
     let mut failures: u32 = 0;
     loop {
         let view = views.borrow_and_update().clone();
@@ -43,7 +45,7 @@ pub(crate) async fn run(
         let elected = view.as_ref().is_some_and(|v| v.discoverer);
         let due = async {
             if elected {
-                tokio::time::sleep_until(next_call).await;
+                shared.clock.sleep_until(next_call).await;
             } else {
                 std::future::pending::<()>().await;
             }
@@ -59,8 +61,9 @@ pub(crate) async fn run(
             }
             _ = due => {}
         }
-        let listing = tokio::time::timeout(
-            config.discovery_interval.max(config.store_timeout),
+        let listing = timeout_at(
+            &*shared.clock,
+            shared.now() + config.discovery_interval.max(config.store_timeout),
             source.list_shards(),
         );
         let shards = match listing.await {
@@ -80,12 +83,12 @@ pub(crate) async fn run(
                     }
                     _ => tracing::warn!(?wait, "shard listing timed out; backing off"),
                 }
-                next_call = Instant::now() + wait;
+                next_call = shared.now() + wait;
                 continue;
             }
         };
         failures = 0;
-        next_call = Instant::now() + jittered(config.discovery_interval);
+        next_call = shared.now() + jittered(config.discovery_interval);
         // The freshest reading of the table; the conditions make an older one harmless.
         let Some(view) = views.borrow().clone() else {
             continue;
@@ -95,7 +98,7 @@ pub(crate) async fn run(
             owner_alive: &view.owner_alive,
             malformed: view.malformed,
         };
-        let plan = discovery.plan(&shards, table, Instant::now());
+        let plan = discovery.plan(&shards, table, shared.now());
         if plan.creates.is_empty() && plan.actions.is_empty() {
             continue;
         }
@@ -120,7 +123,7 @@ fn backoff(interval: Duration, failures: u32) -> Duration {
 }
 
 async fn apply(shared: &Arc<Shared>, discovery: &mut Discovery, plan: DiscoveryPlan) {
-    let deadline = Instant::now() + shared.config.store_timeout;
+    let deadline = shared.now() + shared.config.store_timeout;
     for wave in plan.creates {
         // A child must not reach the table before its parent: stop at a wave that failed.
         if !create_wave(shared, wave, deadline).await {

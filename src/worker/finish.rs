@@ -31,7 +31,7 @@ pub(crate) fn spawn_finish(shared: &Arc<Shared>, key: LeaseKey, finish: Finish) 
 }
 
 async fn finish_now(shared: &Shared, key: LeaseKey, finish: Finish) {
-    let deadline = Instant::now() + shared.config.store_timeout;
+    let deadline = shared.now() + shared.config.store_timeout;
     let me = &shared.id;
     match finish {
         Finish::HandOff { tenure, to } => {
@@ -131,7 +131,7 @@ pub(crate) async fn control(
     cancel: CancellationToken,
 ) {
     loop {
-        let now = Instant::now();
+        let now = shared.now();
         let mut expired = Vec::new();
         let mut due = Vec::new();
         let mut overdue = Vec::new();
@@ -173,7 +173,7 @@ pub(crate) async fn control(
         }
         let sleep = async {
             match next {
-                Some(at) => tokio::time::sleep_until(at).await,
+                Some(at) => shared.clock.sleep_until(at).await,
                 None => std::future::pending().await,
             }
         };

@@ -204,7 +204,7 @@ impl Checkpointer {
                 key: self.key.clone(),
             });
         }
-        let deadline = valid_until.min(Instant::now() + self.shared.config.store_timeout);
+        let deadline = valid_until.min(self.shared.now() + self.shared.config.store_timeout);
         let outcome = self
             .shared
             .store

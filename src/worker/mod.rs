@@ -49,7 +49,6 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use tokio::sync::mpsc;
-use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 use tracing::Instrument;
@@ -60,6 +59,7 @@ pub use self::listener::LeaseListener;
 use self::finish::spawn_finish;
 use self::state::{Phase, Shared};
 use crate::balance::{BalancePolicy, CountBalance};
+use crate::clock::{timeout_at, Clock, TokioClock};
 use crate::config::{ConfigError, WorkerConfig};
 use crate::lease::{LeaseKey, NewLease, WorkerId};
 use crate::source::ShardSource;
@@ -91,6 +91,7 @@ pub struct WorkerBuilder {
     policy: Arc<dyn BalancePolicy>,
     shards: Vec<LeaseKey>,
     source: Option<Arc<dyn ShardSource>>,
+    clock: Arc<dyn Clock>,
 }
 
 impl WorkerBuilder {
@@ -126,6 +127,14 @@ impl WorkerBuilder {
         self
     }
 
+    /// The clock the worker reads its time from and sleeps on. Default: [`TokioClock`].
+    /// Every lease decision compares instants of this one clock; see [`crate::clock`].
+    #[must_use]
+    pub fn clock(mut self, clock: impl Clock) -> Self {
+        self.clock = Arc::new(clock);
+        self
+    }
+
     /// Validates the configuration, creates the missing leases, registers the worker's
     /// membership and starts its tasks.
     pub async fn start(self) -> Result<Worker, WorkerError> {
@@ -134,7 +143,7 @@ impl WorkerBuilder {
             worker: self.id.clone(),
             source,
         };
-        let deadline = Instant::now() + self.config.store_timeout;
+        let deadline = self.clock.now() + self.config.store_timeout;
         for key in &self.shards {
             let _ = self
                 .store
@@ -154,6 +163,7 @@ impl WorkerBuilder {
         let shared = Arc::new(Shared::new(
             self.id.clone(),
             self.store,
+            self.clock,
             self.config,
             self.source.is_some(),
             events_tx,
@@ -250,6 +260,7 @@ impl Worker {
             policy: Arc::new(CountBalance),
             shards: Vec::new(),
             source: None,
+            clock: Arc::new(TokioClock),
         }
     }
 
@@ -293,7 +304,7 @@ impl Worker {
         self.stopped = true;
         let shared = Arc::clone(&self.shared);
         self.taker_cancel.cancel();
-        let deadline = Instant::now() + shared.config.shutdown_timeout;
+        let deadline = shared.now() + shared.config.shutdown_timeout;
         let leases: Vec<(LeaseKey, u64, Phase)> = {
             let mut state = shared.lock();
             state.shutting_down = true;
@@ -324,8 +335,9 @@ impl Worker {
                 spawn_finish(&shared, key, finish);
             }
         }
-        while !shared.lock().held.is_empty() && Instant::now() < deadline {
-            tokio::time::sleep(SHUTDOWN_POLL).await;
+        while !shared.lock().held.is_empty() && shared.now() < deadline {
+            let poll = shared.now() + SHUTDOWN_POLL;
+            shared.clock.sleep_until(poll).await;
         }
         let unfinished: Vec<LeaseKey> = shared.lock().held.keys().cloned().collect();
         for key in unfinished {
@@ -336,8 +348,9 @@ impl Worker {
             );
         }
         shared.jobs.close();
-        let _ = tokio::time::timeout(shared.config.store_timeout, shared.jobs.wait()).await;
-        let member_deadline = Instant::now() + shared.config.store_timeout;
+        let jobs_deadline = shared.now() + shared.config.store_timeout;
+        let _ = timeout_at(&*shared.clock, jobs_deadline, shared.jobs.wait()).await;
+        let member_deadline = shared.now() + shared.config.store_timeout;
         if let Err(err) = shared
             .store
             .remove_member(&shared.id, None, member_deadline)

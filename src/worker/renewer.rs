@@ -5,7 +5,7 @@ use std::sync::Arc;
 
 use tokio::sync::Semaphore;
 use tokio::task::JoinSet;
-use tokio::time::{timeout_at, Instant, MissedTickBehavior};
+use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 use tracing::Instrument;
 
@@ -13,19 +13,21 @@ use super::finish::spawn_finish;
 use super::grant::StopReason;
 use super::metrics;
 use super::state::{Phase, Shared};
+use crate::clock::timeout_at;
 use crate::lease::LeaseKey;
 use crate::store::Outcome;
 
 pub(crate) async fn run(shared: Arc<Shared>, cancel: CancellationToken) {
-    let mut tick = tokio::time::interval(shared.config.renew_interval);
-    tick.set_missed_tick_behavior(MissedTickBehavior::Delay);
     let limit = Arc::new(Semaphore::new(shared.config.max_concurrent_renewals));
+    let mut tick = shared.now();
     loop {
         tokio::select! {
             biased;
             _ = cancel.cancelled() => return,
-            _ = tick.tick() => {}
+            _ = shared.clock.sleep_until(tick) => {}
         }
+        // A round that overran its interval delays the next one rather than bunching them.
+        tick = tick.max(shared.now()) + shared.config.renew_interval;
         let round = renew_all(&shared, &limit);
         tokio::select! {
             biased;
@@ -65,7 +67,7 @@ async fn renew_all(shared: &Arc<Shared>, limit: &Arc<Semaphore>) {
 
 async fn heartbeat(shared: &Shared) {
     let capacity = shared.config.published_capacity();
-    let deadline = Instant::now() + shared.config.renew_interval;
+    let deadline = shared.now() + shared.config.renew_interval;
     if let Err(err) = shared
         .store
         .heartbeat(&shared.id, None, capacity, deadline)
@@ -79,14 +81,14 @@ async fn heartbeat(shared: &Shared) {
 /// Renews one lease. Retries never run past the lease's local validity: once that has
 /// passed, the fencer has already told the application to stop.
 async fn renew_one(shared: &Arc<Shared>, key: LeaseKey, tenure: u64, valid_until: Instant) {
-    let start = Instant::now();
+    let start = shared.now();
     if start >= valid_until {
         return;
     }
     let renewal = shared
         .store
         .renew(&key, &shared.id, tenure, None, valid_until);
-    match timeout_at(valid_until, renewal).await {
+    match timeout_at(&*shared.clock, valid_until, renewal).await {
         Ok(Ok(Outcome::Done(lease))) => {
             metrics::renewal(&shared.id, start.elapsed());
             let asked = lease.handoff_to.filter(|to| *to != shared.id);
@@ -141,7 +143,7 @@ fn renewed(
     drop(state);
     shared.changed.notify_one();
     if let Some(to) = handoff {
-        let deadline = Instant::now() + shared.config.handoff_timeout;
+        let deadline = shared.now() + shared.config.handoff_timeout;
         let reason = if to.is_retire_marker() {
             StopReason::Retired { deadline }
         } else {

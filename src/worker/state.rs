@@ -15,6 +15,7 @@ use tokio_util::task::TaskTracker;
 
 use super::grant::{LeaseEvent, LeaseGrant, StopReason};
 use super::metrics;
+use crate::clock::Clock;
 use crate::config::WorkerConfig;
 use crate::lease::{Lease, LeaseKey, WorkerId, SHARD_END};
 use crate::store::LeaseStore;
@@ -65,6 +66,8 @@ pub(crate) struct State {
 pub(crate) struct Shared {
     pub id: WorkerId,
     pub store: Arc<dyn LeaseStore>,
+    /// The clock every lease decision of this worker reads.
+    pub clock: Arc<dyn Clock>,
     pub config: WorkerConfig,
     /// The worker has a shard source: the taker publishes its view for the discoverer.
     pub discovering: bool,
@@ -118,6 +121,7 @@ impl Shared {
     pub fn new(
         id: WorkerId,
         store: Arc<dyn LeaseStore>,
+        clock: Arc<dyn Clock>,
         config: WorkerConfig,
         discovering: bool,
         events: mpsc::UnboundedSender<LeaseEvent>,
@@ -126,6 +130,7 @@ impl Shared {
         Self {
             id,
             store,
+            clock,
             config,
             discovering,
             state: Mutex::default(),
@@ -137,6 +142,11 @@ impl Shared {
             jobs: TaskTracker::new(),
             cancel: CancellationToken::new(),
         }
+    }
+
+    /// Now, on this worker's clock.
+    pub fn now(&self) -> Instant {
+        self.clock.now()
     }
 
     pub fn lock(&self) -> MutexGuard<'_, State> {
@@ -160,7 +170,7 @@ impl Shared {
 
     /// The leases the application may work on now.
     pub fn held_now(&self) -> Vec<LeaseKey> {
-        let now = Instant::now();
+        let now = self.now();
         let mut keys: Vec<_> = self
             .lock()
             .held
@@ -175,7 +185,7 @@ impl Shared {
     /// The local validity of `key` in `tenure`, and whether its shard was checkpointed at its
     /// end, if this worker still holds it then.
     pub fn valid_until(&self, key: &LeaseKey, tenure: u64) -> Option<(Instant, bool)> {
-        let now = Instant::now();
+        let now = self.now();
         self.lock()
             .held
             .get(key)
@@ -227,7 +237,7 @@ impl Shared {
         metrics::taken(&self.id);
         // The control task fences on this lease's validity from now on: wake it to re-plan.
         self.changed.notify_one();
-        if report_at <= Instant::now() {
+        if report_at <= self.now() {
             self.report(&key);
         } else {
             tracing::info!(lease_key = %key, tenure, ?report_at, "lease taken; reported once the previous owner's validity has ended");
@@ -240,7 +250,7 @@ impl Shared {
         let Some(held) = state.held.get_mut(key) else {
             return;
         };
-        if !matches!(held.phase, Phase::Waiting { .. }) || held.valid_until <= Instant::now() {
+        if !matches!(held.phase, Phase::Waiting { .. }) || held.valid_until <= self.now() {
             return;
         }
         held.phase = Phase::Active;
@@ -260,7 +270,7 @@ impl Shared {
         metrics::held(&self.id, self.lock().held.len());
         self.emit(LeaseEvent::Acquired(grant));
         if shutting_down {
-            let deadline = Instant::now() + self.config.shutdown_timeout;
+            let deadline = self.now() + self.config.shutdown_timeout;
             self.request_stop(key, tenure, StopReason::Shutdown { deadline });
         }
     }

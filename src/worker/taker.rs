@@ -49,18 +49,18 @@ impl Taker {
 
     pub async fn run(mut self, cancel: CancellationToken) {
         let config = self.shared.config.clone();
-        let mut next_round = Instant::now();
+        let mut next_round = self.shared.now();
         loop {
             let pending = !self.shared.lock().pending.is_empty();
-            let poll_at = pending.then(|| Instant::now() + config.handoff_poll_interval);
+            let poll_at = pending.then(|| self.shared.now() + config.handoff_poll_interval);
             let wake = poll_at.map_or(next_round, |p| p.min(next_round));
             tokio::select! {
                 biased;
                 _ = cancel.cancelled() => return,
-                _ = tokio::time::sleep_until(wake) => {}
-                _ = self.shared.rescan.notified() => next_round = Instant::now(),
+                _ = self.shared.clock.sleep_until(wake) => {}
+                _ = self.shared.rescan.notified() => next_round = self.shared.now(),
             }
-            if Instant::now() < next_round {
+            if self.shared.now() < next_round {
                 self.poll_pending().await;
                 continue;
             }
@@ -69,7 +69,7 @@ impl Taker {
                 Err(err) => {
                     metrics::store_error(&self.shared.id, "scan");
                     tracing::warn!(error = %err, "taker round failed");
-                    Instant::now() + config.taker_interval
+                    self.shared.now() + config.taker_interval
                 }
             };
         }
@@ -81,11 +81,11 @@ impl Taker {
         let snapshot = self
             .shared
             .store
-            .snapshot(Instant::now() + config.store_timeout)
+            .snapshot(self.shared.now() + config.store_timeout)
             .await?;
         // Observed at the end of the scan: every value read was written before now, so no
         // owner's validity (counted from before its write) can outlast now + lease duration.
-        let now = Instant::now();
+        let now = self.shared.now();
         let expiry = self.observe(&snapshot, now);
         let live = self.live_workers(&snapshot, &expiry, now);
         let statuses = lifecycle::statuses(&snapshot.leases);
@@ -388,7 +388,7 @@ impl Taker {
     /// Reads the leases we wait on; starts those handed over to us.
     async fn poll_pending(&self) {
         let keys: Vec<LeaseKey> = self.shared.lock().pending.keys().cloned().collect();
-        let deadline = Instant::now() + self.shared.config.store_timeout;
+        let deadline = self.shared.now() + self.shared.config.store_timeout;
         for key in keys {
             match self.shared.store.get(&key, deadline).await {
                 Ok(Some(lease)) if lease.is_owned_by(&self.shared.id) => {
@@ -445,7 +445,7 @@ impl Job {
     async fn run(self, shared: &Arc<Shared>) {
         let me = &shared.id;
         let config = &shared.config;
-        let start = Instant::now();
+        let start = shared.now();
         let deadline = start + config.store_timeout;
         match self {
             Job::Take { lease, forced } => {
