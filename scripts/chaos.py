@@ -1,0 +1,512 @@
+#!/usr/bin/env python3
+"""Chaos with real processes: `lease_worker` processes on dynalite, each behind its own TCP
+fault proxy (scripts/fault_proxy.py), killed, frozen, partitioned, slowed and restarted on a
+seeded schedule; then an audit of their events logs (JSON lines, wall-clock nanoseconds).
+
+Run it through scripts/chaos.sh, which installs and starts dynalite and builds the example.
+
+Schedules (--schedule):
+  mixed       random faults (kill -9 and restart, SIGTERM and restart, SIGSTOP/SIGCONT,
+              partition, hold, never-answer, delay) over the run, then a quiet end to heal
+  half-open   one worker's connections hold for 3 lease durations (accepted, never answered)
+  slow        every request of one worker is delayed by 0.4 to 1.2 lease durations for 6
+              lease durations
+
+The audit prints one line per figure and a JSON summary (--json FILE), and fails (exit 1) on
+any overlap (two processes processing one lease at one wall-clock instant), a worker that
+exited by itself or did not leave on SIGTERM, a fleet not balanced at the end (max - min <= 1,
+every lease held), and the schedule's own target: half-open, the worker has its share back
+within two taker intervals of the heal; slow, its leases are processed >= 90 % of the time.
+
+Where an overlap is judged: a process is processing a lease from its "acquired" event to the
+first "stopped", "lost", "handed_off" or "released" event of that lease, or until it was killed
+with SIGKILL; a process frozen by SIGSTOP processes nothing while frozen, so the frozen time is
+cut out of its intervals.
+"""
+
+import argparse
+import json
+import os
+import random
+import signal
+import socket
+import subprocess
+import sys
+import time
+
+STOPS = ("stopped", "lost", "handed_off", "released")
+
+
+class Proc:
+    """One worker id: its proxy, and the lease_worker processes run under that id in turn."""
+
+    def __init__(self, args, index, work):
+        self.id = f"w{index}"
+        self.args = args
+        self.work = work
+        self.port = args.proxy_base + index
+        self.control = os.path.join(work, f"{self.id}.mode")
+        self.runs = []  # (run number, Popen, log path)
+        self.events = []  # (wall ns, what) for the audit: kill, term, stop, cont, mode
+        self.frozen_since = None
+        self.frozen = []  # (run, from ns, to ns)
+        self.proxy = None
+
+    def set_mode(self, mode):
+        tmp = self.control + ".tmp"
+        with open(tmp, "w") as f:
+            f.write(mode + "\n")
+        os.replace(tmp, self.control)
+        self.events.append((time.time_ns(), f"mode {mode}"))
+
+    def start_proxy(self):
+        self.set_mode("pass")
+        self.proxy = subprocess.Popen(
+            [sys.executable, os.path.join(self.args.scripts, "fault_proxy.py"),
+             "--listen", str(self.port), "--upstream", self.args.upstream,
+             "--control", self.control],
+            stdout=subprocess.DEVNULL, stderr=open(os.path.join(self.work, f"{self.id}.proxy.log"), "w"))
+
+    def start(self):
+        run = len(self.runs)
+        log = os.path.join(self.work, f"{self.id}.{run}.jsonl")
+        out = open(os.path.join(self.work, f"{self.id}.{run}.log"), "w")
+        env = dict(os.environ, RUST_LOG=os.environ.get("RUST_LOG", "shardlease=info"))
+        p = subprocess.Popen(
+            [self.args.binary, "--id", self.id, "--table", self.args.table,
+             "--endpoint", f"http://127.0.0.1:{self.port}", "--shards", str(self.args.shards),
+             "--lease-secs", str(self.args.lease_secs), "--events-log", log],
+            stdout=out, stderr=subprocess.STDOUT, env=env)
+        self.runs.append((run, p, log))
+
+    @property
+    def current(self):
+        return self.runs[-1][1] if self.runs else None
+
+    def alive(self):
+        return self.current is not None and self.current.poll() is None
+
+    def signal(self, sig, name):
+        if self.alive():
+            self.events.append((time.time_ns(), name))
+            self.current.send_signal(sig)
+            if sig == signal.SIGSTOP:
+                self.frozen_since = time.time_ns()
+            if sig == signal.SIGCONT and self.frozen_since is not None:
+                self.frozen.append((len(self.runs) - 1, self.frozen_since, time.time_ns()))
+                self.frozen_since = None
+
+
+def held_counts(procs):
+    """Leases each live process holds now, from its current events log."""
+    counts = {}
+    for p in procs:
+        if not p.alive() or p.frozen_since is not None:
+            continue
+        held = set()
+        for e in read_log(p.runs[-1][2]):
+            if e["event"] == "acquired":
+                held.add(e["lease"])
+            elif e["event"] in STOPS:
+                held.discard(e["lease"])
+        counts[p.id] = len(held)
+    return counts
+
+
+def read_log(path):
+    try:
+        with open(path) as f:
+            out = []
+            for line in f:
+                try:
+                    out.append(json.loads(line))
+                except json.JSONDecodeError:
+                    pass  # a line cut by a kill
+            return out
+    except FileNotFoundError:
+        return []
+
+
+def wait_port(port, limit=20.0):
+    """Waits until something accepts connections on 127.0.0.1:port."""
+    end = time.time() + limit
+    while time.time() < end:
+        try:
+            socket.create_connection(("127.0.0.1", port), timeout=1).close()
+            return
+        except OSError:
+            time.sleep(0.05)
+    sys.exit(f"chaos: nothing listens on 127.0.0.1:{port} after {limit} s")
+
+
+def balanced(counts, shards):
+    return bool(counts) and sum(counts.values()) == shards and \
+        max(counts.values()) - min(counts.values()) <= 1
+
+
+def plan(args, rng):
+    """The schedule: (offset s, worker index, action, duration s)."""
+    lease = args.lease_secs
+    steps = []
+    if args.schedule == "half-open":
+        steps.append((args.warmup, 0, "hold", 3 * lease))
+    elif args.schedule == "slow":
+        steps.append((args.warmup, 0, "slow", 6 * lease))
+    else:
+        t = args.warmup
+        end = args.seconds - args.heal
+        busy = {}
+        while True:
+            t += rng.uniform(0.5, 2.0) * lease
+            if t >= end:
+                break
+            i = rng.randrange(args.workers)
+            if busy.get(i, 0) > t:
+                continue
+            kind = rng.choice(["kill", "term", "freeze", "partition", "hold", "never-answer",
+                               "slow"])
+            span = {
+                "kill": rng.uniform(0.2, 1.0) * lease,
+                "term": rng.uniform(0.2, 1.0) * lease,
+                "freeze": rng.uniform(0.3, 2.5) * lease,
+                "partition": rng.uniform(0.5, 2.5) * lease,
+                "hold": rng.uniform(0.5, 3.0) * lease,
+                "never-answer": rng.uniform(0.2, 1.5) * lease,
+                "slow": rng.uniform(1.0, 4.0) * lease,
+            }[kind]
+            span = min(span, max(0.5, end - t))
+            steps.append((t, i, kind, span))
+            busy[i] = t + span + lease
+    return steps
+
+
+def run_schedule(args, procs, steps, t0, rng):
+    """Applies the steps at their times; returns when the run's time is over."""
+    timeline = []  # (at, proc, action, arg)
+    for (at, i, kind, span) in steps:
+        p = procs[i]
+        if kind == "kill":
+            timeline += [(at, p, "kill", None), (at + span, p, "start", None)]
+        elif kind == "term":
+            timeline += [(at, p, "term", None), (at + span, p, "start", None)]
+        elif kind == "freeze":
+            timeline += [(at, p, "stop", None), (at + span, p, "cont", None)]
+        elif kind == "partition":
+            timeline += [(at, p, "mode", "refuse"), (at + span, p, "mode", "pass")]
+        elif kind in ("hold", "never-answer"):
+            timeline += [(at, p, "mode", kind), (at + span, p, "mode", "pass")]
+        elif kind == "slow":
+            # The delay changes every lease/2 within 0.4 to 1.2 lease durations.
+            s = 0.0
+            while s < span:
+                ms = int(rng.uniform(0.4, 1.2) * args.lease_secs * 1000)
+                timeline.append((at + s, p, "mode", f"delay {ms}"))
+                s += args.lease_secs / 2
+            timeline.append((at + span, p, "mode", "pass"))
+    timeline.sort(key=lambda x: x[0])
+    for (at, p, action, arg) in timeline:
+        wait = t0 + at - time.time()
+        if wait > 0:
+            time.sleep(wait)
+        print(f"chaos: +{at:6.1f} s {p.id} {action} {arg or ''}".rstrip(), flush=True)
+        if action == "kill":
+            p.signal(signal.SIGKILL, "kill")
+            if p.current is not None:
+                p.current.wait()
+        elif action == "term":
+            p.signal(signal.SIGTERM, "term")
+        elif action == "stop":
+            p.signal(signal.SIGSTOP, "stop")
+        elif action == "cont":
+            p.signal(signal.SIGCONT, "cont")
+        elif action == "start":
+            if p.alive():
+                try:
+                    p.current.wait(timeout=args.lease_secs * 3 + 35)
+                except subprocess.TimeoutExpired:
+                    print(f"chaos: {p.id} did not exit after SIGTERM; killing it", flush=True)
+                    p.signal(signal.SIGKILL, "kill")
+                    p.current.wait()
+                    p.events.append((time.time_ns(), "term-hung"))
+            p.start()
+        elif action == "mode":
+            p.set_mode(arg)
+
+
+def intervals(procs, end_ns):
+    """Processing intervals per lease: (start, end, proc id, run)."""
+    by_lease = {}
+    for p in procs:
+        kills = sorted(ns for ns, what in p.events if what == "kill")
+        for run, popen, log in p.runs:
+            events = read_log(log)
+            first = events[0]["ts_unix_nanos"] if events else None
+            death = next((k for k in kills if first is None or k >= first), None) \
+                if popen.returncode == -signal.SIGKILL else None
+            open_ = {}
+            for e in events:
+                lease, ts = e["lease"], e["ts_unix_nanos"]
+                if e["event"] == "acquired":
+                    open_[lease] = ts
+                elif e["event"] in STOPS and lease in open_:
+                    by_lease.setdefault(lease, []).append((open_.pop(lease), ts, p.id, run))
+            for lease, start in open_.items():
+                stop = death if death is not None and death >= start else end_ns
+                by_lease.setdefault(lease, []).append((start, stop, p.id, run))
+    return by_lease
+
+
+def cut_frozen(ivs, procs):
+    """Removes the frozen windows of each process from its intervals."""
+    frozen = {(p.id, run): [(a, b) for (r, a, b) in p.frozen if r == run] for p in procs
+              for run, _, _ in p.runs}
+    out = []
+    for (a, b, pid, run) in ivs:
+        pieces = [(a, b)]
+        for (fa, fb) in frozen.get((pid, run), []):
+            nxt = []
+            for (x, y) in pieces:
+                if fb <= x or fa >= y:
+                    nxt.append((x, y))
+                    continue
+                if x < fa:
+                    nxt.append((x, fa))
+                if fb < y:
+                    nxt.append((fb, y))
+            pieces = nxt
+        out += [(x, y, pid, run) for (x, y) in pieces if y > x]
+    return out
+
+
+def audit(args, procs, t0_ns, end_ns, heal_ns):
+    by_lease = intervals(procs, end_ns)
+    overlaps, margins = [], []
+    uncovered = 0.0
+    uncovered_healthy = 0.0
+    for lease, ivs in sorted(by_lease.items()):
+        ivs = cut_frozen(ivs, procs)
+        ivs.sort()
+        for i, (a, b, pid, run) in enumerate(ivs):
+            for (c, d, qid, qrun) in ivs[i + 1:]:
+                if c >= b:
+                    break
+                if (pid, run) != (qid, qrun):
+                    overlaps.append({"lease": lease, "first": f"{pid}.{run}", "second": f"{qid}.{qrun}",
+                                     "seconds": (min(b, d) - c) / 1e9})
+        # Gaps, and the margin between one holder's stop and the next one's start.
+        cursor = t0_ns + int(args.warmup * 1e9)
+        for (a, b, pid, run) in ivs:
+            if a > cursor:
+                gap = (a - cursor) / 1e9
+                uncovered += gap
+                healthy_from = max(cursor, heal_ns)
+                if a > healthy_from:
+                    uncovered_healthy += (a - healthy_from) / 1e9
+            cursor = max(cursor, b)
+        if end_ns > cursor:
+            uncovered += (end_ns - cursor) / 1e9
+            uncovered_healthy += (end_ns - max(cursor, heal_ns)) / 1e9
+        for prev, nxt in zip(ivs, ivs[1:]):
+            if (prev[2], prev[3]) != (nxt[2], nxt[3]):
+                margins.append((nxt[0] - prev[1]) / 1e9)
+    span = (end_ns - t0_ns) / 1e9 - args.warmup
+    return by_lease, overlaps, margins, uncovered, uncovered_healthy, span
+
+
+def first_acquire_after(by_lease, lease, after_ns, exclude):
+    return min((a for (a, b, pid, run) in by_lease.get(lease, [])
+                if a > after_ns and pid != exclude), default=None)
+
+
+def pct(xs, q):
+    xs = sorted(xs)
+    return xs[min(len(xs) - 1, int(q * (len(xs) - 1) + 0.5))] if xs else None
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
+    ap.add_argument("--binary", required=True, help="the built lease_worker example")
+    ap.add_argument("--upstream", required=True, help="dynalite HOST:PORT (loopback)")
+    ap.add_argument("--seconds", type=float, default=60)
+    ap.add_argument("--seed", type=int, default=1)
+    ap.add_argument("--schedule", choices=["mixed", "half-open", "slow"], default="mixed")
+    ap.add_argument("--workers", type=int, default=5)
+    ap.add_argument("--shards", type=int, default=32)
+    ap.add_argument("--lease-secs", type=float, default=4.0)
+    ap.add_argument("--warmup", type=float, default=None, help="s before the first fault")
+    ap.add_argument("--heal", type=float, default=None, help="quiet s at the end")
+    ap.add_argument("--proxy-base", type=int, default=17000)
+    ap.add_argument("--json", help="write the summary here")
+    args = ap.parse_args()
+    args.scripts = os.path.dirname(os.path.abspath(__file__))
+    args.warmup = args.warmup if args.warmup is not None else max(8.0, 2 * args.lease_secs)
+    args.heal = args.heal if args.heal is not None else max(20.0, 5 * args.lease_secs)
+    args.table = f"chaos-{os.getpid()}-{args.seed}"
+    work = os.environ.get("CHAOS_WORK") or f"/tmp/chaos-{os.getpid()}"
+    os.makedirs(work, exist_ok=True)
+    rng = random.Random(args.seed)
+    procs = [Proc(args, i, work) for i in range(args.workers)]
+    steps = plan(args, rng)
+    if args.schedule != "mixed":
+        args.seconds = max(args.seconds, steps[-1][0] + steps[-1][3] + args.heal)
+    print(f"chaos: {args.workers} workers, {args.shards} leases, lease {args.lease_secs} s, "
+          f"{args.seconds:.0f} s, schedule {args.schedule}, seed {args.seed}, logs in {work}",
+          flush=True)
+    for p in procs:
+        p.start_proxy()
+    for p in procs:
+        wait_port(p.port)
+    t0 = time.time()
+    t0_ns = time.time_ns()
+    try:
+        for p in procs:
+            p.start()
+        run_schedule(args, procs, steps, t0, rng)
+        heal_at = max((at + span for (at, i, kind, span) in steps), default=args.warmup)
+        heal_ns = t0_ns + int(heal_at * 1e9)
+        # The heal: wait for the rest of the run, noting when the fleet is balanced again.
+        balanced_at = None
+        while time.time() < t0 + args.seconds:
+            time.sleep(0.25)
+            if balanced_at is None and time.time() > t0 + heal_at and \
+                    balanced(held_counts(procs), args.shards):
+                balanced_at = time.time() - (t0 + heal_at)
+        final = held_counts(procs)
+        # Every worker must be running at the end: one that exited by itself is a failure.
+        exited = {p.id: p.current.returncode for p in procs if not p.alive()}
+        end_ns = time.time_ns()
+    finally:
+        # The end: SIGTERM to every worker; each must leave within its shutdown timeout.
+        hung = []
+        for p in procs:
+            if p.frozen_since is not None:
+                p.signal(signal.SIGCONT, "cont")
+            if p.alive():
+                p.current.send_signal(signal.SIGTERM)
+        for p in procs:
+            if p.current is not None:
+                try:
+                    p.current.wait(timeout=40)
+                except subprocess.TimeoutExpired:
+                    print(f"chaos: {p.id} did not exit 40 s after SIGTERM", flush=True)
+                    hung.append(p.id)
+                    p.current.kill()
+                    p.current.wait()
+            if p.proxy is not None:
+                p.proxy.terminate()
+                p.proxy.wait()
+
+    by_lease, overlaps, margins, uncovered, uncovered_healthy, span = \
+        audit(args, procs, t0_ns, end_ns, heal_ns)
+    summary = {
+        "schedule": args.schedule, "seed": args.seed, "workers": args.workers,
+        "leases": args.shards, "lease_secs": args.lease_secs, "seconds": round(span, 1),
+        "faults": [{"at": round(a, 1), "worker": f"w{i}", "kind": k, "secs": round(s, 1)}
+                   for (a, i, k, s) in steps],
+        "overlaps": overlaps,
+        "margin_min_secs": round(min(margins), 3) if margins else None,
+        "margin_p50_secs": round(pct(margins, 0.5), 3) if margins else None,
+        "handovers": len(margins),
+        "unprocessed_lease_secs": round(uncovered, 1),
+        "unprocessed_fraction": round(uncovered / (span * args.shards), 4),
+        "unprocessed_after_heal_lease_secs": round(uncovered_healthy, 1),
+        "balanced_after_heal_secs": None if balanced_at is None else round(balanced_at, 1),
+        "final_counts": final,
+        "exited_by_themselves": exited,
+        "not_exiting_on_sigterm": hung,
+    }
+    # Per fault kind: failover after kill -9, leave after SIGTERM, back to a share after
+    # half-open / slow, processed fraction of the faulted worker's leases.
+    failovers, leaves = [], []
+    for p in procs:
+        for (ns, what) in p.events:
+            if what not in ("kill", "term"):
+                continue
+            held = set()
+            for run, popen, log in p.runs:
+                for e in read_log(log):
+                    if e["ts_unix_nanos"] > ns:
+                        continue
+                    if e["event"] == "acquired":
+                        held.add(e["lease"])
+                    elif e["event"] in STOPS:
+                        held.discard(e["lease"])
+            for lease in held:
+                at = first_acquire_after(by_lease, lease, ns, p.id)
+                if at is not None:
+                    (failovers if what == "kill" else leaves).append((at - ns) / 1e9)
+    if failovers:
+        summary["failover_secs"] = {"n": len(failovers), "p50": round(pct(failovers, 0.5), 2),
+                                    "max": round(max(failovers), 2)}
+    if leaves:
+        summary["leave_secs"] = {"n": len(leaves), "p50": round(pct(leaves, 0.5), 2),
+                                 "max": round(max(leaves), 2)}
+    if args.schedule in ("half-open", "slow"):
+        at, i, kind, secs = steps[0]
+        a_ns, b_ns = t0_ns + int(at * 1e9), t0_ns + int((at + secs) * 1e9)
+        # The leases the faulted worker held when the fault began: how much of the fault's
+        # time someone processed them.
+        held = set()
+        for run, popen, log in procs[i].runs:
+            for e in read_log(log):
+                if e["ts_unix_nanos"] > a_ns:
+                    continue
+                if e["event"] == "acquired":
+                    held.add(e["lease"])
+                elif e["event"] in STOPS:
+                    held.discard(e["lease"])
+        covered = 0.0
+        for lease in held:
+            ivs = sorted(cut_frozen(by_lease.get(lease, []), procs))
+            cursor = a_ns
+            for (x, y, pid, run) in ivs:
+                x, y = max(x, cursor), min(y, b_ns)
+                if y > x:
+                    covered += (y - x) / 1e9
+                    cursor = y
+        total = len(held) * secs
+        summary["faulted_worker_leases"] = len(held)
+        summary["faulted_leases_processed_fraction"] = round(covered / total, 4) if total else None
+        # Back to its share: its held count reaches the floor of a fair share after the heal.
+        share = args.shards // args.workers
+        back = None
+        for run, popen, log in procs[i].runs:
+            held_now, acquired = set(), []
+            for e in read_log(log):
+                if e["event"] == "acquired":
+                    held_now.add(e["lease"])
+                elif e["event"] in STOPS:
+                    held_now.discard(e["lease"])
+                if e["ts_unix_nanos"] >= b_ns and len(held_now) >= share and back is None:
+                    back = (e["ts_unix_nanos"] - b_ns) / 1e9
+        if back is None:
+            # Already at its share when the fault ended, or never again.
+            counts = held_counts(procs)
+            back = 0.0 if counts.get(procs[i].id, 0) >= share else None
+        summary["share_back_after_heal_secs"] = None if back is None else round(back, 2)
+
+    for key in ("overlaps",):
+        print(f"chaos: overlaps: {len(summary[key])}")
+        for o in summary[key][:20]:
+            print(f"chaos:   {o}")
+    for key, value in summary.items():
+        if key not in ("overlaps", "faults"):
+            print(f"chaos: {key}: {value}")
+    if args.json:
+        with open(args.json, "w") as f:
+            json.dump(summary, f, indent=1)
+    ok = not overlaps and not exited and not hung and balanced(final, args.shards)
+    # The targets of the two single-fault schedules: after a half-open spell the worker has
+    # its share back within two taker intervals (lease / 2 each) of the heal; a slow worker's
+    # leases are processed by someone at least 90 % of the time.
+    if args.schedule == "half-open":
+        back = summary["share_back_after_heal_secs"]
+        ok = ok and back is not None and back <= args.lease_secs
+    if args.schedule == "slow":
+        ok = ok and (summary["faulted_leases_processed_fraction"] or 0) >= 0.9
+    print(f"chaos: {'ok' if ok else 'FAILED'} (seed {args.seed}, schedule {args.schedule})")
+    sys.exit(0 if ok else 1)
+
+
+if __name__ == "__main__":
+    main()
