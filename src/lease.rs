@@ -206,6 +206,11 @@ pub struct Lease {
     pub handoff_to: Option<WorkerId>,
     /// The application's load figure for this lease (records/s, bytes/s, ...), if it reports one.
     pub load: Option<f64>,
+    /// Drawn at random by the store when it creates the item and never changed: a lease
+    /// deleted and re-created under the same key has another one, so an observer never takes
+    /// the new item's counter for the old one's (see [`LeaseVersion`](crate::expiry::LeaseVersion)).
+    /// 0 for items written before nonces existed.
+    pub nonce: u64,
 }
 
 impl Lease {
@@ -274,6 +279,7 @@ impl NewLease {
             parents: self.parents,
             handoff_to: None,
             load: None,
+            nonce: 0,
         }
     }
 }

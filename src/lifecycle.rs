@@ -111,50 +111,102 @@ pub struct DiscoveryPlan {
     pub actions: Vec<DiscoveryAction>,
 }
 
+/// How many listings in a row must miss a shard before its lease is retired (besides the
+/// grace period): one listing that drops a shard (a source hiccup, a listing read from a lagging
+/// replica) never retires it, however old its mark.
+pub const MIN_MISSED_LISTINGS: u32 = 3;
+
 /// The discoverer's memory across rounds: the last checkpoint seen of every lease (to
 /// re-create a lease deleted by hand from where it was) and since when a lease's shard has
 /// been missing from the source.
+///
+/// Both are bounded. A checkpoint is kept while its lease is in the table or its shard is
+/// listed, and for the grace period after the lease was last seen (so a worker that takes
+/// over discovery can still re-create a lease deleted just before). The missing marks are
+/// dropped by [`step_down`](Self::step_down), when this worker stops listing the source: a
+/// mark is only good while every listing since it was set missed the shard.
 #[derive(Debug, Clone)]
 pub struct Discovery {
     retire_after: Duration,
-    known: HashMap<LeaseKey, Option<String>>,
-    missing_since: HashMap<LeaseKey, Instant>,
+    known: HashMap<LeaseKey, Known>,
+    missing: HashMap<LeaseKey, Missing>,
+}
+
+/// A lease's last checkpoint, and when the lease was last seen in the table (or its shard
+/// in a listing).
+#[derive(Debug, Clone)]
+struct Known {
+    checkpoint: Option<String>,
+    seen: Instant,
+}
+
+/// A shard missing from the source: since the first listing that missed it, and how many
+/// listings in a row did.
+#[derive(Debug, Clone, Copy)]
+struct Missing {
+    since: Instant,
+    listings: u32,
 }
 
 impl Discovery {
-    /// A discoverer that retires a lease once its shard has been missing for `retire_after`.
+    /// A discoverer that retires a lease once its shard has been missing for `retire_after`
+    /// (and from at least [`MIN_MISSED_LISTINGS`] listings in a row).
     pub fn new(retire_after: Duration) -> Self {
         Self {
             retire_after,
             known: HashMap::new(),
-            missing_since: HashMap::new(),
+            missing: HashMap::new(),
         }
     }
 
-    /// Remembers the checkpoints of a table listing.
-    pub fn observe(&mut self, leases: &[Lease]) {
+    /// Remembers the checkpoints of a table listing read at `now`, and forgets those of
+    /// leases that have been out of the table (and, for the discoverer, out of the source)
+    /// for the grace period.
+    pub fn observe(&mut self, leases: &[Lease], now: Instant) {
         for lease in leases {
             match self.known.get_mut(&lease.key) {
-                Some(checkpoint) if *checkpoint == lease.checkpoint => {}
-                Some(checkpoint) => checkpoint.clone_from(&lease.checkpoint),
+                Some(known) => {
+                    if known.checkpoint != lease.checkpoint {
+                        known.checkpoint.clone_from(&lease.checkpoint);
+                    }
+                    known.seen = now;
+                }
                 None => {
-                    self.known
-                        .insert(lease.key.clone(), lease.checkpoint.clone());
+                    let known = Known {
+                        checkpoint: lease.checkpoint.clone(),
+                        seen: now,
+                    };
+                    self.known.insert(lease.key.clone(), known);
                 }
             }
         }
+        let grace = self.retire_after;
+        self.known
+            .retain(|_, known| now.saturating_duration_since(known.seen) < grace);
+    }
+
+    /// This worker stopped listing the source (or starts listing it again after a pause):
+    /// its missing marks no longer say that *every* listing missed a shard, so they are
+    /// dropped and each grace period starts afresh at the next listing.
+    pub fn step_down(&mut self) {
+        self.missing.clear();
+    }
+
+    /// How many checkpoints and missing marks it remembers.
+    pub fn remembered(&self) -> (usize, usize) {
+        (self.known.len(), self.missing.len())
     }
 
     /// Forgets a lease the discoverer deleted on purpose: if its shard comes back, it starts
     /// afresh.
     pub fn forget(&mut self, key: &LeaseKey) {
         self.known.remove(key);
-        self.missing_since.remove(key);
+        self.missing.remove(key);
     }
 
     /// The last checkpoint seen of `key`, if any.
     pub fn known_checkpoint(&self, key: &LeaseKey) -> Option<&str> {
-        self.known.get(key).and_then(Option::as_deref)
+        self.known.get(key).and_then(|k| k.checkpoint.as_deref())
     }
 
     /// Decides the writes that bring the table in line with `shards`.
@@ -177,7 +229,10 @@ impl Discovery {
                 continue;
             }
             let mut lease = NewLease::new(shard.key.clone()).with_parents(shard.parents.clone());
-            lease.checkpoint = self.known.get(&shard.key).cloned().flatten();
+            lease.checkpoint = self
+                .known
+                .get(&shard.key)
+                .and_then(|k| k.checkpoint.clone());
             waves
                 .entry(graph.depth(&shard.key))
                 .or_default()
@@ -197,8 +252,14 @@ impl Discovery {
                 continue;
             }
             if !graph.shards.contains_key(&lease.key) {
-                let since = *self.missing_since.entry(lease.key.clone()).or_insert(now);
-                if now.saturating_duration_since(since) < self.retire_after {
+                let mark = self.missing.entry(lease.key.clone()).or_insert(Missing {
+                    since: now,
+                    listings: 0,
+                });
+                mark.listings = mark.listings.saturating_add(1);
+                if now.saturating_duration_since(mark.since) < self.retire_after
+                    || mark.listings < MIN_MISSED_LISTINGS
+                {
                     continue;
                 }
                 if !alive {
@@ -222,10 +283,18 @@ impl Discovery {
             }
         }
 
-        self.missing_since
+        self.missing
             .retain(|k, _| graph.leases.contains_key(k) && !graph.shards.contains_key(k));
-        self.known
-            .retain(|k, _| graph.leases.contains_key(k) || graph.shards.contains_key(k));
+        // A listed shard keeps its checkpoint while the lease is out of the table (deleted by
+        // hand, or its create failed): it is re-created from there.
+        self.known.retain(|k, known| {
+            if graph.shards.contains_key(k) {
+                known.seen = now;
+                true
+            } else {
+                graph.leases.contains_key(k)
+            }
+        });
         plan
     }
 }
@@ -419,7 +488,7 @@ mod tests {
         let shards = vec![shard("s", &[])];
         let mut seen = owned(lease("s", &[]), "a");
         seen.checkpoint = Some("42".into());
-        discovery.observe(std::slice::from_ref(&seen));
+        discovery.observe(std::slice::from_ref(&seen), Instant::now());
         let plan = discovery.plan(&shards, table(&[], &HashSet::new()), Instant::now());
         assert_eq!(plan.creates[0][0].checkpoint.as_deref(), Some("42"));
         // Deleted on purpose: forgotten, so a shard that comes back starts afresh.
@@ -496,6 +565,90 @@ mod tests {
                 },
             ]
         );
+    }
+
+    #[test]
+    fn one_missed_listing_never_retires_a_shard_however_old_its_mark() {
+        let mut discovery = Discovery::new(Duration::from_secs(60));
+        let start = Instant::now();
+        let held = owned(lease("s", &[]), "a");
+        let leases = vec![held.clone()];
+        let alive = HashSet::from([key("s")]);
+        // Missed once, then (another worker discovering meanwhile) missed once again much
+        // later: two listings, not a shard gone for the grace period.
+        let plan = discovery.plan(&[], table(&leases, &alive), start);
+        assert!(plan.actions.is_empty());
+        let plan = discovery.plan(
+            &[],
+            table(&leases, &alive),
+            start + Duration::from_secs(300),
+        );
+        assert!(plan.actions.is_empty(), "retired on a stale mark: {plan:?}");
+        let plan = discovery.plan(
+            &[],
+            table(&leases, &alive),
+            start + Duration::from_secs(310),
+        );
+        assert_eq!(plan.actions, [DiscoveryAction::Retire { lease: held }]);
+    }
+
+    #[test]
+    fn a_discoverer_that_stepped_down_starts_its_grace_periods_afresh() {
+        let mut discovery = Discovery::new(Duration::from_secs(60));
+        let start = Instant::now();
+        let at = |s: u64| start + Duration::from_secs(s);
+        let leases = vec![owned(lease("s", &[]), "a")];
+        let alive = HashSet::from([key("s")]);
+        for s in [0, 10, 20] {
+            let plan = discovery.plan(&[], table(&leases, &alive), at(s));
+            assert!(plan.actions.is_empty());
+        }
+        assert_eq!(discovery.remembered().1, 1);
+        discovery.step_down();
+        assert_eq!(discovery.remembered().1, 0);
+        // Elected again: the shard must be missed for a whole grace period from now on.
+        for s in [100, 110, 120, 150] {
+            let plan = discovery.plan(&[], table(&leases, &alive), at(s));
+            assert!(plan.actions.is_empty(), "at {s} s: {plan:?}");
+        }
+        let plan = discovery.plan(&[], table(&leases, &alive), at(160));
+        assert_eq!(plan.actions.len(), 1, "{plan:?}");
+    }
+
+    #[test]
+    fn checkpoints_of_leases_gone_from_the_table_are_forgotten_after_the_grace_period() {
+        let mut discovery = Discovery::new(Duration::from_secs(60));
+        let start = Instant::now();
+        let at = |s: u64| start + Duration::from_secs(s);
+        let mut kept = owned(lease("kept", &[]), "a");
+        kept.checkpoint = Some("7".into());
+        let mut gone = owned(lease("gone", &[]), "a");
+        gone.checkpoint = Some("9".into());
+        discovery.observe(&[kept.clone(), gone], at(0));
+        // Deleted: still remembered for a while, for whoever discovers next.
+        discovery.observe(std::slice::from_ref(&kept), at(59));
+        assert_eq!(discovery.known_checkpoint(&key("gone")), Some("9"));
+        discovery.observe(std::slice::from_ref(&kept), at(60));
+        assert_eq!(discovery.known_checkpoint(&key("gone")), None);
+        assert_eq!(discovery.remembered(), (1, 0));
+        // Thousands of short-lived leases later, only the table's own are remembered.
+        for i in 0..1000 {
+            let churn = owned(lease(&format!("churn-{i}"), &[]), "a");
+            discovery.observe(&[kept.clone(), churn], at(100 + i));
+        }
+        assert!(
+            discovery.remembered().0 <= 62,
+            "{:?}",
+            discovery.remembered()
+        );
+        // A listed shard keeps its checkpoint while its lease is out of the table.
+        let shards = vec![shard("kept", &[])];
+        let none = HashSet::new();
+        let plan = discovery.plan(&shards, table(&[], &none), at(2000));
+        assert_eq!(plan.creates[0][0].checkpoint.as_deref(), Some("7"));
+        discovery.observe(&[], at(2030));
+        let plan = discovery.plan(&shards, table(&[], &none), at(2030));
+        assert_eq!(plan.creates[0][0].checkpoint.as_deref(), Some("7"));
     }
 
     #[test]

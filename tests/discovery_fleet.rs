@@ -5,7 +5,7 @@
 #[path = "common/fleet.rs"]
 mod fleet;
 
-use std::collections::BTreeSet;
+use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -183,20 +183,27 @@ async fn a_split_and_a_merge_keep_every_child_after_its_parents() {
     finish(fleet).await;
 }
 
+/// How many times each worker listed the source since `since`.
+fn listings_since(fleet: &Fleet, since: Instant) -> BTreeMap<String, usize> {
+    let mut counts = BTreeMap::new();
+    for (worker, at) in fleet.source_calls.lock().unwrap().iter() {
+        if *at >= since {
+            *counts.entry(worker.clone()).or_default() += 1;
+        }
+    }
+    counts
+}
+
 #[tokio::test(start_paused = true)]
 async fn discovery_runs_on_one_worker_and_moves_when_it_crashes() {
     let (source, mut fleet) = running(3, &["a", "b", "c"]).await;
     fleet.idle(secs(60)).await;
-    let listed_by = |fleet: &Fleet, since: Instant| -> BTreeSet<String> {
-        let calls = fleet.source_calls.lock().unwrap();
-        calls
-            .iter()
-            .filter(|(_, at)| *at >= since)
-            .map(|(w, _)| w.clone())
-            .collect()
-    };
     let settled = Instant::now() - secs(50);
-    assert_eq!(listed_by(&fleet, settled), ["a".to_owned()].into());
+    // a discovers; b, the standby, lists about once a minute; c never lists.
+    let calls = listings_since(&fleet, settled);
+    assert!(calls.get("a").copied().unwrap_or(0) >= 4, "{calls:?}");
+    assert!(calls.get("b").copied().unwrap_or(0) <= 1, "{calls:?}");
+    assert!(!calls.contains_key("c"), "{calls:?}");
 
     fleet.crash("a");
     let crashed = Instant::now();
@@ -216,14 +223,19 @@ async fn discovery_runs_on_one_worker_and_moves_when_it_crashes() {
         "the new shard was held {took:?} after the discoverer crashed"
     );
     fleet.idle(secs(60)).await;
-    assert_eq!(
-        listed_by(
-            &fleet,
-            crashed + config.lease_duration + config.taker_interval
-        ),
-        ["b".to_owned()].into(),
-        "one worker took over discovery"
+    let calls = listings_since(
+        &fleet,
+        crashed + config.lease_duration + config.taker_interval,
     );
+    assert!(
+        calls.get("b").copied().unwrap_or(0) >= 4,
+        "b took over discovery: {calls:?}"
+    );
+    assert!(
+        calls.get("c").copied().unwrap_or(0) <= 2,
+        "c is only the standby: {calls:?}"
+    );
+    assert!(!calls.contains_key("a"), "{calls:?}");
     fleet.assert_safe();
     fleet.shutdown_all().await;
 }
@@ -359,5 +371,136 @@ async fn a_failing_source_is_backed_off_and_no_error_reaches_the_application() {
         );
     }
     Fleet::figure("discovery: 4 failed listings, until leases held", took);
+    finish(fleet).await;
+}
+
+/// Lists of every start of `key`: the checkpoint each started from.
+fn starts_of(fleet: &Fleet, key: &str) -> Vec<Option<String>> {
+    fleet
+        .records()
+        .into_iter()
+        .filter_map(|r| match r {
+            Record::Started {
+                key: k, checkpoint, ..
+            } if k == key => Some(checkpoint),
+            _ => None,
+        })
+        .collect()
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_re_elected_discoverer_keeps_a_shard_that_one_listing_missed_and_its_checkpoint() {
+    let source = source(4);
+    let mut fleet = fleet(&source);
+    fleet.processing.checkpoint_every = Some(secs(1));
+    for name in ["b", "c"] {
+        fleet.start(name, QUICK).await;
+    }
+    fleet.until(secs(60), |f| f.counts() == [2, 2]).await;
+    let listings = |f: &Fleet, by: &str| {
+        f.source_calls
+            .lock()
+            .unwrap()
+            .iter()
+            .filter(|(w, _)| w == by)
+            .count()
+    };
+    let s0 = source.get(&key("s0")).unwrap();
+
+    // b, the discoverer, misses s0 in one listing (a hiccup of the source)...
+    let before = listings(&fleet, "b");
+    source.remove(&key("s0"));
+    fleet.until(secs(30), |f| listings(f, "b") > before).await;
+    source.add(s0.clone());
+    // ...then a smaller id joins and discovers for a while, longer than the grace period.
+    fleet.start("a", QUICK).await;
+    fleet
+        .idle(WorkerConfig::default().retire_after + secs(30))
+        .await;
+
+    // a leaves; b is elected again, and its first listing misses s0 once more.
+    let tenure = |lease: Option<shardlease::Lease>| lease.expect("s0 exists").tenure;
+    let before_tenure = tenure(
+        fleet
+            .store
+            .get(&key("s0"), Instant::now() + secs(5))
+            .await
+            .unwrap(),
+    );
+    source.remove(&key("s0"));
+    let before = listings(&fleet, "b");
+    fleet.leave("a").await;
+    fleet.until(secs(60), |f| listings(f, "b") > before).await;
+    source.add(s0);
+    fleet.idle(secs(120)).await;
+
+    let retired = fleet.count(|r| matches!(r, Record::Retired { key, .. } if key == "s0"));
+    assert_eq!(retired, 0, "a live shard was retired on one missed listing");
+    // Never deleted (and re-created at tenure 0) in between.
+    let now_tenure = tenure(
+        fleet
+            .store
+            .get(&key("s0"), Instant::now() + secs(5))
+            .await
+            .unwrap(),
+    );
+    assert!(
+        now_tenure >= before_tenure,
+        "s0 was deleted and re-created: tenure {before_tenure} then {now_tenure}"
+    );
+    let starts = starts_of(&fleet, "s0");
+    assert_eq!(starts[0], None, "{starts:?}");
+    assert!(
+        starts[1..].iter().all(Option::is_some),
+        "s0 started again from scratch: its checkpoint was forgotten: {starts:?}"
+    );
+    finish(fleet).await;
+}
+
+/// A source every listing of which fails, as on a host denied the listing call.
+struct DeniedSource;
+
+#[async_trait::async_trait]
+impl ShardSource for DeniedSource {
+    async fn list_shards(&self) -> Result<Vec<Shard>, SourceError> {
+        Err(SourceError::Failed("access denied".into()))
+    }
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_discoverer_that_cannot_list_is_relieved_by_the_standby_within_a_standby_period() {
+    let source = source(2);
+    let mut fleet = fleet(&source);
+    // a, the smallest id, is denied every listing; b lists the real source.
+    fleet.source_override = Some(Arc::new(DeniedSource));
+    fleet.start("a", QUICK).await;
+    fleet.source_override = None;
+    fleet.start("b", QUICK).await;
+    let config = WorkerConfig::default();
+    // One standby period, give or take its jitter, plus a taker round and the quiet period.
+    let bound =
+        config.discovery_interval * 6 * 11 / 10 + config.taker_interval + config.quiet_period;
+    let took = fleet
+        .until(secs(600), |f| f.counts().iter().sum::<usize>() == 2)
+        .await;
+    assert!(took <= bound, "first leases created after {took:?}");
+
+    // Later changes are discovered too, while a keeps failing.
+    fleet.idle(secs(120)).await;
+    source.add(Shard::new(key("s2")));
+    let took = fleet
+        .until(secs(600), |f| f.held_keys().contains("s2"))
+        .await;
+    Fleet::figure(
+        "discovery: the discoverer cannot list + shard added, until held",
+        took,
+    );
+    assert!(took <= bound, "s2 held after {took:?}");
+    let calls = listings_since(&fleet, Instant::now() - secs(200));
+    assert!(
+        calls.get("a").copied().unwrap_or(0) >= 2,
+        "a is still elected: {calls:?}"
+    );
+    assert!(calls.get("b").copied().unwrap_or(0) >= 2, "{calls:?}");
     finish(fleet).await;
 }

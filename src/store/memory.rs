@@ -108,7 +108,8 @@ impl LeaseStore for InMemoryStore {
             },
             Some(Item::Member(_)) => Outcome::LostRace { current: None },
             None => {
-                let lease = lease.into_lease();
+                let mut lease = lease.into_lease();
+                lease.nonce = super::new_nonce();
                 items.insert(key, Item::Lease(lease.clone()));
                 Outcome::Done(lease)
             }

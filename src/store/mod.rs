@@ -8,7 +8,7 @@
 //!
 //! | operation | condition | effect |
 //! |---|---|---|
-//! | [`create`](LeaseStore::create) | key absent | lease at counter 0, tenure 0, unowned |
+//! | [`create`](LeaseStore::create) | key absent | lease at counter 0, tenure 0, unowned, a fresh random [`nonce`](Lease::nonce) |
 //! | [`renew`](LeaseStore::renew) | owner = me, tenure = mine | counter + 1 |
 //! | [`take`](LeaseStore::take) | counter = observed | owner := me, counter + 1, tenure + 1, switches + 1, no handoff |
 //! | [`request_handoff`](LeaseStore::request_handoff) | owner and tenure as observed, no other handoff pending | handoff_to := requester |
@@ -28,7 +28,18 @@
 //! A write can be applied by the backend and its answer lost (a timeout, a dropped
 //! connection). The DynamoDB backend retries such writes itself and recognises its own earlier
 //! write by a per-call token stored in the item, so a retried write whose first attempt landed
-//! returns [`Outcome::Done`]. When the caller's deadline runs out first, the error says
+//! returns [`Outcome::Done`].
+//!
+//! Only the writes that move the counter (and `create`) store their token: `request_handoff`
+//! stores none. It needs none (its condition accepts a request to the same worker again, so
+//! its retry simply succeeds), and storing one would hide the write before it: a take lands,
+//! its answer is lost, a third worker asks the new owner for the lease, and the take's retry,
+//! failing its condition, would no longer find its token and read as a lost race although the
+//! caller owns the lease. With the token left alone, a landed write is recognised as long as no
+//! other write moved the counter since; a write that did was somebody else's (a take, a delete),
+//! so the lease is no longer the caller's, and the lost race is the truth.
+//!
+//! When the caller's deadline runs out first, the error says
 //! [`is_ambiguous`](StoreError::is_ambiguous) and the caller recovers with a
 //! [`get`](LeaseStore::get):
 //!
@@ -86,6 +97,13 @@ impl<T> Outcome<T> {
             Self::LostRace { .. } => None,
         }
     }
+}
+
+/// A fresh creation nonce for a lease item ([`Lease::nonce`]): random, never 0. Drawn from the
+/// crate's jitter generator, so a seeded simulation replays it.
+pub(crate) fn new_nonce() -> u64 {
+    // Below 2^53: exact as a float, and as a DynamoDB number.
+    (crate::jitter::uniform(1.0, (1u64 << 53) as f64) as u64).max(1)
 }
 
 /// An opaque position in a paged listing.

@@ -3,6 +3,24 @@
 //! of vanished shards). It reads the table through the taker's latest round, so it costs no
 //! scan of its own; every write is conditional, so two workers that both believe they are the
 //! discoverer for a moment (until their views of the membership agree) do no harm.
+//!
+//! # A discoverer that cannot list
+//!
+//! The elected worker may be unable to list the source while it still renews its leases (its
+//! host is denied the listing call, its network path to the source is broken): the election
+//! cannot see that, and nobody else would ever discover. So the worker with the *second*
+//! smallest live id is a **standby**: it lists the source too, every
+//! [`STANDBY_INTERVALS`] discovery intervals (one listing a minute by default), and applies
+//! what it finds. With a healthy discoverer it finds nothing to do (or races it harmlessly on a
+//! change seen by both: every write is conditional). With a discoverer that cannot list, the
+//! standby's listing finds the pending work and does it, and then lists at the full discovery
+//! interval until [`STANDBY_QUIET_LISTINGS`] listings in a row found nothing to do. Nothing is
+//! published and nobody has to notice the failure: discovery continues within one standby
+//! period (about 66 s by default) whatever the discoverer's source does. No worker but these
+//! two lists the source.
+//!
+//! Grace periods restart whenever a worker's role changes (see [`Discovery::step_down`]): a
+//! missing mark only counts while every listing since it was set missed the shard.
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -16,7 +34,7 @@ use tokio_util::sync::CancellationToken;
 use tracing::Instrument;
 
 use super::metrics;
-use super::state::Shared;
+use super::state::{Shared, TableView};
 use crate::lease::{NewLease, WorkerId};
 use crate::lifecycle::{DeleteReason, Discovery, DiscoveryAction, DiscoveryPlan, TableState};
 use crate::source::{ShardSource, SourceError};
@@ -24,6 +42,35 @@ use crate::store::Outcome;
 
 /// The longest wait after failed listings, in discovery intervals.
 const MAX_BACKOFF_INTERVALS: u32 = 8;
+
+/// The standby lists the source once every this many discovery intervals.
+pub(crate) const STANDBY_INTERVALS: u32 = 6;
+
+/// After a listing that found work, the standby lists at the full discovery interval until this
+/// many listings in a row found nothing to do.
+pub(crate) const STANDBY_QUIET_LISTINGS: u32 = 3;
+
+/// What this worker does about discovery, by the rank of its id among the live workers.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Role {
+    /// The smallest live id: lists every discovery interval.
+    Elected,
+    /// The second smallest: lists every [`STANDBY_INTERVALS`] intervals, in case the elected
+    /// worker cannot.
+    Standby,
+    /// Anybody else: does not list.
+    Idle,
+}
+
+impl Role {
+    fn of(view: Option<&TableView>) -> Self {
+        match view {
+            Some(view) if view.discoverer => Role::Elected,
+            Some(view) if view.standby => Role::Standby,
+            _ => Role::Idle,
+        }
+    }
+}
 
 pub(crate) async fn run(
     shared: Arc<Shared>,
@@ -33,21 +80,39 @@ pub(crate) async fn run(
     let config = shared.config.clone();
     let mut views = shared.view.subscribe();
     let mut discovery = Discovery::new(config.retire_after);
+    let mut role = Role::Idle;
     let mut next_call = shared.now();
     let mut failures: u32 = 0;
+    // Listings left at the full interval for a standby that found work.
+    let mut busy: u32 = 0;
     loop {
         let view = views.borrow_and_update().clone();
         if let Some(view) = &view {
             // Every worker remembers the checkpoints, so whoever takes over discovery can
             // re-create a lease deleted by hand from where it was.
-            discovery.observe(&view.leases);
+            discovery.observe(&view.leases, shared.now());
         }
-        let elected = view.as_ref().is_some_and(|v| v.discoverer);
+        let now_role = Role::of(view.as_deref());
+        if now_role != role {
+            tracing::debug!(from = ?role, to = ?now_role, "discovery role changed");
+            discovery.step_down();
+            (failures, busy) = (0, 0);
+            next_call = match now_role {
+                Role::Elected => shared.now(),
+                Role::Standby => shared.now() + jittered(standby_period(config.discovery_interval)),
+                Role::Idle => next_call,
+            };
+            role = now_role;
+        }
+        let period = match role {
+            Role::Standby if busy == 0 => standby_period(config.discovery_interval),
+            _ => config.discovery_interval,
+        };
         let due = async {
-            if elected {
-                shared.clock.sleep_until(next_call).await;
-            } else {
+            if role == Role::Idle {
                 std::future::pending::<()>().await;
+            } else {
+                shared.clock.sleep_until(next_call).await;
             }
         };
         tokio::select! {
@@ -75,22 +140,30 @@ pub(crate) async fn run(
                     _ => "timeout",
                 };
                 failures = failures.saturating_add(1);
-                let wait = backoff(config.discovery_interval, failures);
+                let wait = backoff(period, failures);
                 metrics::source_error(&shared.id, kind);
                 match failed {
                     Ok(Err(err)) => {
-                        tracing::warn!(error = %err, source = ?std::error::Error::source(&err), ?wait, "shard listing failed; backing off");
+                        tracing::warn!(error = %err, source = ?std::error::Error::source(&err), ?wait, failures, ?role, "shard listing failed; backing off");
                     }
-                    _ => tracing::warn!(?wait, "shard listing timed out; backing off"),
+                    _ => tracing::warn!(
+                        ?wait,
+                        failures,
+                        ?role,
+                        "shard listing timed out; backing off"
+                    ),
+                }
+                if role == Role::Elected && failures == STANDBY_QUIET_LISTINGS {
+                    tracing::error!(failures, "this worker cannot list the shard source; the standby discoverer carries on within a standby period while it keeps failing");
                 }
                 next_call = shared.now() + wait;
                 continue;
             }
         };
         failures = 0;
-        next_call = shared.now() + jittered(config.discovery_interval);
         // The freshest reading of the table; the conditions make an older one harmless.
         let Some(view) = views.borrow().clone() else {
+            next_call = shared.now() + jittered(period);
             continue;
         };
         let table = TableState {
@@ -99,13 +172,34 @@ pub(crate) async fn run(
             malformed: view.malformed,
         };
         let plan = discovery.plan(&shards, table, shared.now());
-        if plan.creates.is_empty() && plan.actions.is_empty() {
+        let work = !(plan.creates.is_empty() && plan.actions.is_empty());
+        if role == Role::Standby {
+            if work {
+                if busy == 0 {
+                    tracing::info!("the standby discoverer found work the discoverer has not done; discovering at the full interval");
+                }
+                busy = STANDBY_QUIET_LISTINGS;
+            } else {
+                busy = busy.saturating_sub(1);
+            }
+        }
+        let period = match role {
+            Role::Standby if busy == 0 => standby_period(config.discovery_interval),
+            _ => config.discovery_interval,
+        };
+        next_call = shared.now() + jittered(period);
+        if !work {
             continue;
         }
         apply(&shared, &mut discovery, plan).await;
         // Let the taker pick up the new leases now rather than at its next round.
         shared.rescan.notify_one();
     }
+}
+
+/// How often the standby lists while it finds nothing to do.
+fn standby_period(interval: Duration) -> Duration {
+    interval * STANDBY_INTERVALS
 }
 
 /// The wait before the next listing: the interval give or take a tenth, so fleets started

@@ -34,6 +34,12 @@ async fn finish_now(shared: &Shared, key: LeaseKey, finish: Finish) {
     let deadline = shared.now() + shared.config.store_timeout;
     let me = &shared.id;
     match finish {
+        Finish::HandOff { tenure, to } if shared.requester_departed(&to) => {
+            // The requester left (or died) while the application was finishing: handing the
+            // lease to it would leave it owned by nobody alive for a lease duration.
+            tracing::info!(lease_key = %key, to = %to, "the handoff's requester has left; releasing the lease instead");
+            release(shared, key, tenure, false, deadline).await;
+        }
         Finish::HandOff { tenure, to } => {
             match shared
                 .store
@@ -54,28 +60,33 @@ async fn finish_now(shared: &Shared, key: LeaseKey, finish: Finish) {
                 }
             }
         }
-        Finish::Release { tenure, ended } => {
-            match shared.store.release(&key, me, tenure, deadline).await {
-                Ok(Outcome::Done(_)) if ended => {
-                    tracing::info!(lease_key = %key, "lease of a finished shard released");
-                    shared.emit(LeaseEvent::ShardEnded { key });
-                    // Its children are ready now: look at once rather than at the next round.
-                    shared.rescan.notify_one();
-                }
-                Ok(Outcome::Done(_)) => {
-                    tracing::info!(lease_key = %key, "lease released");
-                    shared.emit(LeaseEvent::Released { key });
-                }
-                Ok(Outcome::LostRace { .. }) => {
-                    tracing::info!(lease_key = %key, "release overtaken: the lease had moved on");
-                }
-                Err(err) => {
-                    metrics::store_error(me, "release");
-                    tracing::warn!(lease_key = %key, error = %err, "release failed; the lease will expire instead");
-                }
-            }
-        }
+        Finish::Release { tenure, ended } => release(shared, key, tenure, ended, deadline).await,
         Finish::Retire { tenure } => retire(shared, &key, tenure, deadline).await,
+    }
+}
+
+/// Gives up a lease this worker owns in `tenure`; `ended`: because its shard was processed to
+/// the end.
+async fn release(shared: &Shared, key: LeaseKey, tenure: u64, ended: bool, deadline: Instant) {
+    let me = &shared.id;
+    match shared.store.release(&key, me, tenure, deadline).await {
+        Ok(Outcome::Done(_)) if ended => {
+            tracing::info!(lease_key = %key, "lease of a finished shard released");
+            shared.emit(LeaseEvent::ShardEnded { key });
+            // Its children are ready now: look at once rather than at the next round.
+            shared.rescan.notify_one();
+        }
+        Ok(Outcome::Done(_)) => {
+            tracing::info!(lease_key = %key, "lease released");
+            shared.emit(LeaseEvent::Released { key });
+        }
+        Ok(Outcome::LostRace { .. }) => {
+            tracing::info!(lease_key = %key, "release overtaken: the lease had moved on");
+        }
+        Err(err) => {
+            metrics::store_error(me, "release");
+            tracing::warn!(lease_key = %key, error = %err, "release failed; the lease will expire instead");
+        }
     }
 }
 

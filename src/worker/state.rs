@@ -82,6 +82,10 @@ pub(crate) struct Shared {
     /// Taken (closing the application's stream) when the worker stops.
     events: Mutex<Option<mpsc::UnboundedSender<LeaseEvent>>>,
     finished: mpsc::UnboundedSender<(LeaseKey, u64)>,
+    /// Workers that asked for a handoff and had no fresh membership record in the taker's
+    /// last round, which saw their request: they left or died. A handoff is not completed to
+    /// them.
+    departed_requesters: Mutex<HashSet<WorkerId>>,
     /// Handoff completions and releases in flight.
     pub jobs: TaskTracker,
     /// Cancelled when the worker stops (shutdown or drop).
@@ -115,6 +119,9 @@ pub(crate) struct TableView {
     pub malformed: usize,
     /// This worker has the smallest id among the live workers: it runs discovery.
     pub discoverer: bool,
+    /// This worker has the second smallest id among the live workers: it lists the source
+    /// now and then in case the discoverer cannot (see `discoverer.rs`).
+    pub standby: bool,
 }
 
 impl Shared {
@@ -139,6 +146,7 @@ impl Shared {
             view: watch::Sender::new(None),
             events: Mutex::new(Some(events)),
             finished,
+            departed_requesters: Mutex::default(),
             jobs: TaskTracker::new(),
             cancel: CancellationToken::new(),
         }
@@ -161,6 +169,33 @@ impl Shared {
         if let Some(events) = events.as_ref() {
             let _ = events.send(event);
         }
+    }
+
+    /// Records, from one taker round, the requesters of the handoffs in `leases` whose
+    /// membership record is not among `fresh`. A requester writes its record before it asks,
+    /// so a round that sees the request and not a fresh record means the requester left (its
+    /// record removed) or died (its record expired). A request the last round did not see yet
+    /// is given the benefit of the doubt.
+    pub fn note_requesters(&self, leases: &[Lease], fresh: &HashSet<&WorkerId>) {
+        let departed = leases
+            .iter()
+            .filter_map(|lease| lease.handoff_to.as_ref())
+            .filter(|to| !to.is_retire_marker() && !fresh.contains(to))
+            .cloned()
+            .collect();
+        *self
+            .departed_requesters
+            .lock()
+            .unwrap_or_else(|e| e.into_inner()) = departed;
+    }
+
+    /// True when the taker's last round saw `worker`'s handoff request without a fresh
+    /// membership record of it (see [`note_requesters`](Self::note_requesters)).
+    pub fn requester_departed(&self, worker: &WorkerId) -> bool {
+        self.departed_requesters
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .contains(worker)
     }
 
     /// Ends the application's event stream.

@@ -13,7 +13,7 @@ use tracing::Instrument;
 use super::metrics;
 use super::state::{Pending, Shared, TableView};
 use crate::balance::{BalancePolicy, FleetView, Holder, LeaseView, Move, WorkerView};
-use crate::expiry::ExpiryTracker;
+use crate::expiry::{ExpiryTracker, LeaseVersion};
 use crate::lease::{Lease, LeaseKey, Snapshot, WorkerId};
 use crate::lifecycle::{self, LeaseStatus};
 use crate::store::{Outcome, StoreError};
@@ -21,7 +21,7 @@ use crate::store::{Outcome, StoreError};
 pub(crate) struct Taker {
     shared: Arc<Shared>,
     policy: Arc<dyn BalancePolicy>,
-    leases: ExpiryTracker<LeaseKey>,
+    leases: ExpiryTracker<LeaseKey, LeaseVersion>,
     members: ExpiryTracker<WorkerId>,
 }
 
@@ -125,11 +125,13 @@ impl Taker {
             .filter(|(l, at)| alive(l, **at, now))
             .map(|(l, _)| l.key.clone())
             .collect();
+        let rank = live.keys().filter(|id| **id < self.shared.id).count();
         let view = TableView {
             leases: snapshot.leases,
             owner_alive,
             malformed: snapshot.malformed,
-            discoverer: self.is_smallest(live),
+            discoverer: rank == 0,
+            standby: rank == 1,
         };
         self.shared.view.send_replace(Some(Arc::new(view)));
     }
@@ -139,7 +141,10 @@ impl Taker {
         let expiry = snapshot
             .leases
             .iter()
-            .map(|lease| self.leases.observe(&lease.key, lease.counter, now))
+            .map(|lease| {
+                self.leases
+                    .observe(&lease.key, LeaseVersion::of(lease), now)
+            })
             .collect();
         // Every key of the snapshot (they are unique) is remembered now: anything more is a
         // lease that was deleted.
@@ -152,6 +157,9 @@ impl Taker {
         for member in &snapshot.members {
             self.members.observe(&member.worker, member.heartbeat, now);
         }
+        let fresh = snapshot.members.iter().map(|m| &m.worker);
+        let fresh = fresh.filter(|w| !self.members.is_expired(w, now)).collect();
+        self.shared.note_requesters(&snapshot.leases, &fresh);
         expiry
     }
 

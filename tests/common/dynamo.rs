@@ -4,7 +4,7 @@
 #![allow(dead_code)]
 
 use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 
 use aws_sdk_dynamodb::config::interceptors::{
     BeforeDeserializationInterceptorContextRef, BeforeTransmitInterceptorContextRef,
@@ -98,9 +98,28 @@ pub struct LoseResponses {
     armed: Arc<AtomicU32>,
     this_one: Arc<AtomicU32>,
     lost: Arc<AtomicU32>,
+    after_loss: Arc<Mutex<Option<Hook>>>,
+}
+
+/// Runs between a lost response and the caller seeing the error.
+#[derive(Clone)]
+struct Hook(Arc<dyn Fn() + Send + Sync>);
+
+impl std::fmt::Debug for Hook {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("Hook")
+    }
 }
 
 impl LoseResponses {
+    /// Runs `hook` after each lost response, before the caller sees the error (and so before
+    /// the store retries): somebody else's write lands between a write and its retry. The
+    /// hook blocks the request's thread; it must finish its work before returning (run async
+    /// work on a runtime of its own, on a thread of its own).
+    pub fn after_loss(&self, hook: impl Fn() + Send + Sync + 'static) {
+        *self.after_loss.lock().unwrap() = Some(Hook(Arc::new(hook)));
+    }
+
     /// Loses the next `n` write responses.
     pub fn arm(&self, n: u32) {
         self.armed.store(n, Ordering::SeqCst);
@@ -148,6 +167,10 @@ impl Intercept for LoseResponses {
     ) -> Result<(), BoxError> {
         if self.this_one.swap(0, Ordering::SeqCst) == 1 {
             self.lost.fetch_add(1, Ordering::SeqCst);
+            let hook = self.after_loss.lock().unwrap().clone();
+            if let Some(Hook(hook)) = hook {
+                hook();
+            }
             return Err("response lost on the way back (injected by the test)".into());
         }
         Ok(())

@@ -65,7 +65,14 @@ pub async fn create_is_conditional_on_absence<T: Target>(target: &T, test: &str)
         store.create(new.clone(), deadline()).await.unwrap(),
         "create",
     );
-    assert_eq!(lease, new.clone().into_lease());
+    assert_ne!(lease.nonce, 0, "the store draws a creation nonce");
+    assert_eq!(
+        lease,
+        Lease {
+            nonce: lease.nonce,
+            ..new.clone().into_lease()
+        }
+    );
     let again = NewLease::new(key("shard-1")).with_checkpoint("other");
     let current = lost(
         store.create(again, deadline()).await.unwrap(),
@@ -460,6 +467,29 @@ pub async fn delete_is_conditional_on_counter_and_tenure<T: Target>(target: &T, 
         "delete of a missing lease",
     );
     assert_eq!(current, None);
+}
+
+pub async fn a_re_created_lease_has_a_nonce_of_its_own<T: Target>(target: &T, test: &str) {
+    let store = target.store(test).await;
+    let a = worker("a");
+    let first = held_by(&store, "shard-1", &a).await;
+    assert_ne!(first.nonce, 0);
+    let read = store.get(&first.key, deadline()).await.unwrap().unwrap();
+    assert_eq!(read.nonce, first.nonce, "kept by every write");
+    done(
+        store
+            .delete(&first.key, first.counter, first.tenure, deadline())
+            .await
+            .unwrap(),
+        "delete",
+    );
+    // Created and taken again: the same counter and tenure as before, another item.
+    let again = held_by(&store, "shard-1", &a).await;
+    assert_eq!((again.counter, again.tenure), (first.counter, first.tenure));
+    assert_ne!(again.nonce, first.nonce);
+    assert_ne!(again.nonce, 0);
+    let read = store.get(&again.key, deadline()).await.unwrap().unwrap();
+    assert_eq!(read, again);
 }
 
 pub async fn heartbeat_creates_and_refreshes_membership<T: Target>(target: &T, test: &str) {

@@ -2,6 +2,7 @@
 //! somebody else, 1 MB scan pages, and responses lost on the wire.
 
 use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use aws_sdk_dynamodb::types::{
@@ -36,6 +37,7 @@ macro_rules! dynamo_suite {
             listing_continues_past_one_megabyte_pages,
             a_write_whose_answer_was_lost_is_recognised_as_ours,
             an_ambiguous_error_is_recoverable_with_a_read,
+            a_take_whose_answer_was_lost_is_ours_though_a_handoff_was_requested_since,
             an_unreachable_endpoint_is_a_retryable_error,
         );
     };
@@ -350,6 +352,84 @@ pub async fn an_ambiguous_error_is_recoverable_with_a_read(emulator: &Emulator, 
         (now.owner.as_ref(), now.tenure),
         (Some(&me), lease.tenure + 1)
     );
+}
+
+/// A take lands, its answer is lost, and before the store retries, a third worker asks for the
+/// lease (`request_handoff` of the new owner's tenure). The retry's condition fails; the store
+/// must still see that the take was its own.
+pub async fn a_take_whose_answer_was_lost_is_ours_though_a_handoff_was_requested_since(
+    emulator: &Emulator,
+    test: &str,
+) {
+    let config = DynamoConfig::new(unique_table(test));
+    let (client, lose) = emulator.lossy_client();
+    let store = emulator.store_with(client, config.clone()).await;
+    let me = WorkerId::new("me").unwrap();
+    let lease = store
+        .create(NewLease::new(key("a")), deadline())
+        .await
+        .unwrap()
+        .done()
+        .unwrap();
+
+    let requested = Arc::new(Mutex::new(Vec::new()));
+    let (third, answers) = (emulator.clone(), Arc::clone(&requested));
+    lose.after_loss(move || {
+        let (emulator, config) = (third.clone(), config.clone());
+        let answer = std::thread::spawn(move || {
+            let runtime = tokio::runtime::Builder::new_current_thread()
+                .enable_all()
+                .build()
+                .unwrap();
+            runtime.block_on(async {
+                let other = emulator.store(config).await;
+                let (me, third) = (
+                    WorkerId::new("me").unwrap(),
+                    WorkerId::new("third").unwrap(),
+                );
+                other
+                    .request_handoff(&key("a"), &me, 1, &third, deadline())
+                    .await
+                    .map(|outcome| outcome.is_done())
+            })
+        })
+        .join()
+        .unwrap();
+        answers
+            .lock()
+            .unwrap()
+            .push(answer.map_err(|e| e.to_string()));
+    });
+    lose.arm(1);
+    let taken = store
+        .take(&lease.key, &me, lease.counter, deadline())
+        .await
+        .unwrap();
+    assert_eq!(lose.lost(), 1);
+    assert_eq!(
+        *requested.lock().unwrap(),
+        [Ok(true)],
+        "the third party's request landed between the take and its retry"
+    );
+    let taken = match taken {
+        Outcome::Done(lease) => lease,
+        other => panic!(
+            "{}: a take that landed must read as done after a third party's request: {other:?}",
+            emulator.name
+        ),
+    };
+    assert_eq!((taken.owner.as_ref(), taken.tenure), (Some(&me), 1));
+    assert_eq!(
+        taken.handoff_to.as_ref().map(WorkerId::as_str),
+        Some("third")
+    );
+    // The request itself stays recognisable: asked again, it is accepted as is.
+    let third = WorkerId::new("third").unwrap();
+    let again = store
+        .request_handoff(&lease.key, &me, 1, &third, deadline())
+        .await
+        .unwrap();
+    assert!(again.is_done(), "{again:?}");
 }
 
 pub async fn an_unreachable_endpoint_is_a_retryable_error(_emulator: &Emulator, test: &str) {

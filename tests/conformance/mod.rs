@@ -82,6 +82,7 @@ macro_rules! conformance_suite {
             a_stale_checkpoint_after_re_take_is_rejected,
             renewals_and_checkpoints_do_not_race,
             delete_is_conditional_on_counter_and_tenure,
+            a_re_created_lease_has_a_nonce_of_its_own,
             heartbeat_creates_and_refreshes_membership,
             remove_member_is_conditional,
             listing_pages_through_many_small_pages,

@@ -204,7 +204,11 @@ impl DynamoStore {
             .into_iter()
             .map(|(name, value)| (name.to_owned(), value))
             .collect();
-        values.insert(":op".into(), schema::s(&token));
+        // DynamoDB refuses a value the expressions do not use: only writes that record their
+        // token get one (see `schema::UPDATE_REQUEST_HANDOFF`).
+        if update.contains(":op") {
+            values.insert(":op".into(), schema::s(&token));
+        }
         values.insert(":now".into(), schema::s(now()));
         self.config
             .retry
@@ -306,7 +310,8 @@ fn one() -> (&'static str, AttributeValue) {
 #[async_trait]
 impl LeaseStore for DynamoStore {
     async fn create(&self, lease: NewLease, deadline: Instant) -> StoreResult<Outcome<Lease>> {
-        let lease = lease.into_lease();
+        let mut lease = lease.into_lease();
+        lease.nonce = super::new_nonce();
         let key = lease.key.as_str();
         let token = uuid::Uuid::new_v4().to_string();
         let item = schema::encode_lease(&lease, &token, &now());

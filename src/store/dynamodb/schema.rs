@@ -29,6 +29,9 @@ pub const PARENTS: &str = "parentLeaseKeys";
 pub const HANDOFF_TO: &str = "handoffTo";
 /// Per-lease load figure (number; absent when not reported).
 pub const LEASE_LOAD: &str = "leaseLoad";
+/// Random nonce drawn when the lease item was created, never changed (number; absent on
+/// items written before it existed, read as 0).
+pub const NONCE: &str = "leaseNonce";
 /// Token of the last write, to recognise one's own write after a lost response (string).
 pub const LAST_OP: &str = "lastOp";
 /// Wall-clock time of the last write, RFC 3339, for operators only: never read by the library.
@@ -74,8 +77,11 @@ pub const UPDATE_NEW_OWNER: &str = "SET leaseOwner = :to, leaseCounter = leaseCo
      leaseTenure = leaseTenure + :one, \
      ownerSwitchesSinceCheckpoint = ownerSwitchesSinceCheckpoint + :one, \
      lastOp = :op, updatedAt = :now REMOVE handoffTo";
-/// `request_handoff`.
-pub const UPDATE_REQUEST_HANDOFF: &str = "SET handoffTo = :to, lastOp = :op, updatedAt = :now";
+/// `request_handoff`. It leaves `lastOp` alone: it does not move the counter, and its
+/// condition accepts a request to the same worker again, so it needs no token to recognise
+/// itself; writing one would overwrite the token of an owner's write whose answer was lost
+/// (a take landed, its answer lost, and a third party asks for a handoff before the retry).
+pub const UPDATE_REQUEST_HANDOFF: &str = "SET handoffTo = :to, updatedAt = :now";
 /// `release`.
 pub const UPDATE_RELEASE: &str = "SET leaseCounter = leaseCounter + :one, lastOp = :op, \
      updatedAt = :now REMOVE leaseOwner, handoffTo";
@@ -148,6 +154,9 @@ pub fn encode_lease(lease: &Lease, op: &str, now: &str) -> Item {
         (LAST_OP.to_owned(), s(op)),
         (UPDATED_AT.to_owned(), s(now)),
     ]);
+    if lease.nonce != 0 {
+        item.insert(NONCE.to_owned(), n(lease.nonce));
+    }
     let optional = [
         (OWNER, lease.owner.as_ref().map(|o| s(o.as_str()))),
         (CHECKPOINT, lease.checkpoint.as_ref().map(|c| s(c.as_str()))),
@@ -211,6 +220,9 @@ pub fn lease_item_size(lease: &Lease) -> usize {
         + number(OWNER_SWITCHES, lease.owner_switches_since_checkpoint)
         + string(LAST_OP, OP_TOKEN_LEN)
         + string(UPDATED_AT, UPDATED_AT_LEN);
+    if lease.nonce != 0 {
+        size += number(NONCE, lease.nonce);
+    }
     if let Some(owner) = &lease.owner {
         size += string(OWNER, owner.as_str().len());
     }
@@ -381,6 +393,7 @@ pub fn decode(item: &Item) -> Result<Decoded, StoreError> {
         parents: fields.parents()?,
         handoff_to: fields.handoff_target()?,
         load,
+        nonce: fields.number(NONCE)?.unwrap_or(0),
     };
     Ok(Decoded::Lease(lease, last_op))
 }
@@ -494,6 +507,7 @@ mod tests {
         lease.tenure = 4;
         lease.owner_switches_since_checkpoint = 2;
         lease.load = Some(12.5);
+        lease.nonce = 6_004_799_503_160_661;
         lease
     }
 
