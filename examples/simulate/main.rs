@@ -5,6 +5,7 @@
 //! ```sh
 //! cargo run --release --example simulate -- --scenario join --workers 100 --leases 10000
 //! cargo run --release --example simulate -- --scenario crash --workers 50 --leases 5000 --json
+//! cargo run --release --example simulate -- --campaign 200 --seed 1
 //! cargo run --release --example simulate -- --help
 //! ```
 
@@ -212,11 +213,30 @@ fn say(text: &str) {
     let _ = writeln!(std::io::stdout(), "{text}");
 }
 
+/// Runs the fault campaign (`--campaign N` or `--schedule SEED`).
+fn campaign(options: sim::campaign::Options) -> ExitCode {
+    let summary = sim::campaign::campaign(&options, &mut |line| say(line));
+    if summary.violations > 0 {
+        return ExitCode::FAILURE;
+    }
+    ExitCode::SUCCESS
+}
+
 fn main() -> ExitCode {
+    let all: Vec<String> = std::env::args().skip(1).collect();
+    let help = all.iter().any(|a| a == "--help" || a == "-h");
+    match sim::campaign::parse(&all) {
+        Some(Ok(options)) if !help => return campaign(options),
+        Some(Err(message)) if !help => {
+            eprintln!("simulate: {message}");
+            return ExitCode::from(2);
+        }
+        _ => {}
+    }
     let args = match parse() {
         Ok(Some(args)) => args,
         Ok(None) => {
-            print!("{HELP}");
+            print!("{HELP}\n{}", sim::campaign::HELP);
             return ExitCode::SUCCESS;
         }
         Err(message) => {

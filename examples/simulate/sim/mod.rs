@@ -10,6 +10,8 @@
 
 #![allow(dead_code)]
 
+pub mod campaign;
+pub mod clock;
 pub mod net;
 pub mod report;
 pub mod scenario;

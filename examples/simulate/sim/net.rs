@@ -2,7 +2,7 @@
 //! per call, injected faults, retries as the DynamoDB backend makes them, and the accounting
 //! (operations, capacity units, who owns what in the table and since when).
 
-use std::collections::HashMap;
+use std::collections::{BTreeMap, HashMap};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
@@ -16,6 +16,8 @@ use shardlease::store::StoreResult;
 use shardlease::store::{LeaseStore, Outcome, Page, PageToken, RetryPolicy, StoreError};
 use shardlease::{Lease, LeaseKey, Member, NewLease, WorkerId};
 use tokio::time::Instant;
+
+use super::clock::SimClock;
 
 /// A latency distribution: log-normal, given by its median and 99th percentile.
 #[derive(Debug, Clone, Copy, PartialEq)]
@@ -127,6 +129,8 @@ pub struct Net {
     pub faults: FaultRates,
     pub usage: Mutex<Usage>,
     pub ownership: Mutex<Ownership>,
+    /// The fault campaign's faults, switched on by [`ChaosNet::set`] (off in scenarios).
+    pub chaos: ChaosNet,
     seed: u64,
 }
 
@@ -138,6 +142,7 @@ impl Net {
             faults,
             usage: Mutex::default(),
             ownership: Mutex::default(),
+            chaos: ChaosNet::default(),
             seed,
         })
     }
@@ -159,6 +164,8 @@ pub struct Link {
     paused_until: Arc<Mutex<Option<Instant>>>,
     /// Scans started (one per taker round).
     pub scans: Arc<AtomicU64>,
+    /// The campaign's per-process faults (freeze, kill, latency spike).
+    chaos: LinkChaos,
 }
 
 impl Link {
@@ -191,6 +198,10 @@ pub struct SimStore {
     link: Link,
     rng: Mutex<StdRng>,
     retry: RetryPolicy,
+    /// The process this connection belongs to (the campaign's audit names writers by it).
+    process: u64,
+    /// The process's clock, when it is not tokio's: the deadlines it is given are on it.
+    clock: Option<SimClock>,
 }
 
 impl SimStore {
@@ -203,6 +214,8 @@ impl SimStore {
                 link: link.clone(),
                 rng: Mutex::new(StdRng::seed_from_u64(seed)),
                 retry: RetryPolicy::default(),
+                process: index,
+                clock: None,
             },
             link,
         )
@@ -246,6 +259,9 @@ impl SimStore {
         deadline: Instant,
         apply: impl Fn() -> (T, usize) + Send + Sync,
     ) -> StoreResult<T> {
+        if self.net.chaos.on() {
+            return self.call_chaos(operation, key, kind, deadline, apply).await;
+        }
         let landed: Mutex<Option<T>> = Mutex::new(None);
         self.retry
             .run(deadline, |_| async {
@@ -353,6 +369,7 @@ impl SimStore {
                 }
             }
         }
+        self.audit_write(&answer);
         (answer, size)
     }
 }
@@ -536,6 +553,7 @@ impl LeaseStore for SimStore {
             let answer = flat(now_or_never(delete));
             if answer.is_done() {
                 self.net.ownership.lock().unwrap().owner.remove(key);
+                self.audit_delete(key);
             }
             let size = outcome_size(&answer, lease_item_size);
             (answer, size)
@@ -581,5 +599,369 @@ impl LeaseStore for SimStore {
             },
         )
         .await
+    }
+}
+
+// The fault campaign's network (`sim/campaign`): fault rates that heal, per-process freezes,
+// kills and latency spikes, requests that never answer, and an audit of every applied write.
+// Scenarios never switch it on, so their runs draw the same numbers as before.
+
+/// Rates of the campaign's faults, per request sent. All zero once the faults heal.
+#[derive(Debug, Clone, Copy, Default, PartialEq)]
+pub struct Chaos {
+    /// The request is refused for capacity (not applied).
+    pub throttle: f64,
+    /// The request fails before it is applied.
+    pub transient: f64,
+    /// A write is applied and its answer lost (a retry recognises it, as the DynamoDB
+    /// backend does by its per-call token).
+    pub lost: f64,
+    /// The request is applied or not (at random) and its answer never comes: the caller must
+    /// give up by itself.
+    pub never: f64,
+}
+
+/// How many faults the network injected, by kind.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Injected {
+    pub throttle: u64,
+    pub transient: u64,
+    pub lost: u64,
+    pub never: u64,
+    /// Requests sent during a latency spike.
+    pub spiked: u64,
+}
+
+/// Sees every write the table applied (with the process that sent it) and every delete.
+pub trait Audit: Send + Sync + std::fmt::Debug {
+    fn written(&self, process: u64, lease: &Lease);
+    fn deleted(&self, key: &LeaseKey);
+}
+
+/// A request whose answer never comes, while its caller still waits for it.
+#[derive(Debug, Clone)]
+pub struct Hung {
+    pub process: u64,
+    pub operation: &'static str,
+    pub key: String,
+    pub since: Instant,
+    /// The caller's deadline (tokio time).
+    pub deadline: Instant,
+}
+
+/// The campaign's side of the network, shared by every connection.
+#[derive(Debug, Default)]
+pub struct ChaosNet {
+    rates: Mutex<Option<Chaos>>,
+    injected: Mutex<Injected>,
+    audit: Mutex<Option<Arc<dyn Audit>>>,
+    hung: Mutex<BTreeMap<u64, Hung>>,
+    next_hung: AtomicU64,
+    /// The store's own per-attempt timeout, if it has one (an SDK attempt timeout). `None`:
+    /// an unanswered attempt waits until its caller gives up.
+    attempt_timeout: Mutex<Option<Duration>>,
+}
+
+impl ChaosNet {
+    /// Whether the campaign's network model is on.
+    pub fn on(&self) -> bool {
+        self.rates.lock().unwrap().is_some()
+    }
+
+    /// Switches the campaign's model on with these rates (all zero: on, and healthy).
+    pub fn set(&self, rates: Chaos) {
+        *self.rates.lock().unwrap() = Some(rates);
+    }
+
+    pub fn rates(&self) -> Chaos {
+        self.rates.lock().unwrap().unwrap_or_default()
+    }
+
+    pub fn injected(&self) -> Injected {
+        *self.injected.lock().unwrap()
+    }
+
+    fn count(&self, change: impl FnOnce(&mut Injected)) {
+        change(&mut self.injected.lock().unwrap());
+    }
+
+    pub fn set_audit(&self, audit: Arc<dyn Audit>) {
+        *self.audit.lock().unwrap() = Some(audit);
+    }
+
+    fn audit(&self) -> Option<Arc<dyn Audit>> {
+        self.audit.lock().unwrap().clone()
+    }
+
+    pub fn set_attempt_timeout(&self, timeout: Option<Duration>) {
+        *self.attempt_timeout.lock().unwrap() = timeout;
+    }
+
+    /// The requests whose answer never came and whose callers still wait, oldest first.
+    pub fn hung(&self) -> Vec<(u64, Hung)> {
+        let hung = self.hung.lock().unwrap();
+        hung.iter().map(|(id, h)| (*id, h.clone())).collect()
+    }
+
+    fn hang(&self, hung: Hung) -> HungGuard<'_> {
+        let id = self.next_hung.fetch_add(1, Ordering::Relaxed);
+        self.hung.lock().unwrap().insert(id, hung);
+        HungGuard { chaos: self, id }
+    }
+}
+
+/// Removes a hung request from the list when its caller gives up (drops the call).
+struct HungGuard<'a> {
+    chaos: &'a ChaosNet,
+    id: u64,
+}
+
+impl Drop for HungGuard<'_> {
+    fn drop(&mut self) {
+        self.chaos.hung.lock().unwrap().remove(&self.id);
+    }
+}
+
+/// One process's faults: frozen (SIGSTOP), killed (SIGKILL), or in a latency spike.
+#[derive(Debug, Clone, Default)]
+struct LinkChaos {
+    frozen_until: Arc<Mutex<Option<Instant>>>,
+    killed: Arc<AtomicBool>,
+    spike: Arc<Mutex<Option<Spike>>>,
+}
+
+#[derive(Debug, Clone, Copy)]
+struct Spike {
+    until: Instant,
+    min: Duration,
+    max: Duration,
+}
+
+impl Link {
+    /// The process is frozen until `until`: it sends nothing, and answers reach it only then.
+    pub fn freeze_until(&self, until: Instant) {
+        *self.chaos.frozen_until.lock().unwrap() = Some(until);
+    }
+
+    pub fn thaw(&self) {
+        *self.chaos.frozen_until.lock().unwrap() = None;
+    }
+
+    /// The process is dead: it sends nothing more and no answer reaches it.
+    pub fn kill(&self) {
+        self.chaos.killed.store(true, Ordering::SeqCst);
+    }
+
+    /// Every request sent before `until` takes between `min` and `max` more.
+    pub fn spike_until(&self, until: Instant, min: Duration, max: Duration) {
+        *self.chaos.spike.lock().unwrap() = Some(Spike { until, min, max });
+    }
+
+    pub fn end_spike(&self) {
+        *self.chaos.spike.lock().unwrap() = None;
+    }
+}
+
+fn injected_fault(operation: &'static str, key: &str, ambiguous: bool) -> StoreError {
+    StoreError::Transient {
+        operation,
+        key: key.to_owned(),
+        ambiguous,
+        source: "injected fault".into(),
+    }
+}
+
+impl SimStore {
+    /// The connection of campaign process `process`, whose worker reads `clock`.
+    pub fn for_process(net: Arc<Net>, process: u64, clock: SimClock) -> (Self, Link) {
+        let (mut store, link) = Self::new(net, process);
+        store.clock = Some(clock);
+        (store, link)
+    }
+
+    /// Waits while the process is frozen; forever once it is killed.
+    async fn until_running(&self) {
+        loop {
+            if self.link.chaos.killed.load(Ordering::SeqCst) {
+                std::future::pending::<()>().await;
+            }
+            let frozen = *self.link.chaos.frozen_until.lock().unwrap();
+            match frozen {
+                Some(until) if until > Instant::now() => tokio::time::sleep_until(until).await,
+                _ => return,
+            }
+        }
+    }
+
+    /// Waits for an answer due at `at`: held while the process is frozen, never delivered to
+    /// a killed one; `false` when the caller's deadline came first.
+    async fn deliver(&self, at: Instant, deadline: Instant) -> bool {
+        tokio::time::sleep_until(at.min(deadline)).await;
+        self.until_running().await;
+        at <= deadline
+    }
+
+    fn spike_latency(&self, sent: Instant) -> Duration {
+        let spike = *self.link.chaos.spike.lock().unwrap();
+        match spike {
+            Some(spike) if sent < spike.until => {
+                self.net.chaos.count(|i| i.spiked += 1);
+                let extra = self.rng.lock().unwrap().gen_range(0.0..=1.0);
+                spike.min + (spike.max - spike.min).mul_f64(extra)
+            }
+            _ => Duration::ZERO,
+        }
+    }
+
+    fn bill(&self, kind: Kind, size: usize) {
+        self.net.count(|u| match kind {
+            Kind::Read | Kind::Scan => {
+                u.reads += 1;
+                u.rcu += size.div_ceil(4096).max(1) as u64;
+            }
+            Kind::Write => {
+                u.writes += 1;
+                u.wcu += size.div_ceil(1024).max(1) as u64;
+            }
+        });
+    }
+
+    /// One call under the campaign's faults; retried as [`call`](Self::call) is.
+    async fn call_chaos<T: Clone + Send>(
+        &self,
+        operation: &'static str,
+        key: &str,
+        kind: Kind,
+        deadline: Instant,
+        apply: impl Fn() -> (T, usize) + Send + Sync,
+    ) -> StoreResult<T> {
+        // The worker computes its deadlines on its own clock; the network runs on tokio's.
+        let deadline = self.clock.as_ref().map_or(deadline, |c| c.real(deadline));
+        let landed: Mutex<Option<T>> = Mutex::new(None);
+        self.retry
+            .run(deadline, |_| async {
+                self.until_running().await;
+                let sent = Instant::now();
+                let latency = self.latency(kind) + self.spike_latency(sent);
+                let rates = self.net.chaos.rates();
+                if self.link.cut_off.load(Ordering::SeqCst) {
+                    self.net.count(|u| u.failed += 1);
+                    self.deliver(sent + latency, deadline).await;
+                    return Err(injected_fault(operation, key, false));
+                }
+                if rates.throttle > 0.0 && self.draw() < rates.throttle {
+                    self.net.count(|u| u.throttled += 1);
+                    self.net.chaos.count(|i| i.throttle += 1);
+                    self.deliver(sent + latency, deadline).await;
+                    return Err(StoreError::Throttled {
+                        operation,
+                        key: key.to_owned(),
+                        source: "injected throttle".into(),
+                    });
+                }
+                if rates.transient > 0.0 && self.draw() < rates.transient {
+                    self.net.count(|u| u.failed += 1);
+                    self.net.chaos.count(|i| i.transient += 1);
+                    self.deliver(sent + latency, deadline).await;
+                    return Err(injected_fault(operation, key, false));
+                }
+                let earlier = landed.lock().unwrap().clone();
+                if let Some(earlier) = earlier {
+                    // The retry of a write that landed: the backend sees its own token.
+                    if self.deliver(sent + latency, deadline).await {
+                        return Ok(earlier);
+                    }
+                    return Err(injected_fault(operation, key, true));
+                }
+                if rates.never > 0.0 && self.draw() < rates.never {
+                    return self
+                        .never_answer(
+                            operation,
+                            key,
+                            kind,
+                            sent + latency / 2,
+                            deadline,
+                            &apply,
+                            &landed,
+                        )
+                        .await;
+                }
+                tokio::time::sleep_until((sent + latency / 2).min(deadline)).await;
+                if Instant::now() >= deadline {
+                    self.net.count(|u| u.failed += 1);
+                    return Err(injected_fault(operation, key, kind == Kind::Write));
+                }
+                let (answer, size) = apply();
+                self.bill(kind, size);
+                if kind == Kind::Write && rates.lost > 0.0 && self.draw() < rates.lost {
+                    self.net.count(|u| u.failed += 1);
+                    self.net.chaos.count(|i| i.lost += 1);
+                    *landed.lock().unwrap() = Some(answer);
+                    self.deliver(sent + latency, deadline).await;
+                    return Err(injected_fault(operation, key, true));
+                }
+                if self.deliver(sent + latency, deadline).await {
+                    Ok(answer)
+                } else {
+                    self.net.count(|u| u.failed += 1);
+                    Err(injected_fault(operation, key, kind == Kind::Write))
+                }
+            })
+            .await
+    }
+
+    /// A request whose answer never comes: applied at `arrives` or not at all (at random),
+    /// then nothing, until the caller drops the call (or the store's own attempt timeout, if
+    /// it has one, fails it as ambiguous).
+    #[allow(clippy::too_many_arguments)]
+    async fn never_answer<T: Clone + Send>(
+        &self,
+        operation: &'static str,
+        key: &str,
+        kind: Kind,
+        arrives: Instant,
+        deadline: Instant,
+        apply: &(impl Fn() -> (T, usize) + Send + Sync),
+        landed: &Mutex<Option<T>>,
+    ) -> StoreResult<T> {
+        self.net.chaos.count(|i| i.never += 1);
+        let sent = Instant::now();
+        let applied = self.draw() < 0.5;
+        let _waiting = self.net.chaos.hang(Hung {
+            process: self.process,
+            operation,
+            key: key.to_owned(),
+            since: sent,
+            deadline,
+        });
+        if applied {
+            tokio::time::sleep_until(arrives).await;
+            let (answer, size) = apply();
+            self.bill(kind, size);
+            if kind == Kind::Write {
+                *landed.lock().unwrap() = Some(answer);
+            }
+        }
+        let timeout = *self.net.chaos.attempt_timeout.lock().unwrap();
+        match timeout {
+            Some(timeout) => {
+                tokio::time::sleep_until(sent + timeout).await;
+                self.net.count(|u| u.failed += 1);
+                Err(injected_fault(operation, key, true))
+            }
+            None => std::future::pending().await,
+        }
+    }
+
+    fn audit_write(&self, answer: &Outcome<Lease>) {
+        if let (Outcome::Done(lease), Some(audit)) = (answer, self.net.chaos.audit()) {
+            audit.written(self.process, lease);
+        }
+    }
+
+    fn audit_delete(&self, key: &LeaseKey) {
+        if let Some(audit) = self.net.chaos.audit() {
+            audit.deleted(key);
+        }
     }
 }

@@ -1,0 +1,130 @@
+//! The campaign's application: processes every lease it is granted, checkpoints increasing
+//! numbers, records in the ledger when it starts and stops, and does what the schedule tells
+//! it: panic while holding a grant, or finish handoffs late. A frozen process's application
+//! does nothing until the freeze ends.
+
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use rand::rngs::StdRng;
+use rand::{Rng, SeedableRng};
+use shardlease::clock::Clock;
+use shardlease::worker::{LeaseEvent, LeaseGrant, StopReason};
+use shardlease::LeaseKey;
+use tokio::sync::{mpsc, Notify};
+
+use super::ledger::{checkpoint_text, checkpoint_value, Ledger};
+use crate::sim::clock::SimClock;
+
+/// What makes a simulated application panic; the campaign's panic hook keeps it quiet.
+pub const PANIC: &str = "simulated application panic";
+
+/// The longest a late application takes to finish a handoff (past the 30 s handoff timeout).
+const LATE_FINISH: Duration = Duration::from_secs(45);
+
+/// The schedule's hold on one process's application. Cheap to clone.
+#[derive(Debug, Clone, Default)]
+pub struct AppControl {
+    /// One grant's task panics (the next one to look, if none is waiting).
+    pub panic: Arc<Notify>,
+    /// Handoffs are finished late (up to [`LATE_FINISH`]).
+    pub late: Arc<AtomicBool>,
+}
+
+/// Records the stop when processing ends, however it ends: finished, panicked or aborted.
+struct Processing {
+    ledger: Arc<Mutex<Ledger>>,
+    process: u64,
+    key: LeaseKey,
+}
+
+impl Drop for Processing {
+    fn drop(&mut self) {
+        let mut ledger = self.ledger.lock().unwrap_or_else(|e| e.into_inner());
+        ledger.stop(self.process, &self.key);
+    }
+}
+
+/// The application of process `process`, until its event stream ends (its tasks are then
+/// aborted: the process is gone).
+pub async fn run(
+    process: u64,
+    mut events: mpsc::UnboundedReceiver<LeaseEvent>,
+    ledger: Arc<Mutex<Ledger>>,
+    clock: SimClock,
+    every: Duration,
+    control: AppControl,
+    seed: u64,
+) {
+    let mut rng = StdRng::seed_from_u64(seed);
+    let mut tasks = tokio::task::JoinSet::new();
+    while let Some(event) = events.recv().await {
+        clock.thawed().await;
+        let LeaseEvent::Acquired(grant) = event else {
+            continue;
+        };
+        let key = grant.key().clone();
+        ledger
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .start(process, &key, grant.checkpoint());
+        let processing = Processing {
+            ledger: Arc::clone(&ledger),
+            process,
+            key,
+        };
+        let late = LATE_FINISH.mul_f64(rng.gen_range(0.0..=1.0));
+        tasks.spawn(process_lease(
+            grant,
+            processing,
+            clock.clone(),
+            every,
+            control.clone(),
+            late,
+        ));
+        while tasks.try_join_next().is_some() {}
+    }
+    tasks.abort_all();
+}
+
+async fn process_lease(
+    mut grant: LeaseGrant,
+    processing: Processing,
+    clock: SimClock,
+    every: Duration,
+    control: AppControl,
+    late: Duration,
+) {
+    let checkpointer = grant.checkpointer();
+    let mut value = checkpoint_value(grant.checkpoint()).unwrap_or(0);
+    let reason = loop {
+        let next = clock.now() + every;
+        tokio::select! {
+            biased;
+            reason = grant.stopped() => break reason,
+            _ = control.panic.notified() => panic!("{PANIC}"),
+            _ = clock.sleep_until(next) => {
+                value += 1;
+                let _ = checkpointer.checkpoint(&checkpoint_text(value)).await;
+            }
+        }
+    };
+    clock.thawed().await;
+    let finish_late =
+        matches!(reason, StopReason::Handoff { .. }) && control.late.load(Ordering::SeqCst);
+    if finish_late {
+        let until = clock.now() + late;
+        tokio::select! {
+            biased;
+            _ = grant.lost() => {}
+            _ = clock.sleep_until(until) => {}
+        }
+    }
+    if reason != StopReason::Lost && grant.stop_reason() != Some(StopReason::Lost) {
+        value += 1;
+        let _ = checkpointer.checkpoint(&checkpoint_text(value)).await;
+    }
+    drop(processing);
+    grant.finish();
+}

@@ -1,0 +1,400 @@
+//! The campaign's fleet: worker processes (a worker, its clock, its connection and its
+//! application), started, frozen, cut off, killed, doubled and healed as the schedule says.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::sync::atomic::Ordering;
+use std::sync::{Arc, Mutex, MutexGuard};
+use std::time::Duration;
+
+use rand::rngs::StdRng;
+use rand::seq::SliceRandom;
+use rand::SeedableRng;
+use shardlease::clock::Clock;
+use shardlease::source::{Shard, StaticShardSource};
+use shardlease::worker::Worker;
+use shardlease::{LeaseKey, LeaseStore, NewLease, WorkerConfig, WorkerId};
+use tokio::task::JoinHandle;
+use tokio::time::Instant;
+
+use super::app::{self, AppControl};
+use super::ledger::Ledger;
+use super::schedule::{clock_rate, Schedule};
+use crate::sim::clock::SimClock;
+use crate::sim::net::{Chaos, Link, Net, SimStore};
+
+/// One worker process.
+pub struct Process {
+    /// The worker id's number: processes of one host share it (restarts, twins).
+    pub host: u64,
+    pub worker: Worker,
+    pub link: Link,
+    pub clock: SimClock,
+    pub app: JoinHandle<()>,
+    pub control: AppControl,
+    /// Started while another live process had its id.
+    pub twin: bool,
+}
+
+/// A process shutting down gracefully.
+pub struct Leaving {
+    pub process: u64,
+    pub host: u64,
+    pub since: Instant,
+    /// When `shutdown()` must have returned (shutdown timeout plus one store timeout, on the
+    /// process's clock).
+    pub limit: Instant,
+    pub link: Link,
+    pub app: JoinHandle<()>,
+    pub shutdown: JoinHandle<()>,
+}
+
+pub fn worker_id(host: u64) -> WorkerId {
+    WorkerId::new(format!("w{host:05}")).expect("valid id")
+}
+
+fn shard_key(index: usize) -> LeaseKey {
+    LeaseKey::new(format!("shard-{index:07}")).expect("valid key")
+}
+
+/// How many processes a fleet may grow to.
+pub const MAX_PROCESSES: usize = 8;
+
+pub struct Fleet {
+    pub net: Arc<Net>,
+    pub ledger: Arc<Mutex<Ledger>>,
+    pub config: WorkerConfig,
+    pub procs: BTreeMap<u64, Process>,
+    pub leaving: Vec<Leaving>,
+    pub source: StaticShardSource,
+    /// The shards that exist now, and those removed from the source.
+    pub shards: Vec<LeaseKey>,
+    pub removed: Vec<LeaseKey>,
+    next_shard: usize,
+    next_process: u64,
+    next_host: u64,
+    seed: u64,
+    max_skew: f64,
+    checkpoint_every: Duration,
+    /// Processes started with a skewed clock.
+    pub skewed: u64,
+}
+
+impl Fleet {
+    /// A fleet over `schedule.leases` unowned leases (none of its workers started yet).
+    pub async fn new(net: Arc<Net>, ledger: Arc<Mutex<Ledger>>, schedule: &Schedule) -> Self {
+        let shards: Vec<LeaseKey> = (0..schedule.leases).map(shard_key).collect();
+        let deadline = Instant::now() + Duration::from_secs(5);
+        for key in &shards {
+            let created = net.table.create(NewLease::new(key.clone()), deadline).await;
+            assert!(created.expect("in memory").is_done());
+        }
+        Self {
+            source: StaticShardSource::from_keys(shards.clone()),
+            next_shard: shards.len(),
+            shards,
+            removed: Vec::new(),
+            net,
+            ledger,
+            config: WorkerConfig::default(),
+            procs: BTreeMap::new(),
+            leaving: Vec::new(),
+            next_process: 0,
+            next_host: 0,
+            seed: schedule.seed,
+            max_skew: schedule.max_skew,
+            checkpoint_every: schedule.checkpoint_every,
+            skewed: 0,
+        }
+    }
+
+    pub fn ledger(&self) -> MutexGuard<'_, Ledger> {
+        self.ledger.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// How long a start may take: its store writes, each within one store timeout, and one
+    /// more store timeout to spare (as for a shutdown).
+    fn start_limit(&self) -> Duration {
+        self.config.store_timeout * 2
+    }
+
+    /// Starts a worker of a new host.
+    pub async fn join(&mut self) -> Result<(), String> {
+        let host = self.next_host;
+        self.next_host += 1;
+        self.start(host, false).await
+    }
+
+    /// Starts a process of `host`; `twin`: while another live process has its id. A start
+    /// refused by the store (its retries ran out) is no violation: the process just exits.
+    pub async fn start(&mut self, host: u64, twin: bool) -> Result<(), String> {
+        let process = self.next_process;
+        self.next_process += 1;
+        // A twin runs on another machine: a clock of its own.
+        let machine = if twin { host + 1_000_000 } else { host };
+        let rate = clock_rate(self.seed, machine, self.max_skew);
+        if rate != 1.0 {
+            self.skewed += 1;
+        }
+        let clock = SimClock::new(rate);
+        let (store, link) = SimStore::for_process(Arc::clone(&self.net), process, clock.clone());
+        let builder = Worker::builder(Arc::new(store), worker_id(host))
+            .config(self.config.clone())
+            .clock(clock.clone())
+            .source(self.source.clone());
+        let started = tokio::time::timeout(self.start_limit(), builder.start()).await;
+        let mut worker = match started {
+            Ok(Ok(worker)) => worker,
+            Ok(Err(_)) => {
+                link.kill();
+                return Ok(());
+            }
+            Err(_) => {
+                link.kill();
+                return Err(format!(
+                    "p{process} ({}) did not start within {:?}",
+                    worker_id(host),
+                    self.start_limit()
+                ));
+            }
+        };
+        let events = worker.take_events().expect("first call");
+        let control = AppControl::default();
+        let app = tokio::spawn(app::run(
+            process,
+            events,
+            Arc::clone(&self.ledger),
+            clock.clone(),
+            self.checkpoint_every,
+            control.clone(),
+            self.seed ^ process.wrapping_mul(0x2545_F491_4F6C_DD1D),
+        ));
+        self.procs.insert(
+            process,
+            Process {
+                host,
+                worker,
+                link,
+                clock,
+                app,
+                control,
+                twin,
+            },
+        );
+        Ok(())
+    }
+
+    /// Processes that are running (not leaving), in order.
+    pub fn running(&self) -> Vec<u64> {
+        self.procs.keys().copied().collect()
+    }
+
+    /// Running processes that are not frozen.
+    pub fn awake(&self) -> Vec<u64> {
+        let ledger = self.ledger();
+        self.procs
+            .keys()
+            .copied()
+            .filter(|p| !ledger.is_frozen(*p))
+            .collect()
+    }
+
+    /// One of `among`, chosen by `pick`.
+    pub fn choose(among: &[u64], pick: u64) -> Option<u64> {
+        (!among.is_empty()).then(|| among[(pick % among.len() as u64) as usize])
+    }
+
+    /// Kills a process (SIGKILL): nothing of it runs or reaches the table any more.
+    pub fn crash(&mut self, process: u64) {
+        let Some(p) = self.procs.remove(&process) else {
+            return;
+        };
+        p.link.kill();
+        p.app.abort();
+        self.ledger().gone(process);
+        drop(p.worker);
+    }
+
+    /// Starts a graceful shutdown; [`poll_leaving`](Self::poll_leaving) follows it.
+    pub fn leave(&mut self, process: u64) {
+        let Some(p) = self.procs.remove(&process) else {
+            return;
+        };
+        let since = Instant::now();
+        let local = p.clock.now() + self.config.shutdown_timeout + self.config.store_timeout;
+        self.leaving.push(Leaving {
+            process,
+            host: p.host,
+            since,
+            limit: p.clock.real(local),
+            link: p.link,
+            app: p.app,
+            shutdown: tokio::spawn(p.worker.shutdown()),
+        });
+    }
+
+    /// Ends the shutdowns that returned (the process exits); returns those that did not
+    /// return in time, killed.
+    pub fn poll_leaving(&mut self) -> Vec<String> {
+        let now = Instant::now();
+        let mut late = Vec::new();
+        let mut still = Vec::new();
+        for leaving in std::mem::take(&mut self.leaving) {
+            let done = leaving.shutdown.is_finished();
+            if !done && now <= leaving.limit {
+                still.push(leaving);
+                continue;
+            }
+            if !done {
+                late.push(format!(
+                    "shutdown() of p{} ({}) had not returned {:.1} s after it began",
+                    leaving.process,
+                    worker_id(leaving.host),
+                    (now - leaving.since).as_secs_f64()
+                ));
+                leaving.shutdown.abort();
+            }
+            leaving.link.kill();
+            leaving.app.abort();
+            self.ledger().gone(leaving.process);
+        }
+        self.leaving = still;
+        late
+    }
+
+    /// Freezes a process (SIGSTOP) until `until`: its clock, its connection, its application.
+    pub fn freeze(&mut self, process: u64, until: Instant) {
+        let Some(p) = self.procs.get(&process) else {
+            return;
+        };
+        p.clock.freeze_until(until);
+        p.link.freeze_until(until);
+        self.ledger().freeze(process);
+    }
+
+    /// The process goes on (SIGCONT).
+    pub fn thaw(&mut self, process: u64) {
+        if let Some(p) = self.procs.get(&process) {
+            p.clock.thaw();
+            p.link.thaw();
+        }
+        self.ledger().thaw(process);
+    }
+
+    pub fn add_shards(&mut self, n: usize) {
+        for _ in 0..n {
+            let key = shard_key(self.next_shard);
+            self.next_shard += 1;
+            self.source.add(Shard::new(key.clone()));
+            self.shards.push(key);
+        }
+    }
+
+    /// Removes `n` shards chosen by `pick`, keeping at least four.
+    pub fn remove_shards(&mut self, n: usize, pick: u64) -> usize {
+        let n = n.min(self.shards.len().saturating_sub(4));
+        let mut gone = self.shards.clone();
+        gone.shuffle(&mut StdRng::seed_from_u64(pick));
+        gone.truncate(n);
+        for key in &gone {
+            self.source.remove(key);
+        }
+        self.shards.retain(|k| !gone.contains(k));
+        self.removed.extend(gone);
+        n
+    }
+
+    /// Everything heals: rates to zero, no freeze, cut-off, spike or late application, and
+    /// one live process per id (the older twin is killed). At least one worker runs.
+    pub async fn heal(&mut self) -> Result<(), String> {
+        self.net.chaos.set(Chaos::default());
+        for process in self.running() {
+            self.thaw(process);
+            let p = &self.procs[&process];
+            p.link.set_cut_off(false);
+            p.link.end_spike();
+            p.control.late.store(false, Ordering::SeqCst);
+        }
+        let mut seen = BTreeSet::new();
+        for process in self.running().into_iter().rev() {
+            if !seen.insert(self.procs[&process].host) {
+                self.crash(process);
+            }
+        }
+        if self.procs.is_empty() {
+            return self.join().await;
+        }
+        Ok(())
+    }
+
+    /// Why the fleet is not balanced: every current shard processed by exactly one running
+    /// process, and counts within one of each other.
+    pub fn unbalanced(&self) -> Option<String> {
+        let ledger = self.ledger();
+        let mut counts: BTreeMap<u64, usize> = self.procs.keys().map(|p| (*p, 0)).collect();
+        let mut unprocessed = Vec::new();
+        for key in &self.shards {
+            match ledger.holder(key) {
+                Some(p) if counts.contains_key(&p) => *counts.get_mut(&p).expect("present") += 1,
+                Some(p) => return Some(format!("{key} processed by p{p}, which is not running")),
+                None => unprocessed.push(key.as_str()),
+            }
+        }
+        if !unprocessed.is_empty() {
+            return Some(format!("unprocessed: {}", unprocessed.join(" ")));
+        }
+        let (min, max) = counts
+            .values()
+            .fold((usize::MAX, 0), |(lo, hi), c| (lo.min(*c), hi.max(*c)));
+        (max > min + 1).then(|| format!("leases per process {counts:?}"))
+    }
+
+    /// The fleet as text, for a failing schedule's report.
+    pub fn describe(&self) -> String {
+        let counts = self.ledger().counts();
+        let procs: Vec<String> = self
+            .procs
+            .iter()
+            .map(|(p, proc)| {
+                format!(
+                    "p{p}={}{} rate {:.4} processes {}",
+                    worker_id(proc.host),
+                    if proc.twin { " (twin)" } else { "" },
+                    proc.clock.rate(),
+                    counts.get(p).copied().unwrap_or(0)
+                )
+            })
+            .collect();
+        procs.join(", ")
+    }
+
+    /// Leases of removed shards still in the table.
+    pub async fn not_retired(&self) -> Vec<LeaseKey> {
+        let deadline = Instant::now() + Duration::from_secs(5);
+        let mut left = Vec::new();
+        for key in &self.removed {
+            if let Ok(Some(_)) = self.net.table.get(key, deadline).await {
+                left.push(key.clone());
+            }
+        }
+        left
+    }
+
+    /// Items in the table (for the growth check).
+    pub async fn table_items(&self) -> usize {
+        let deadline = Instant::now() + Duration::from_secs(5);
+        let snapshot = self.net.table.snapshot(deadline).await.expect("in memory");
+        snapshot.leases.len() + snapshot.members.len()
+    }
+
+    /// Kills every process (the end of a schedule).
+    pub fn stop_all(&mut self) {
+        for process in self.running() {
+            self.crash(process);
+        }
+        for leaving in self.leaving.drain(..) {
+            leaving.shutdown.abort();
+            leaving.link.kill();
+            leaving.app.abort();
+        }
+    }
+}

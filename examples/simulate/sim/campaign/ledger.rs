@@ -1,0 +1,330 @@
+//! The campaign's ledger: who processes what (the applications' view, with frozen processes
+//! not processing), the checkpoints the table accepted, and every invariant broken.
+
+use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::sync::Mutex;
+
+use shardlease::{Lease, LeaseKey};
+use tokio::time::Instant;
+
+use crate::sim::net::Audit;
+
+/// One invariant broken.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Violation {
+    /// A short name: `overlap`, `checkpoint-ended-tenure`, `checkpoint-backwards`,
+    /// `checkpoint-lost`, `hang`, `shutdown-hang`, `start-hang`, `unprocessed`,
+    /// `unbalanced`, `unsettled`, `not-retired`, `growth`, `setup`.
+    pub invariant: &'static str,
+    /// Simulated seconds since the schedule began.
+    pub at: f64,
+    pub detail: String,
+}
+
+/// The applications' view of the fleet, and the checkpoint audit.
+#[derive(Debug)]
+pub struct Ledger {
+    begin: Instant,
+    /// The process processing each lease, and with how many grants (the same process may
+    /// be given a lease again before its previous grant's task has noticed the stop).
+    holder: BTreeMap<LeaseKey, (u64, u32)>,
+    /// Frozen processes process nothing.
+    frozen: BTreeSet<u64>,
+    /// Leases a frozen process held when another process started them, and when the frozen
+    /// one was thawed: it must stop them at that very instant, before doing anything.
+    overtaken: BTreeMap<(u64, LeaseKey), Option<Instant>>,
+    /// The last checkpoint the table holds for each lease (deleted leases included: none may
+    /// come back with less).
+    checkpoints: HashMap<LeaseKey, u64>,
+    /// Processing starts.
+    pub starts: u64,
+    /// From the heal on: when each lease was first processed.
+    healed: Option<Instant>,
+    processed: BTreeMap<LeaseKey, Instant>,
+    pub violations: Vec<Violation>,
+}
+
+/// A checkpoint written by the campaign's applications: a number.
+pub fn checkpoint_value(checkpoint: Option<&str>) -> Option<u64> {
+    checkpoint.and_then(|c| c.parse().ok())
+}
+
+/// The checkpoint the applications write for `value`.
+pub fn checkpoint_text(value: u64) -> String {
+    format!("{value:012}")
+}
+
+impl Ledger {
+    pub fn new(begin: Instant) -> Self {
+        Self {
+            begin,
+            holder: BTreeMap::new(),
+            frozen: BTreeSet::new(),
+            overtaken: BTreeMap::new(),
+            checkpoints: HashMap::new(),
+            starts: 0,
+            healed: None,
+            processed: BTreeMap::new(),
+            violations: Vec::new(),
+        }
+    }
+
+    pub fn violate(&mut self, invariant: &'static str, detail: String) {
+        let at = (Instant::now() - self.begin).as_secs_f64();
+        self.violations.push(Violation {
+            invariant,
+            at,
+            detail,
+        });
+    }
+
+    /// Process `process`'s application starts on `key`, granted at `checkpoint`.
+    pub fn start(&mut self, process: u64, key: &LeaseKey, checkpoint: Option<&str>) {
+        self.starts += 1;
+        let granted = checkpoint_value(checkpoint).unwrap_or(0);
+        if let Some(last) = self.checkpoints.get(key).copied() {
+            if granted < last {
+                self.violate(
+                    "checkpoint-lost",
+                    format!("p{process} was granted {key} at checkpoint {granted}; the table had accepted {last}"),
+                );
+            }
+        }
+        match self.holder.get_mut(key) {
+            Some((other, grants)) if *other == process => *grants += 1,
+            Some((other, _)) => {
+                let other = *other;
+                if self.frozen.contains(&other) {
+                    self.overtaken.insert((other, key.clone()), None);
+                } else {
+                    self.violate(
+                        "overlap",
+                        format!("{key} started by p{process} while p{other} processes it"),
+                    );
+                }
+                self.holder.insert(key.clone(), (process, 1));
+            }
+            None => {
+                self.holder.insert(key.clone(), (process, 1));
+            }
+        }
+        if self.healed.is_some() {
+            self.processed
+                .entry(key.clone())
+                .or_insert_with(Instant::now);
+        }
+    }
+
+    /// Process `process`'s application stopped processing `key`.
+    pub fn stop(&mut self, process: u64, key: &LeaseKey) {
+        match self.holder.get_mut(key) {
+            Some((holder, grants)) if *holder == process => {
+                *grants -= 1;
+                if *grants == 0 {
+                    self.holder.remove(key);
+                }
+            }
+            _ => {
+                let overtaken = self.overtaken.remove(&(process, key.clone()));
+                if let Some(Some(thawed)) = overtaken {
+                    if Instant::now() > thawed {
+                        self.violate(
+                            "overlap",
+                            format!(
+                                "p{process} went on processing {key} {:.3} s after its freeze ended, while another process processes it",
+                                (Instant::now() - thawed).as_secs_f64()
+                            ),
+                        );
+                    }
+                }
+            }
+        }
+    }
+
+    pub fn freeze(&mut self, process: u64) {
+        self.frozen.insert(process);
+    }
+
+    pub fn thaw(&mut self, process: u64) {
+        if !self.frozen.remove(&process) {
+            return;
+        }
+        let now = Instant::now();
+        for ((p, _), thawed) in self.overtaken.iter_mut() {
+            if *p == process {
+                *thawed = Some(now);
+            }
+        }
+    }
+
+    pub fn is_frozen(&self, process: u64) -> bool {
+        self.frozen.contains(&process)
+    }
+
+    /// The process is gone (killed, or exited after its shutdown): it processes nothing.
+    pub fn gone(&mut self, process: u64) {
+        self.holder.retain(|_, (p, _)| *p != process);
+        self.overtaken.retain(|(p, _), _| *p != process);
+        self.frozen.remove(&process);
+    }
+
+    /// Checks what can only be seen as time passes: a thawed process that has not stopped a
+    /// lease another process started while it was frozen.
+    pub fn poll(&mut self) {
+        let now = Instant::now();
+        let late: Vec<(u64, LeaseKey)> = self
+            .overtaken
+            .iter()
+            .filter(|(_, thawed)| thawed.is_some_and(|t| now > t))
+            .map(|(k, _)| k.clone())
+            .collect();
+        for (process, key) in late {
+            self.overtaken.remove(&(process, key.clone()));
+            self.violate(
+                "overlap",
+                format!("p{process} did not stop {key} when its freeze ended, while another process processes it"),
+            );
+        }
+    }
+
+    /// The faults healed now: from here on, record when each lease is first processed.
+    pub fn heal(&mut self) {
+        let now = Instant::now();
+        self.healed = Some(now);
+        self.processed = self.holder.keys().map(|k| (k.clone(), now)).collect();
+    }
+
+    /// When `key` was first processed since the heal.
+    pub fn processed_since_heal(&self, key: &LeaseKey) -> Option<Instant> {
+        self.processed.get(key).copied()
+    }
+
+    /// The process processing `key`, if any.
+    pub fn holder(&self, key: &LeaseKey) -> Option<u64> {
+        self.holder.get(key).map(|(p, _)| *p)
+    }
+
+    /// How many leases each process processes.
+    pub fn counts(&self) -> BTreeMap<u64, usize> {
+        let mut counts = BTreeMap::new();
+        for (p, _) in self.holder.values() {
+            *counts.entry(*p).or_default() += 1;
+        }
+        counts
+    }
+
+    /// The sizes of every map the ledger keeps (for the growth check).
+    pub fn sizes(&self) -> usize {
+        self.holder.len()
+            + self.frozen.len()
+            + self.overtaken.len()
+            + self.checkpoints.len()
+            + self.processed.len()
+    }
+
+    fn written(&mut self, process: u64, lease: &Lease) {
+        let key = &lease.key;
+        let last = self.checkpoints.get(key).copied();
+        let Some(value) = checkpoint_value(lease.checkpoint.as_deref()) else {
+            if let Some(last) = last {
+                self.violate(
+                    "checkpoint-lost",
+                    format!("{key} was written by p{process} with no checkpoint; the table had accepted {last}"),
+                );
+                self.checkpoints.remove(key);
+            }
+            return;
+        };
+        match last {
+            Some(last) if value < last => self.violate(
+                "checkpoint-backwards",
+                format!("{key}: checkpoint {value} accepted from p{process} after {last}"),
+            ),
+            Some(last) if value == last => return,
+            _ => {}
+        }
+        // A new checkpoint: its writer must be the application that processes the lease.
+        if let Some(other) = self.holder(key).filter(|p| *p != process) {
+            self.violate(
+                "checkpoint-ended-tenure",
+                format!("{key}: checkpoint {value} of p{process} (tenure {}) accepted while p{other} processes it", lease.tenure),
+            );
+        }
+        self.checkpoints.insert(key.clone(), value);
+    }
+}
+
+fn lock(ledger: &Mutex<Ledger>) -> std::sync::MutexGuard<'_, Ledger> {
+    // A simulated application panic never happens under this lock; stay usable regardless.
+    ledger.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+impl Audit for Mutex<Ledger> {
+    fn written(&self, process: u64, lease: &Lease) {
+        lock(self).written(process, lease);
+    }
+
+    fn deleted(&self, _key: &LeaseKey) {
+        // Its last checkpoint is kept: a lease re-created with less has lost it.
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::time::Duration;
+
+    fn key(name: &str) -> LeaseKey {
+        LeaseKey::new(name).unwrap()
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_frozen_holder_is_overtaken_but_must_stop_at_its_thaw() {
+        let mut ledger = Ledger::new(Instant::now());
+        ledger.start(1, &key("a"), None);
+        ledger.freeze(1);
+        ledger.start(2, &key("a"), None);
+        assert!(
+            ledger.violations.is_empty(),
+            "a frozen process processes nothing"
+        );
+        ledger.thaw(1);
+        ledger.stop(1, &key("a"));
+        assert!(ledger.violations.is_empty(), "stopped at the thaw instant");
+
+        ledger.start(3, &key("b"), None);
+        ledger.freeze(3);
+        ledger.start(2, &key("b"), None);
+        ledger.thaw(3);
+        tokio::time::sleep(Duration::from_millis(100)).await;
+        ledger.poll();
+        assert_eq!(ledger.violations.len(), 1);
+        assert_eq!(ledger.violations[0].invariant, "overlap");
+        assert_eq!(ledger.holder(&key("b")), Some(2));
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn two_live_processors_and_checkpoints_going_back_are_violations() {
+        let mut ledger = Ledger::new(Instant::now());
+        ledger.start(1, &key("a"), None);
+        ledger.start(2, &key("a"), None);
+        let mut lease = Lease {
+            checkpoint: Some(checkpoint_text(5)),
+            ..shardlease::NewLease::new(key("a")).into_lease()
+        };
+        ledger.written(2, &lease);
+        lease.checkpoint = Some(checkpoint_text(4));
+        ledger.written(2, &lease);
+        ledger.start(3, &key("a"), Some(&checkpoint_text(3)));
+        let names: Vec<&str> = ledger.violations.iter().map(|v| v.invariant).collect();
+        assert_eq!(
+            names,
+            [
+                "overlap",
+                "checkpoint-backwards",
+                "checkpoint-lost",
+                "overlap"
+            ]
+        );
+    }
+}

@@ -1,0 +1,312 @@
+//! The fault campaign: many seeded schedules of mixed faults on the real worker code over the
+//! simulated network, each checked against the invariants a user relies on (see `run.rs`):
+//!
+//! - never two applications processing one lease at the same simulated instant (a frozen
+//!   process processes nothing, and must stop what others took at the instant it thaws);
+//! - no checkpoint accepted from a tenure that has ended, none lost or moved backwards;
+//! - after the heal, every lease processed again within a lease duration and two taker
+//!   intervals, the fleet balanced within a minute and staying so, removed shards retired;
+//! - no request left waiting by a caller past its deadline and a store timeout, no start or
+//!   shutdown that does not return;
+//! - no task or memory growth over a simulated day at rest (some schedules).
+
+pub mod app;
+pub mod fleet;
+pub mod ledger;
+pub mod run;
+pub mod schedule;
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::time::Duration;
+
+use self::run::{Knobs, Outcome};
+use self::schedule::{fault_list, schedule, schedule_seed, Fault};
+
+/// What the campaign runs.
+#[derive(Debug, Clone)]
+pub struct Options {
+    /// How many schedules.
+    pub schedules: u64,
+    /// The campaign's seed: schedule `i` is seeded by `schedule_seed(seed, i)`.
+    pub seed: u64,
+    /// Run only the schedule of this seed (a replay).
+    pub only: Option<u64>,
+    pub faults: BTreeSet<Fault>,
+    /// Clock rates are drawn within `1 ± max_skew`.
+    pub max_skew: f64,
+    pub knobs: Knobs,
+    /// Every this many schedules (the first included), the fleet also rests a simulated day
+    /// (0: never).
+    pub day_every: u64,
+    /// Print one line per schedule, and a replayed schedule's events.
+    pub verbose: bool,
+}
+
+impl Default for Options {
+    fn default() -> Self {
+        Self {
+            schedules: 200,
+            seed: 1,
+            only: None,
+            faults: Fault::ALL.into_iter().collect(),
+            max_skew: 0.01,
+            knobs: Knobs::default(),
+            day_every: 500,
+            verbose: false,
+        }
+    }
+}
+
+/// What a campaign found.
+#[derive(Debug, Clone, Default)]
+pub struct Summary {
+    pub schedules: u64,
+    /// Invariants broken, counted once per schedule.
+    pub violations: u64,
+    pub injected: BTreeMap<Fault, u64>,
+    /// Per invariant: in how many schedules, and the first schedule's seed.
+    pub by_invariant: BTreeMap<&'static str, (u64, u64)>,
+    pub simulated: Duration,
+}
+
+impl Options {
+    /// The command that replays the schedule of `seed` alone.
+    pub fn replay(&self, seed: u64, day_rest: bool) -> String {
+        let mut command = format!("cargo run --release --example simulate -- --schedule {seed}");
+        if self.faults.len() != Fault::ALL.len() {
+            command += &format!(" --faults {}", fault_list(&self.faults));
+        }
+        if self.max_skew != Options::default().max_skew {
+            command += &format!(" --max-skew {}%", self.max_skew * 100.0);
+        }
+        if let Some(timeout) = self.knobs.attempt_timeout {
+            command += &format!(" --attempt-timeout {}", timeout.as_secs_f64());
+        }
+        if day_rest {
+            command += " --day-every 1";
+        }
+        command
+    }
+}
+
+/// Installs, once, a panic hook that keeps the simulated applications' panics quiet (every
+/// other panic is printed as usual).
+pub fn quiet_simulated_panics() {
+    static ONCE: std::sync::Once = std::sync::Once::new();
+    ONCE.call_once(|| {
+        let default = std::panic::take_hook();
+        std::panic::set_hook(Box::new(move |info| {
+            let payload = info.payload();
+            let text = payload
+                .downcast_ref::<String>()
+                .map(String::as_str)
+                .or_else(|| payload.downcast_ref::<&str>().copied());
+            if text != Some(app::PANIC) {
+                default(info);
+            }
+        }));
+    });
+}
+
+/// Runs the campaign; `say` receives the report line by line, the last one being
+/// `campaign: N schedules, V violations`.
+pub fn campaign(options: &Options, say: &mut dyn FnMut(&str)) -> Summary {
+    quiet_simulated_panics();
+    let mut summary = Summary::default();
+    let seeds: Vec<(u64, u64, bool)> = match options.only {
+        Some(seed) => vec![(0, seed, options.day_every == 1)],
+        None => (0..options.schedules)
+            .map(|i| {
+                let day = options.day_every > 0 && i % options.day_every == 0;
+                (i, schedule_seed(options.seed, i), day)
+            })
+            .collect(),
+    };
+    for (index, seed, day_rest) in seeds {
+        let drawn = schedule(seed, &options.faults, options.max_skew, day_rest);
+        if options.only.is_some() && options.verbose {
+            describe(&drawn, say);
+        }
+        let outcome = run::run(drawn, options.knobs);
+        summary.schedules += 1;
+        summary.simulated += outcome.simulated;
+        for (fault, n) in &outcome.injected {
+            *summary.injected.entry(*fault).or_default() += n;
+        }
+        let broken: BTreeSet<&'static str> =
+            outcome.violations.iter().map(|v| v.invariant).collect();
+        for invariant in &broken {
+            let entry = summary.by_invariant.entry(invariant).or_insert((0, seed));
+            entry.0 += 1;
+        }
+        summary.violations += broken.len() as u64;
+        if options.verbose {
+            say(&format!(
+                "schedule {index} (seed {seed}): {} workers, {} leases, {:.0} s of faults, {} events, {:.0} s simulated: {}",
+                outcome.schedule.workers,
+                outcome.schedule.leases,
+                outcome.schedule.faults_for.as_secs_f64(),
+                outcome.schedule.events.len(),
+                outcome.simulated.as_secs_f64(),
+                if broken.is_empty() { "ok".to_owned() } else { broken.iter().copied().collect::<Vec<_>>().join(", ") }
+            ));
+        }
+        if !broken.is_empty() {
+            report_failure(options, index, &outcome, say);
+        }
+    }
+    let injected: Vec<String> = Fault::ALL
+        .iter()
+        .filter(|f| options.faults.contains(f))
+        .map(|f| {
+            format!(
+                "{} {}",
+                f.name(),
+                summary.injected.get(f).copied().unwrap_or(0)
+            )
+        })
+        .collect();
+    say(&format!("faults injected: {}", injected.join(", ")));
+    if !summary.by_invariant.is_empty() {
+        let broken: Vec<String> = summary
+            .by_invariant
+            .iter()
+            .map(|(name, (n, seed))| format!("{name} in {n} (first: --schedule {seed})"))
+            .collect();
+        say(&format!("violations by invariant: {}", broken.join("; ")));
+    }
+    say(&format!(
+        "simulated {:.1} h in all (faults: {}, max skew {}%)",
+        summary.simulated.as_secs_f64() / 3600.0,
+        fault_list(&options.faults),
+        options.max_skew * 100.0
+    ));
+    say(&format!(
+        "campaign: {} schedules, {} violations",
+        summary.schedules, summary.violations
+    ));
+    summary
+}
+
+/// How many details of one invariant a failing schedule prints.
+const DETAILS: usize = 3;
+
+fn report_failure(options: &Options, index: u64, outcome: &Outcome, say: &mut dyn FnMut(&str)) {
+    let seed = outcome.schedule.seed;
+    say(&format!("FAILED schedule {index} (seed {seed}):"));
+    let mut shown: BTreeMap<&str, usize> = BTreeMap::new();
+    for v in &outcome.violations {
+        let n = shown.entry(v.invariant).or_default();
+        *n += 1;
+        if *n <= DETAILS {
+            say(&format!("  {} at {:.3} s: {}", v.invariant, v.at, v.detail));
+        }
+    }
+    for (invariant, n) in &shown {
+        if *n > DETAILS {
+            say(&format!("  ({} more {invariant})", n - DETAILS));
+        }
+    }
+    say(&format!(
+        "  replay: {}",
+        options.replay(seed, outcome.schedule.day_rest)
+    ));
+}
+
+fn describe(s: &schedule::Schedule, say: &mut dyn FnMut(&str)) {
+    say(&format!(
+        "schedule {}: {} workers, {} leases, checkpoints every {:.1} s, rates {:?}, max skew {}%, {:.0} s of faults",
+        s.seed,
+        s.workers,
+        s.leases,
+        s.checkpoint_every.as_secs_f64(),
+        s.rates,
+        s.max_skew * 100.0,
+        s.faults_for.as_secs_f64()
+    ));
+    for (at, event) in &s.events {
+        say(&format!("  +{:.3} s {event:?}", at.as_secs_f64()));
+    }
+}
+
+pub const HELP: &str = "\
+FAULT CAMPAIGN: cargo run --release --example simulate -- --campaign N [OPTIONS]
+
+  --campaign N         run N seeded fault schedules (small fleets, a few simulated minutes
+                       each) and check the invariants; ends with
+                       `campaign: N schedules, V violations` (exit 1 when V > 0)
+  --seed S             the campaign's seed (default: 1); schedule i is seeded from S and i
+  --schedule SEED      run the one schedule of this seed (a failing schedule prints it),
+                       with its events
+  --faults LIST        fault kinds, comma-separated, or all (default) or none: throttle,
+                       transient, lost, never, spike, freeze, cutoff, crash, restart, twin,
+                       panic, handoff, join, leave, shards, skew
+  --max-skew P         clock rates drawn within 1 +- P (\"1%\" or 0.01; default 1%)
+  --attempt-timeout SECS  the simulated store fails an unanswered attempt after SECS, as an
+                       SDK attempt timeout would (default: none, the caller must give up)
+  --day-every N        every Nth schedule (the first included) also rests a simulated day,
+                       checking tasks and memory do not grow (default: 500; 0: never)
+  --verbose            one line per schedule
+";
+
+fn parse_skew(value: &str) -> Result<f64, String> {
+    let (number, scale) = match value.strip_suffix('%') {
+        Some(n) => (n, 0.01),
+        None => (value, 1.0),
+    };
+    number
+        .trim()
+        .parse::<f64>()
+        .ok()
+        .map(|v| v * scale)
+        .filter(|v| (0.0..0.5).contains(v))
+        .ok_or_else(|| format!("--max-skew {value:?}: a fraction below 0.5, or a percentage"))
+}
+
+/// Parses the campaign's command line; `None` when it does not ask for a campaign.
+pub fn parse(args: &[String]) -> Option<Result<Options, String>> {
+    if !args.iter().any(|a| a == "--campaign" || a == "--schedule") {
+        return None;
+    }
+    Some(parse_options(args))
+}
+
+fn parse_options(args: &[String]) -> Result<Options, String> {
+    let mut options = Options::default();
+    let mut it = args.iter();
+    while let Some(flag) = it.next() {
+        if flag == "--verbose" {
+            options.verbose = true;
+            continue;
+        }
+        let value = it
+            .next()
+            .ok_or_else(|| format!("{flag} needs a value (see --help)"))?;
+        let whole = || -> Result<u64, String> {
+            value
+                .parse::<u64>()
+                .map_err(|_| format!("{flag} {value:?}: a whole number expected"))
+        };
+        match flag.as_str() {
+            "--campaign" => options.schedules = whole()?,
+            "--seed" => options.seed = whole()?,
+            "--schedule" => {
+                options.only = Some(whole()?);
+                options.verbose = true;
+            }
+            "--faults" => options.faults = schedule::parse_faults(value)?,
+            "--max-skew" => options.max_skew = parse_skew(value)?,
+            "--attempt-timeout" => {
+                let secs = value
+                    .parse::<f64>()
+                    .ok()
+                    .filter(|s| *s > 0.0 && s.is_finite())
+                    .ok_or_else(|| format!("--attempt-timeout {value:?}: seconds expected"))?;
+                options.knobs.attempt_timeout = Some(Duration::from_secs_f64(secs));
+            }
+            "--day-every" => options.day_every = whole()?,
+            _ => return Err(format!("{flag:?} is not a campaign option (see --help)")),
+        }
+    }
+    Ok(options)
+}
