@@ -3,7 +3,6 @@
 //! it: panic while holding a grant, or finish handoffs late. A frozen process's application
 //! does nothing until the freeze ends.
 
-use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -12,7 +11,7 @@ use rand::{Rng, SeedableRng};
 use shardlease::clock::Clock;
 use shardlease::worker::{LeaseEvent, LeaseGrant, StopReason};
 use shardlease::LeaseKey;
-use tokio::sync::{mpsc, Notify};
+use tokio::sync::{mpsc, watch, Notify};
 
 use super::ledger::{checkpoint_text, checkpoint_value, Ledger};
 use crate::sim::clock::SimClock;
@@ -24,12 +23,22 @@ pub const PANIC: &str = "simulated application panic";
 const LATE_FINISH: Duration = Duration::from_secs(45);
 
 /// The schedule's hold on one process's application. Cheap to clone.
-#[derive(Debug, Clone, Default)]
+#[derive(Debug, Clone)]
 pub struct AppControl {
     /// One grant's task panics (the next one to look, if none is waiting).
     pub panic: Arc<Notify>,
-    /// Handoffs are finished late (up to [`LATE_FINISH`]).
-    pub late: Arc<AtomicBool>,
+    /// Handoffs are finished late (up to [`LATE_FINISH`]); back to `false`, a late finish
+    /// in progress ends at once (the faults healed).
+    pub late: Arc<watch::Sender<bool>>,
+}
+
+impl Default for AppControl {
+    fn default() -> Self {
+        Self {
+            panic: Arc::default(),
+            late: Arc::new(watch::Sender::new(false)),
+        }
+    }
 }
 
 /// Records the stop when processing ends, however it ends: finished, panicked or aborted.
@@ -111,13 +120,14 @@ async fn process_lease(
         }
     };
     clock.thawed().await;
-    let finish_late =
-        matches!(reason, StopReason::Handoff { .. }) && control.late.load(Ordering::SeqCst);
+    let mut late_mode = control.late.subscribe();
+    let finish_late = matches!(reason, StopReason::Handoff { .. }) && *late_mode.borrow();
     if finish_late {
         let until = clock.now() + late;
         tokio::select! {
             biased;
             _ = grant.lost() => {}
+            _ = late_mode.wait_for(|late| !*late) => {}
             _ = clock.sleep_until(until) => {}
         }
     }

@@ -2,7 +2,6 @@
 //! application), started, frozen, cut off, killed, doubled and healed as the schedule says.
 
 use std::collections::{BTreeMap, BTreeSet};
-use std::sync::atomic::Ordering;
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Duration;
 
@@ -312,7 +311,7 @@ impl Fleet {
             let p = &self.procs[&process];
             p.link.set_cut_off(false);
             p.link.end_spike();
-            p.control.late.store(false, Ordering::SeqCst);
+            p.control.late.send_replace(false);
         }
         let mut seen = BTreeSet::new();
         for process in self.running().into_iter().rev() {

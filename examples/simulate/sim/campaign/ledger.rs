@@ -2,6 +2,7 @@
 //! not processing), the checkpoints the table accepted, and every invariant broken.
 
 use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Mutex;
 
 use shardlease::{Lease, LeaseKey};
@@ -54,7 +55,18 @@ pub fn checkpoint_text(value: u64) -> String {
     format!("{value:012}")
 }
 
+/// Print every start, stop, freeze and thaw to stderr (`--trace`, for a replay).
+pub static TRACE: AtomicBool = AtomicBool::new(false);
+
 impl Ledger {
+    /// Prints `what` with the simulated time, when tracing.
+    pub fn trace(&self, what: impl FnOnce() -> String) {
+        if TRACE.load(Ordering::Relaxed) {
+            let at = (Instant::now() - self.begin).as_secs_f64();
+            eprintln!("{at:10.3} {}", what());
+        }
+    }
+
     pub fn new(begin: Instant) -> Self {
         Self {
             begin,
@@ -80,6 +92,7 @@ impl Ledger {
 
     /// Process `process`'s application starts on `key`, granted at `checkpoint`.
     pub fn start(&mut self, process: u64, key: &LeaseKey, checkpoint: Option<&str>) {
+        self.trace(|| format!("p{process} starts {key} at {checkpoint:?}"));
         self.starts += 1;
         let granted = checkpoint_value(checkpoint).unwrap_or(0);
         if let Some(last) = self.checkpoints.get(key).copied() {
@@ -117,6 +130,7 @@ impl Ledger {
 
     /// Process `process`'s application stopped processing `key`.
     pub fn stop(&mut self, process: u64, key: &LeaseKey) {
+        self.trace(|| format!("p{process} stops {key}"));
         match self.holder.get_mut(key) {
             Some((holder, grants)) if *holder == process => {
                 *grants -= 1;
@@ -142,6 +156,7 @@ impl Ledger {
     }
 
     pub fn freeze(&mut self, process: u64) {
+        self.trace(|| format!("p{process} frozen"));
         self.frozen.insert(process);
     }
 
@@ -149,6 +164,7 @@ impl Ledger {
         if !self.frozen.remove(&process) {
             return;
         }
+        self.trace(|| format!("p{process} thawed"));
         let now = Instant::now();
         for ((p, _), thawed) in self.overtaken.iter_mut() {
             if *p == process {
@@ -163,6 +179,7 @@ impl Ledger {
 
     /// The process is gone (killed, or exited after its shutdown): it processes nothing.
     pub fn gone(&mut self, process: u64) {
+        self.trace(|| format!("p{process} gone"));
         self.holder.retain(|_, (p, _)| *p != process);
         self.overtaken.retain(|(p, _), _| *p != process);
         self.frozen.remove(&process);

@@ -247,6 +247,8 @@ FAULT CAMPAIGN: cargo run --release --example simulate -- --campaign N [OPTIONS]
   --day-every N        every Nth schedule (the first included) also rests a simulated day,
                        checking tasks and memory do not grow (default: 500; 0: never)
   --verbose            one line per schedule
+  --trace              print every processing start and stop, freeze, thaw and event to
+                       stderr (for a replay)
 ";
 
 fn parse_skew(value: &str) -> Result<f64, String> {
@@ -277,6 +279,10 @@ fn parse_options(args: &[String]) -> Result<Options, String> {
     while let Some(flag) = it.next() {
         if flag == "--verbose" {
             options.verbose = true;
+            continue;
+        }
+        if flag == "--trace" {
+            ledger::TRACE.store(true, std::sync::atomic::Ordering::Relaxed);
             continue;
         }
         let value = it

@@ -9,8 +9,8 @@ use shardlease::jitter;
 use tokio::time::Instant;
 
 use super::fleet::{Fleet, MAX_PROCESSES};
-use super::ledger::{Ledger, Violation};
-use super::schedule::{Event, Fault, Schedule, LEASE};
+use super::ledger::{Ledger, Violation, TRACE};
+use super::schedule::{Event, Fault, Schedule, LEASE, SPIKE_MAX};
 use crate::sim::net::{Chaos, FaultRates, Latencies, Latency, Net};
 
 /// What one schedule found.
@@ -118,7 +118,7 @@ impl Driver {
             Event::Spike { pick, span } => {
                 let p = Fleet::choose(&running, pick)?;
                 let link = &self.fleet.procs[&p].link;
-                link.spike_until(Instant::now() + span, LEASE, LEASE * 5 / 2);
+                link.spike_until(Instant::now() + span, LEASE, SPIKE_MAX);
                 None
             }
             Event::Crash { pick } => {
@@ -162,7 +162,7 @@ impl Driver {
             Event::Handoff { pick } => {
                 let p = Fleet::choose(&running, pick)?;
                 let late = &self.fleet.procs[&p].control.late;
-                late.store(true, std::sync::atomic::Ordering::SeqCst);
+                late.send_replace(true);
                 None
             }
             Event::Join => {
@@ -197,6 +197,17 @@ impl Driver {
     }
 
     async fn act(&mut self, action: Action) -> Option<(Duration, Action)> {
+        if TRACE.load(std::sync::atomic::Ordering::Relaxed) {
+            let text = match &action {
+                Action::Event(event) => {
+                    format!("event {event:?}; fleet: {}", self.fleet.describe())
+                }
+                Action::Thaw(p) => format!("thaw p{p}"),
+                Action::Uncut(p) => format!("reconnect p{p}"),
+                Action::Start(host) => format!("restart w{host:05}"),
+            };
+            self.fleet.ledger().trace(|| text);
+        }
         match action {
             Action::Event(event) => return self.apply(event).await,
             Action::Thaw(p) => {
@@ -370,8 +381,9 @@ async fn drive(schedule: Schedule, knobs: Knobs) -> Outcome {
 }
 
 /// After the heal: every lease processed again within a lease duration and two taker
-/// intervals (on the slowest clock), the fleet balanced within a minute and then staying
-/// so, every removed shard's lease retired.
+/// intervals (on the slowest clock), the fleet balanced within a minute (at some moment
+/// after that failover time) and from then on staying so once every removed shard's lease
+/// is retired, and retired they all are by the end.
 async fn after_heal(driver: &mut Driver, schedule: &Schedule, healed: Instant) {
     let config = driver.fleet.config.clone();
     let failover = config.lease_duration + config.taker_interval * 2;
@@ -413,7 +425,11 @@ async fn after_heal(driver: &mut Driver, schedule: &Schedule, healed: Instant) {
             }
         }
         let retired = driver.fleet.not_retired().await.is_empty();
+        // Until every lease could have failed over, a balance may be the stale one of a
+        // process that has not yet noticed its leases are gone: it does not count.
+        let judged = now >= processed_by;
         match driver.fleet.unbalanced() {
+            None if !judged => {}
             None => {
                 balanced = true;
                 if retired && settled.is_none() {

@@ -173,6 +173,8 @@ impl Event {
 
 /// The lease duration of the campaign's workers (the library's default).
 pub const LEASE: Duration = Duration::from_secs(10);
+/// The extra latency of a request sent during a spike: between one lease duration and this.
+pub const SPIKE_MAX: Duration = Duration::from_millis(25_000);
 
 /// One seeded schedule.
 #[derive(Debug, Clone)]
@@ -245,7 +247,13 @@ pub fn schedule(seed: u64, enabled: &BTreeSet<Fault>, max_skew: f64, day_rest: b
         let count = rng.gen_range((phase / 30.0) as usize..=(phase / 10.0) as usize);
         for _ in 0..count {
             let kind = kinds[rng.gen_range(0..kinds.len())];
-            let at = seconds(&mut rng, 0.0, phase);
+            // A spiked request is answered up to 2.5 lease durations later: spikes end that
+            // long before the heal, so none is still in flight when everything has healed.
+            let last = match kind {
+                Fault::Spike => phase - SPIKE_MAX.as_secs_f64() - 2.0,
+                _ => phase,
+            };
+            let at = seconds(&mut rng, 0.0, last);
             let pick: u64 = rng.gen();
             // Outages end by the heal at the latest.
             let mut span = |low: f64, high: f64| seconds(&mut rng, low, high).min(faults_for - at);
@@ -260,7 +268,7 @@ pub fn schedule(seed: u64, enabled: &BTreeSet<Fault>, max_skew: f64, day_rest: b
                 },
                 Fault::Spike => Event::Spike {
                     pick,
-                    span: span(2.0, 30.0),
+                    span: span(2.0, 30.0).min(faults_for.saturating_sub(at + SPIKE_MAX)),
                 },
                 Fault::Crash => Event::Crash { pick },
                 Fault::Restart => Event::Restart {
