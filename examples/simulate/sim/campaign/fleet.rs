@@ -326,20 +326,26 @@ impl Fleet {
     }
 
     /// Why the fleet is not balanced: every current shard processed by exactly one running
-    /// process, and counts within one of each other.
+    /// process, and the leases each processes within one of each other (counting the leases
+    /// of removed shards not yet retired, as the balance does: they are leases until then).
     pub fn unbalanced(&self) -> Option<String> {
         let ledger = self.ledger();
         let mut counts: BTreeMap<u64, usize> = self.procs.keys().map(|p| (*p, 0)).collect();
         let mut unprocessed = Vec::new();
         for key in &self.shards {
             match ledger.holder(key) {
-                Some(p) if counts.contains_key(&p) => *counts.get_mut(&p).expect("present") += 1,
+                Some(p) if counts.contains_key(&p) => {}
                 Some(p) => return Some(format!("{key} processed by p{p}, which is not running")),
                 None => unprocessed.push(key.as_str()),
             }
         }
         if !unprocessed.is_empty() {
             return Some(format!("unprocessed: {}", unprocessed.join(" ")));
+        }
+        for (p, n) in ledger.counts() {
+            if let Some(count) = counts.get_mut(&p) {
+                *count = n;
+            }
         }
         let (min, max) = counts
             .values()
