@@ -257,7 +257,7 @@ impl Driver {
                 format!(
                     "{} {} of p{process} sent at {:.1} s was never answered; its caller still waits {:.1} s after the call's deadline",
                     hung.operation,
-                    hung.key,
+                    if hung.key.is_empty() { "(the table)" } else { &hung.key },
                     (hung.since - begin).as_secs_f64(),
                     (now - hung.deadline).as_secs_f64()
                 ),
