@@ -122,19 +122,24 @@ mod tests {
         let calls = AtomicU32::new(0);
         let policy = RetryPolicy::default();
         let seen = policy
-            .run("test", "k", Instant::now() + Duration::from_secs(10), |maybe_applied| {
-                let n = calls.fetch_add(1, Ordering::SeqCst);
-                async move {
-                    match n {
-                        0 => Err(transient(false)),
-                        1 => {
-                            assert!(!maybe_applied);
-                            Err(transient(true))
+            .run(
+                "test",
+                "k",
+                Instant::now() + Duration::from_secs(10),
+                |maybe_applied| {
+                    let n = calls.fetch_add(1, Ordering::SeqCst);
+                    async move {
+                        match n {
+                            0 => Err(transient(false)),
+                            1 => {
+                                assert!(!maybe_applied);
+                                Err(transient(true))
+                            }
+                            _ => Ok(maybe_applied),
                         }
-                        _ => Ok(maybe_applied),
                     }
-                }
-            })
+                },
+            )
             .await
             .unwrap();
         assert!(
@@ -148,16 +153,21 @@ mod tests {
     async fn fatal_errors_are_not_retried() {
         let calls = AtomicU32::new(0);
         let result: StoreResult<()> = RetryPolicy::default()
-            .run("test", "k", Instant::now() + Duration::from_secs(10), |_| {
-                calls.fetch_add(1, Ordering::SeqCst);
-                async {
-                    Err(StoreError::Fatal {
-                        operation: "test",
-                        key: "k".into(),
-                        source: "denied".into(),
-                    })
-                }
-            })
+            .run(
+                "test",
+                "k",
+                Instant::now() + Duration::from_secs(10),
+                |_| {
+                    calls.fetch_add(1, Ordering::SeqCst);
+                    async {
+                        Err(StoreError::Fatal {
+                            operation: "test",
+                            key: "k".into(),
+                            source: "denied".into(),
+                        })
+                    }
+                },
+            )
             .await;
         assert!(matches!(result, Err(StoreError::Fatal { .. })));
         assert_eq!(calls.load(Ordering::SeqCst), 1);
@@ -186,15 +196,20 @@ mod tests {
         let policy = RetryPolicy::default();
         let start = Instant::now();
         let seen = policy
-            .run("renew", "k", start + Duration::from_secs(10), |maybe_applied| {
-                let n = calls.fetch_add(1, Ordering::SeqCst);
-                async move {
-                    if n == 0 {
-                        std::future::pending::<()>().await;
+            .run(
+                "renew",
+                "k",
+                start + Duration::from_secs(10),
+                |maybe_applied| {
+                    let n = calls.fetch_add(1, Ordering::SeqCst);
+                    async move {
+                        if n == 0 {
+                            std::future::pending::<()>().await;
+                        }
+                        Ok(maybe_applied)
                     }
-                    Ok(maybe_applied)
-                }
-            })
+                },
+            )
             .await
             .unwrap();
         assert!(seen, "an abandoned attempt may have landed");
@@ -219,6 +234,10 @@ mod tests {
             matches!(&err, StoreError::Transient { operation: "renew", key, .. } if key == "shard-7"),
             "{err:?}"
         );
-        assert!(Instant::now() <= deadline, "ended {:?} late", Instant::now() - deadline);
+        assert!(
+            Instant::now() <= deadline,
+            "ended {:?} late",
+            Instant::now() - deadline
+        );
     }
 }

@@ -132,11 +132,13 @@ async fn create(
         .await?;
     match created {
         Some(description) => Ok(description),
-        None => describe(client, config, deadline)
-            .await?
-            .ok_or_else(|| StoreError::TableNotFound {
-                table: table.clone(),
-            }),
+        None => {
+            describe(client, config, deadline)
+                .await?
+                .ok_or_else(|| StoreError::TableNotFound {
+                    table: table.clone(),
+                })
+        }
     }
 }
 
@@ -196,10 +198,11 @@ async fn wait_active(
             "waiting for the lease table to become ACTIVE"
         );
         tokio::time::sleep(POLL).await;
-        description = describe(client, config, deadline)
-            .await?
-            .ok_or_else(|| StoreError::TableNotFound {
-                table: table.to_owned(),
-            })?;
+        description =
+            describe(client, config, deadline)
+                .await?
+                .ok_or_else(|| StoreError::TableNotFound {
+                    table: table.to_owned(),
+                })?;
     }
 }
