@@ -12,7 +12,7 @@ use std::time::Duration;
 
 use fleet::{App, Fleet, Record};
 use shardlease::store::memory::InMemoryStore;
-use shardlease::WorkerConfig;
+use shardlease::{LeaseKey, WorkerConfig};
 use tokio::time::Instant;
 
 const QUICK: App = App::FinishAfter(Duration::from_millis(100));
@@ -108,4 +108,41 @@ async fn after_thirty_seconds_unanswered_a_worker_gets_its_share_back_within_two
         fleet.assert_safe();
         fleet.shutdown_all().await;
     }
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_renewal_that_never_returns_does_not_delay_the_other_leases() {
+    let mut fleet = fleet(4);
+    fleet.start("a", QUICK).await;
+    fleet.until(secs(30), |f| f.counts() == [4]).await;
+    let counter = |key: &'static str| {
+        let store = Arc::clone(&fleet.store);
+        async move {
+            let deadline = Instant::now() + secs(1);
+            let key = LeaseKey::new(key).unwrap();
+            store.get(&key, deadline).await.unwrap().unwrap().counter
+        }
+    };
+    let before = counter("shard-0001").await;
+    fleet
+        .faults("a")
+        .set_hang_on_key("renew", "shard-0000", true);
+    let span = secs(60);
+    fleet.idle(span).await;
+    // shard-0000 is lost at the end of each validity and taken back at once (only its
+    // renewals hang); the other leases were renewed every renew interval all along (but for
+    // the round the span's end may cut off), and never lost.
+    let renewals = counter("shard-0001").await - before;
+    let expected = (span.as_secs_f64() / config().renew_interval.as_secs_f64()) as u64 - 1;
+    assert!(
+        renewals >= expected,
+        "shard-0001 renewed {renewals} times in {span:?}, expected {expected}"
+    );
+    let lost_others = fleet.count(|r| matches!(r, Record::Lost { key, .. } if key != "shard-0000"));
+    assert_eq!(lost_others, 0, "{:#?}", fleet.records());
+    fleet.assert_safe();
+    fleet
+        .faults("a")
+        .set_hang_on_key("renew", "shard-0000", false);
+    fleet.shutdown_all().await;
 }

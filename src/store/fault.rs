@@ -28,6 +28,7 @@ pub struct Faults {
 struct Hang {
     all: bool,
     operations: HashSet<&'static str>,
+    items: HashSet<(&'static str, String)>,
 }
 
 impl Faults {
@@ -61,6 +62,18 @@ impl Faults {
         }
     }
 
+    /// As [`set_hang_on`](Self::set_hang_on), for the requests of one operation on one item
+    /// only: a lease's key, or a worker's id for its membership record.
+    pub fn set_hang_on_key(&self, operation: &'static str, key: &str, hang: bool) {
+        let mut state = self.lock_hang();
+        let item = (operation, key.to_owned());
+        if hang {
+            state.items.insert(item);
+        } else {
+            state.items.remove(&item);
+        }
+    }
+
     /// How many calls went through this store.
     pub fn calls(&self) -> u64 {
         self.calls.load(Ordering::SeqCst)
@@ -76,9 +89,11 @@ impl Faults {
         self.hang.lock().unwrap_or_else(|e| e.into_inner())
     }
 
-    fn hangs(&self, operation: &str) -> bool {
+    fn hangs(&self, operation: &'static str, key: &str) -> bool {
         let state = self.lock_hang();
-        state.all || state.operations.contains(operation)
+        state.all
+            || state.operations.contains(operation)
+            || state.items.contains(&(operation, key.to_owned()))
     }
 }
 
@@ -104,7 +119,7 @@ impl<S: LeaseStore> FaultyStore<S> {
 
     async fn gate(&self, operation: &'static str, key: &str, deadline: Instant) -> StoreResult<()> {
         self.faults.calls.fetch_add(1, Ordering::Relaxed);
-        if self.faults.hangs(operation) {
+        if self.faults.hangs(operation, key) {
             self.faults.hung.fetch_add(1, Ordering::Relaxed);
             std::future::pending::<()>().await;
         }
