@@ -50,6 +50,7 @@ impl KinesisShardSource {
             base_delay: FIRST_BACKOFF,
             max_delay: FIRST_BACKOFF * (1 << PAGE_ATTEMPTS),
             max_attempts: PAGE_ATTEMPTS,
+            ..RetryPolicy::default()
         };
         let mut attempt = 1;
         loop {

@@ -95,6 +95,17 @@ pub enum StoreError {
 }
 
 impl StoreError {
+    /// A request that got no answer within `waited`: transient, and ambiguous, since it may
+    /// have been applied all the same.
+    pub(crate) fn unanswered(operation: &'static str, key: &str, waited: Duration) -> Self {
+        Self::Transient {
+            operation,
+            key: key.to_owned(),
+            ambiguous: true,
+            source: format!("no answer within {waited:?}").into(),
+        }
+    }
+
     /// True for throttling and transient failures: the same call may succeed later.
     pub fn is_retryable(&self) -> bool {
         matches!(self, Self::Throttled { .. } | Self::Transient { .. })

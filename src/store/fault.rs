@@ -1,9 +1,10 @@
-//! A store wrapper that injects faults, for tests: a worker cut off from the table, and a
-//! fixed latency per call. (The simulator in `examples/simulate` has a richer network model:
+//! A store wrapper that injects faults, for tests: a worker cut off from the table, requests
+//! that are never answered (a half-open connection), and a fixed latency per call. (The simulator in `examples/simulate` has a richer network model:
 //! latency distributions, throttles, lost answers, pauses.)
 
+use std::collections::HashSet;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use async_trait::async_trait;
@@ -18,6 +19,16 @@ pub struct Faults {
     cut_off: Arc<AtomicBool>,
     latency_micros: Arc<AtomicU64>,
     calls: Arc<AtomicU64>,
+    hang: Arc<Mutex<Hang>>,
+    hung: Arc<AtomicU64>,
+}
+
+/// Which requests are never answered.
+#[derive(Debug, Default)]
+struct Hang {
+    all: bool,
+    operations: HashSet<&'static str>,
+    items: HashSet<(&'static str, String)>,
 }
 
 impl Faults {
@@ -32,9 +43,57 @@ impl Faults {
         self.latency_micros.store(micros, Ordering::SeqCst);
     }
 
+    /// Makes every request sent from now on go unanswered (as on a connection the server
+    /// accepted and never answers), or stops doing so. A request sent while this is on never
+    /// returns, even after it is turned off: only its caller can give up on it, by dropping
+    /// it.
+    pub fn set_hang(&self, hang: bool) {
+        self.lock_hang().all = hang;
+    }
+
+    /// As [`set_hang`](Self::set_hang), for the requests of one operation only: `"heartbeat"`,
+    /// `"renew"`, `"take"`, `"scan"` (listings), `"get"`, `"release"`, `"remove_member"`, ...
+    pub fn set_hang_on(&self, operation: &'static str, hang: bool) {
+        let mut state = self.lock_hang();
+        if hang {
+            state.operations.insert(operation);
+        } else {
+            state.operations.remove(operation);
+        }
+    }
+
+    /// As [`set_hang_on`](Self::set_hang_on), for the requests of one operation on one item
+    /// only: a lease's key, or a worker's id for its membership record.
+    pub fn set_hang_on_key(&self, operation: &'static str, key: &str, hang: bool) {
+        let mut state = self.lock_hang();
+        let item = (operation, key.to_owned());
+        if hang {
+            state.items.insert(item);
+        } else {
+            state.items.remove(&item);
+        }
+    }
+
     /// How many calls went through this store.
     pub fn calls(&self) -> u64 {
         self.calls.load(Ordering::SeqCst)
+    }
+
+    /// How many calls were left unanswered by [`set_hang`](Self::set_hang) or
+    /// [`set_hang_on`](Self::set_hang_on).
+    pub fn hung(&self) -> u64 {
+        self.hung.load(Ordering::SeqCst)
+    }
+
+    fn lock_hang(&self) -> std::sync::MutexGuard<'_, Hang> {
+        self.hang.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    fn hangs(&self, operation: &'static str, key: &str) -> bool {
+        let state = self.lock_hang();
+        state.all
+            || state.operations.contains(operation)
+            || state.items.contains(&(operation, key.to_owned()))
     }
 }
 
@@ -60,6 +119,10 @@ impl<S: LeaseStore> FaultyStore<S> {
 
     async fn gate(&self, operation: &'static str, key: &str, deadline: Instant) -> StoreResult<()> {
         self.faults.calls.fetch_add(1, Ordering::Relaxed);
+        if self.faults.hangs(operation, key) {
+            self.faults.hung.fetch_add(1, Ordering::Relaxed);
+            std::future::pending::<()>().await;
+        }
         let latency = Duration::from_micros(self.faults.latency_micros.load(Ordering::SeqCst));
         if !latency.is_zero() {
             tokio::time::sleep_until((Instant::now() + latency).min(deadline)).await;

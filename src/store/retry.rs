@@ -1,11 +1,12 @@
-//! Jittered exponential backoff for throttled and transient failures, bounded by a deadline.
+//! Jittered exponential backoff for throttled and transient failures, bounded by a deadline,
+//! and a timeout on every attempt, so that a request nobody answers cannot hold a caller.
 
 use std::future::Future;
 use std::time::Duration;
 
 use tokio::time::Instant;
 
-use super::StoreResult;
+use super::{StoreError, StoreResult};
 
 /// How a backend retries throttled and transient failures. Other errors are returned at once.
 #[derive(Debug, Clone, PartialEq)]
@@ -18,6 +19,13 @@ pub struct RetryPolicy {
     pub max_delay: Duration,
     /// Most attempts in all, first one included. Default: 10.
     pub max_attempts: u32,
+    /// How long one attempt may go unanswered before it is abandoned and counts as a
+    /// transient, ambiguous failure (the request may still have been applied). It bounds a
+    /// request on a half-open connection (accepted, never answered), which no other timeout
+    /// does. Default: 2 s: a hundred times a slow DynamoDB round trip, and short enough that
+    /// a renewal sent at the default `renew_interval` (3.3 s) gets a second attempt long
+    /// before the lease's validity (9.5 s) ends.
+    pub attempt_timeout: Duration,
 }
 
 impl Default for RetryPolicy {
@@ -26,6 +34,7 @@ impl Default for RetryPolicy {
             base_delay: Duration::from_millis(25),
             max_delay: Duration::from_secs(1),
             max_attempts: 10,
+            attempt_timeout: Duration::from_secs(2),
         }
     }
 }
@@ -42,10 +51,18 @@ impl RetryPolicy {
     }
 
     /// Runs `attempt` until it succeeds, fails with a non-retryable error, runs out of
-    /// attempts, or the next backoff would end past `deadline`. `attempt` is told whether an
-    /// earlier attempt may have been applied (an ambiguous failure), so it can recognise its
-    /// own write.
-    pub async fn run<T, F, Fut>(&self, deadline: Instant, mut attempt: F) -> StoreResult<T>
+    /// attempts, or the next backoff would end past `deadline`. Each attempt is abandoned
+    /// after [`attempt_timeout`](Self::attempt_timeout), or at `deadline` if that comes
+    /// first, with [`StoreError::Transient`] `{ ambiguous: true }` naming `operation` and
+    /// `key`. `attempt` is told whether an earlier attempt may have been applied (an
+    /// ambiguous failure), so it can recognise its own write.
+    pub async fn run<T, F, Fut>(
+        &self,
+        operation: &'static str,
+        key: &str,
+        deadline: Instant,
+        mut attempt: F,
+    ) -> StoreResult<T>
     where
         F: FnMut(bool) -> Fut,
         Fut: Future<Output = StoreResult<T>>,
@@ -53,9 +70,12 @@ impl RetryPolicy {
         let mut maybe_applied = false;
         let mut retry = 0;
         loop {
-            let err = match attempt(maybe_applied).await {
-                Ok(value) => return Ok(value),
-                Err(err) => err,
+            let started = Instant::now();
+            let give_up = (started + self.attempt_timeout).min(deadline);
+            let err = match tokio::time::timeout_at(give_up, attempt(maybe_applied)).await {
+                Ok(Ok(value)) => return Ok(value),
+                Ok(Err(err)) => err,
+                Err(_) => StoreError::unanswered(operation, key, give_up - started),
             };
             retry += 1;
             if !err.is_retryable() || retry >= self.max_attempts {
@@ -102,19 +122,24 @@ mod tests {
         let calls = AtomicU32::new(0);
         let policy = RetryPolicy::default();
         let seen = policy
-            .run(Instant::now() + Duration::from_secs(10), |maybe_applied| {
-                let n = calls.fetch_add(1, Ordering::SeqCst);
-                async move {
-                    match n {
-                        0 => Err(transient(false)),
-                        1 => {
-                            assert!(!maybe_applied);
-                            Err(transient(true))
+            .run(
+                "test",
+                "k",
+                Instant::now() + Duration::from_secs(10),
+                |maybe_applied| {
+                    let n = calls.fetch_add(1, Ordering::SeqCst);
+                    async move {
+                        match n {
+                            0 => Err(transient(false)),
+                            1 => {
+                                assert!(!maybe_applied);
+                                Err(transient(true))
+                            }
+                            _ => Ok(maybe_applied),
                         }
-                        _ => Ok(maybe_applied),
                     }
-                }
-            })
+                },
+            )
             .await
             .unwrap();
         assert!(
@@ -128,16 +153,21 @@ mod tests {
     async fn fatal_errors_are_not_retried() {
         let calls = AtomicU32::new(0);
         let result: StoreResult<()> = RetryPolicy::default()
-            .run(Instant::now() + Duration::from_secs(10), |_| {
-                calls.fetch_add(1, Ordering::SeqCst);
-                async {
-                    Err(StoreError::Fatal {
-                        operation: "test",
-                        key: "k".into(),
-                        source: "denied".into(),
-                    })
-                }
-            })
+            .run(
+                "test",
+                "k",
+                Instant::now() + Duration::from_secs(10),
+                |_| {
+                    calls.fetch_add(1, Ordering::SeqCst);
+                    async {
+                        Err(StoreError::Fatal {
+                            operation: "test",
+                            key: "k".into(),
+                            source: "denied".into(),
+                        })
+                    }
+                },
+            )
             .await;
         assert!(matches!(result, Err(StoreError::Fatal { .. })));
         assert_eq!(calls.load(Ordering::SeqCst), 1);
@@ -151,12 +181,63 @@ mod tests {
             max_attempts: u32::MAX,
             ..RetryPolicy::default()
         }
-        .run(deadline, |_| async { Err(transient(false)) })
+        .run("test", "k", deadline, |_| async { Err(transient(false)) })
         .await;
         assert!(result.unwrap_err().is_retryable());
         assert!(
             Instant::now() < deadline,
             "no sleep may run past the deadline"
+        );
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn an_unanswered_attempt_is_abandoned_retried_and_known_as_maybe_applied() {
+        let calls = AtomicU32::new(0);
+        let policy = RetryPolicy::default();
+        let start = Instant::now();
+        let seen = policy
+            .run(
+                "renew",
+                "k",
+                start + Duration::from_secs(10),
+                |maybe_applied| {
+                    let n = calls.fetch_add(1, Ordering::SeqCst);
+                    async move {
+                        if n == 0 {
+                            std::future::pending::<()>().await;
+                        }
+                        Ok(maybe_applied)
+                    }
+                },
+            )
+            .await
+            .unwrap();
+        assert!(seen, "an abandoned attempt may have landed");
+        assert_eq!(calls.load(Ordering::SeqCst), 2);
+        let took = start.elapsed();
+        assert!(
+            took >= policy.attempt_timeout && took <= policy.attempt_timeout + policy.base_delay,
+            "{took:?}"
+        );
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_call_nobody_answers_ends_at_its_deadline_as_ambiguous() {
+        let start = Instant::now();
+        let deadline = start + Duration::from_secs(5);
+        let result: StoreResult<()> = RetryPolicy::default()
+            .run("renew", "shard-7", deadline, |_| std::future::pending())
+            .await;
+        let err = result.unwrap_err();
+        assert!(err.is_retryable() && err.is_ambiguous(), "{err:?}");
+        assert!(
+            matches!(&err, StoreError::Transient { operation: "renew", key, .. } if key == "shard-7"),
+            "{err:?}"
+        );
+        assert!(
+            Instant::now() <= deadline,
+            "ended {:?} late",
+            Instant::now() - deadline
         );
     }
 }

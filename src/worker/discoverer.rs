@@ -131,7 +131,12 @@ pub(crate) async fn run(
             shared.now() + config.discovery_interval.max(config.store_timeout),
             source.list_shards(),
         );
-        let shards = match listing.await {
+        let listed = tokio::select! {
+            biased;
+            _ = cancel.cancelled() => return,
+            listed = listing => listed,
+        };
+        let shards = match listed {
             Ok(Ok(shards)) => shards,
             failed => {
                 let kind = match failed {
@@ -191,7 +196,11 @@ pub(crate) async fn run(
         if !work {
             continue;
         }
-        apply(&shared, &mut discovery, plan).await;
+        tokio::select! {
+            biased;
+            _ = cancel.cancelled() => return,
+            _ = apply(&shared, &mut discovery, plan) => {}
+        }
         // Let the taker pick up the new leases now rather than at its next round.
         shared.rescan.notify_one();
     }

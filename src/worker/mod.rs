@@ -36,6 +36,7 @@
 //! # }
 //! ```
 
+mod bounded;
 mod discoverer;
 mod finish;
 mod grant;
@@ -46,7 +47,6 @@ mod state;
 mod taker;
 
 use std::sync::Arc;
-use std::time::Duration;
 
 use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;
@@ -137,8 +137,13 @@ impl WorkerBuilder {
 
     /// Validates the configuration, creates the missing leases, registers the worker's
     /// membership and starts its tasks.
-    pub async fn start(self) -> Result<Worker, WorkerError> {
+    ///
+    /// Every store call the worker makes, from here on, ends by its deadline (on the worker's
+    /// clock) whether or not the store answers: one that does not is a transient, ambiguous
+    /// failure, as for a store that gives up by itself.
+    pub async fn start(mut self) -> Result<Worker, WorkerError> {
         self.config.validate()?;
+        self.store = Arc::new(bounded::Bounded::new(self.store, Arc::clone(&self.clock)));
         let fail = |source| WorkerError::Store {
             worker: self.id.clone(),
             source,
@@ -174,6 +179,12 @@ impl WorkerBuilder {
         let span = |task: &'static str| tracing::info_span!("shardlease", worker = %self.id, task);
         loops.spawn(
             renewer::run(Arc::clone(&shared), shared.cancel.clone()).instrument(span("renewer")),
+        );
+        // Stops when the worker starts leaving, so that no heartbeat re-creates the membership
+        // record `shutdown` removes.
+        loops.spawn(
+            renewer::heartbeats(Arc::clone(&shared), taker_cancel.clone())
+                .instrument(span("heartbeat")),
         );
         loops.spawn(
             finish::control(Arc::clone(&shared), finished_rx, shared.cancel.clone())
@@ -247,9 +258,6 @@ impl std::fmt::Debug for WorkerMonitor {
     }
 }
 
-/// How often `shutdown` checks whether the application has finished every lease.
-const SHUTDOWN_POLL: Duration = Duration::from_millis(10);
-
 impl Worker {
     /// A builder for a worker `id` over `store`.
     pub fn builder(store: Arc<dyn LeaseStore>, id: WorkerId) -> WorkerBuilder {
@@ -300,6 +308,10 @@ impl Worker {
     /// each one as soon as it is finished (peers take it within one taker round), removes the
     /// membership record and waits for every task. Leases the application does not finish
     /// within `shutdown_timeout` are not released: they expire, so nobody overlaps with it.
+    ///
+    /// Returns within `shutdown_timeout` + `store_timeout` whatever the store does: the
+    /// releases still in flight and the removal of the membership record share that last
+    /// store timeout, and every task stops at once when told to.
     pub async fn shutdown(mut self) {
         self.stopped = true;
         let shared = Arc::clone(&self.shared);
@@ -335,10 +347,7 @@ impl Worker {
                 spawn_finish(&shared, key, finish);
             }
         }
-        while !shared.lock().held.is_empty() && shared.now() < deadline {
-            let poll = shared.now() + SHUTDOWN_POLL;
-            shared.clock.sleep_until(poll).await;
-        }
+        let _ = timeout_at(&*shared.clock, deadline, shared.all_finished()).await;
         let unfinished: Vec<LeaseKey> = shared.lock().held.keys().cloned().collect();
         for key in unfinished {
             shared.lose(
@@ -348,16 +357,18 @@ impl Worker {
             );
         }
         shared.jobs.close();
-        let jobs_deadline = shared.now() + shared.config.store_timeout;
-        let _ = timeout_at(&*shared.clock, jobs_deadline, shared.jobs.wait()).await;
-        let member_deadline = shared.now() + shared.config.store_timeout;
-        if let Err(err) = shared
-            .store
-            .remove_member(&shared.id, None, member_deadline)
-            .await
-        {
-            tracing::warn!(error = %err, "could not remove the membership record; it will expire");
-        }
+        let store_deadline = shared.now().min(deadline) + shared.config.store_timeout;
+        let remove_member = async {
+            let removed = shared
+                .store
+                .remove_member(&shared.id, None, store_deadline)
+                .await;
+            if let Err(err) = removed {
+                tracing::warn!(error = %err, "could not remove the membership record; it will expire");
+            }
+        };
+        let releases = timeout_at(&*shared.clock, store_deadline, shared.jobs.wait());
+        let _ = tokio::join!(releases, remove_member);
         shared.cancel.cancel();
         self.loops.close();
         self.loops.wait().await;

@@ -1,10 +1,15 @@
-//! The renewer: keeps every held lease alive, heartbeats the membership record, and learns
-//! of handoff requests from the renewal answers.
+//! The renewer: keeps every held lease alive and learns of handoff requests from the renewal
+//! answers; and, on a loop of its own, heartbeats the membership record.
+//!
+//! Neither waits on the other, and no renewal waits on another: a renewal still in flight at
+//! the next round is left to finish (by its lease's validity at the latest) and is not sent
+//! twice, so one request the store never answers costs only its own lease.
 
+use std::collections::{HashMap, HashSet};
 use std::sync::Arc;
 
 use tokio::sync::Semaphore;
-use tokio::task::JoinSet;
+use tokio::task::{Id, JoinSet};
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 use tracing::Instrument;
@@ -19,55 +24,80 @@ use crate::store::Outcome;
 
 pub(crate) async fn run(shared: Arc<Shared>, cancel: CancellationToken) {
     let limit = Arc::new(Semaphore::new(shared.config.max_concurrent_renewals));
+    let mut renewals = JoinSet::new();
+    // The lease (in its tenure) each renewal in flight is for.
+    let mut in_flight: HashMap<Id, (LeaseKey, u64)> = HashMap::new();
+    let mut renewing: HashSet<(LeaseKey, u64)> = HashSet::new();
     let mut tick = shared.now();
     loop {
         tokio::select! {
             biased;
             _ = cancel.cancelled() => return,
+            Some(done) = renewals.join_next_with_id() => {
+                let id = match done {
+                    Ok((id, ())) => id,
+                    Err(err) => err.id(),
+                };
+                if let Some(lease) = in_flight.remove(&id) {
+                    renewing.remove(&lease);
+                }
+                continue;
+            }
             _ = shared.clock.sleep_until(tick) => {}
         }
-        // A round that overran its interval delays the next one rather than bunching them.
         tick = tick.max(shared.now()) + shared.config.renew_interval;
-        let round = renew_all(&shared, &limit);
+        let leases: Vec<(LeaseKey, u64, Instant)> = shared
+            .lock()
+            .held
+            .iter()
+            .map(|(key, held)| (key.clone(), held.tenure, held.valid_until))
+            .collect();
+        tracing::debug!(
+            leases = leases.len(),
+            in_flight = in_flight.len(),
+            "renewal round"
+        );
+        for (key, tenure, valid_until) in leases {
+            if !renewing.insert((key.clone(), tenure)) {
+                continue;
+            }
+            let (task_shared, limit) = (Arc::clone(&shared), Arc::clone(&limit));
+            let task_key = key.clone();
+            let handle = renewals.spawn(
+                async move {
+                    let Ok(_permit) = limit.acquire_owned().await else {
+                        return;
+                    };
+                    renew_one(&task_shared, task_key, tenure, valid_until).await;
+                }
+                .in_current_span(),
+            );
+            in_flight.insert(handle.id(), (key, tenure));
+        }
+    }
+}
+
+/// Refreshes the membership record every `renew_interval`, one heartbeat at a time, each
+/// bounded by the next one's start: a heartbeat the store never answers delays nothing else.
+pub(crate) async fn heartbeats(shared: Arc<Shared>, cancel: CancellationToken) {
+    let mut next = shared.now();
+    loop {
         tokio::select! {
             biased;
             _ = cancel.cancelled() => return,
-            _ = round => {}
+            _ = shared.clock.sleep_until(next) => {}
+        }
+        next = next.max(shared.now()) + shared.config.renew_interval;
+        tokio::select! {
+            biased;
+            _ = cancel.cancelled() => return,
+            _ = heartbeat(&shared, next) => {}
         }
     }
 }
 
-async fn renew_all(shared: &Arc<Shared>, limit: &Arc<Semaphore>) {
-    let leases: Vec<(LeaseKey, u64, Instant)> = shared
-        .lock()
-        .held
-        .iter()
-        .map(|(key, held)| (key.clone(), held.tenure, held.valid_until))
-        .collect();
-    tracing::debug!(leases = leases.len(), "renewal round");
-    let mut round = JoinSet::new();
-    {
-        let shared = Arc::clone(shared);
-        round.spawn(async move { heartbeat(&shared).await }.in_current_span());
-    }
-    for (key, tenure, valid_until) in leases {
-        let (shared, limit) = (Arc::clone(shared), Arc::clone(limit));
-        round.spawn(
-            async move {
-                let Ok(_permit) = limit.acquire_owned().await else {
-                    return;
-                };
-                renew_one(&shared, key, tenure, valid_until).await;
-            }
-            .in_current_span(),
-        );
-    }
-    while round.join_next().await.is_some() {}
-}
-
-async fn heartbeat(shared: &Shared) {
+async fn heartbeat(shared: &Shared, deadline: Instant) {
     let capacity = shared.config.published_capacity();
-    let deadline = shared.now() + shared.config.renew_interval;
     if let Err(err) = shared
         .store
         .heartbeat(&shared.id, None, capacity, deadline)

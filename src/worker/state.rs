@@ -76,6 +76,8 @@ pub(crate) struct Shared {
     pub changed: Notify,
     /// Wakes the taker for a round now (the discoverer changed the table).
     pub rescan: Notify,
+    /// Wakes `shutdown` when a lease leaves `held`.
+    released: Notify,
     /// The taker's latest reading of the table, for the discoverer (only published when the
     /// worker has a shard source).
     pub view: watch::Sender<Option<Arc<TableView>>>,
@@ -143,6 +145,7 @@ impl Shared {
             state: Mutex::default(),
             changed: Notify::new(),
             rescan: Notify::new(),
+            released: Notify::new(),
             view: watch::Sender::new(None),
             events: Mutex::new(Some(events)),
             finished,
@@ -358,6 +361,7 @@ impl Shared {
             _ => return None,
         };
         state.held.remove(key);
+        self.released.notify_waiters();
         let count = state.held.len();
         drop(state);
         metrics::held(&self.id, count);
@@ -389,6 +393,7 @@ impl Shared {
             return;
         }
         let held = state.held.remove(key).expect("present");
+        self.released.notify_waiters();
         let count = state.held.len();
         drop(state);
         held.stop.send_replace(Some(StopReason::Lost));
@@ -400,6 +405,21 @@ impl Shared {
         }
         tracing::warn!(lease_key = %key, owner = %self.id, tenure = held.tenure, why, "lease lost");
         self.emit(LeaseEvent::Lost { key: key.clone() });
+    }
+
+    /// Completes once no lease is held here any more (finished, handed over, released or
+    /// lost).
+    pub async fn all_finished(&self) {
+        loop {
+            let released = self.released.notified();
+            tokio::pin!(released);
+            // Registered before the check, so a lease leaving in between still wakes us.
+            released.as_mut().enable();
+            if self.lock().held.is_empty() {
+                return;
+            }
+            released.await;
+        }
     }
 
     /// Tells every grant its lease is lost, without touching the store (the worker is being

@@ -61,15 +61,28 @@ impl Taker {
                 _ = self.shared.rescan.notified() => next_round = self.shared.now(),
             }
             if self.shared.now() < next_round {
-                self.poll_pending().await;
+                tokio::select! {
+                    biased;
+                    _ = cancel.cancelled() => return,
+                    _ = self.poll_pending() => {}
+                }
                 continue;
             }
-            next_round = match self.round().await {
+            let started = self.shared.now();
+            let round = tokio::select! {
+                biased;
+                _ = cancel.cancelled() => return,
+                round = self.round() => round,
+            };
+            next_round = match round {
                 Ok(next) => next,
                 Err(err) => {
                     metrics::store_error(&self.shared.id, "scan");
                     tracing::warn!(error = %err, "taker round failed");
-                    self.shared.now() + config.taker_interval
+                    // Counted from the round's start: a scan nobody answered took up to
+                    // `store_timeout` already, and the next one must not wait for another
+                    // whole interval on top once the store answers again.
+                    (started + config.taker_interval).max(self.shared.now())
                 }
             };
         }

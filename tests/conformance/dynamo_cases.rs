@@ -1,7 +1,9 @@
 //! Cases that only a DynamoDB server can have: table management, malformed items written by
-//! somebody else, 1 MB scan pages, and responses lost on the wire.
+//! somebody else, 1 MB scan pages, responses lost on the wire, and requests a connection
+//! accepts and never answers.
 
 use std::collections::HashMap;
+use std::net::SocketAddr;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -12,6 +14,8 @@ use aws_sdk_dynamodb::types::{
 use shardlease::store::dynamodb::{schema, DynamoConfig};
 use shardlease::store::{LeaseStore, Outcome, StoreError};
 use shardlease::{LeaseKey, NewLease, WorkerId};
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::{TcpListener, TcpStream};
 use tokio::time::Instant;
 
 use super::dynamo::{unique_table, Emulator};
@@ -39,6 +43,9 @@ macro_rules! dynamo_suite {
             an_ambiguous_error_is_recoverable_with_a_read,
             a_take_whose_answer_was_lost_is_ours_though_a_handoff_was_requested_since,
             an_unreachable_endpoint_is_a_retryable_error,
+            a_request_nobody_answers_ends_at_its_deadline_as_ambiguous,
+            the_read_after_a_failed_condition_cannot_hang,
+            table_setup_against_a_server_that_never_answers_gives_up_in_time,
         );
     };
     (@cases $emulator:expr; $($case:ident),* $(,)?) => {
@@ -446,4 +453,242 @@ pub async fn an_unreachable_endpoint_is_a_retryable_error(_emulator: &Emulator, 
     .unwrap_err();
     assert!(err.is_retryable(), "{err:?}");
     assert!(started.elapsed() < Duration::from_secs(10));
+}
+
+/// What a [`HoldingProxy`] does with the requests it is sent.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Hold {
+    /// Passes everything on.
+    Nothing,
+    /// Swallows every request from now on: accepted, never answered (a half-open connection).
+    Everything,
+    /// Swallows the rest of a connection once a request for this operation (its
+    /// `X-Amz-Target`, e.g. `GetItem`) goes through it.
+    Operation(&'static str),
+}
+
+/// A TCP proxy in front of the emulator that can stop answering, the way a connection whose
+/// far end went away (or a stalled load balancer) does: requests are accepted and never
+/// answered, and nothing fails on its own.
+struct HoldingProxy {
+    addr: SocketAddr,
+    hold: Arc<Mutex<Hold>>,
+}
+
+impl HoldingProxy {
+    /// A proxy to `upstream` (`None`: nothing behind it, every request is held).
+    async fn start(upstream: Option<SocketAddr>) -> Self {
+        let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = listener.local_addr().unwrap();
+        let initial = if upstream.is_some() {
+            Hold::Nothing
+        } else {
+            Hold::Everything
+        };
+        let hold = Arc::new(Mutex::new(initial));
+        let shared = Arc::clone(&hold);
+        tokio::spawn(async move {
+            while let Ok((client, _)) = listener.accept().await {
+                tokio::spawn(relay(client, upstream, Arc::clone(&shared)));
+            }
+        });
+        Self { addr, hold }
+    }
+
+    /// For an emulator's endpoint (`http://127.0.0.1:port`).
+    async fn before(emulator: &Emulator) -> Self {
+        let authority = emulator
+            .endpoint
+            .trim_start_matches("http://")
+            .trim_end_matches('/');
+        Self::start(Some(authority.parse().expect("an http://ip:port endpoint"))).await
+    }
+
+    fn set(&self, hold: Hold) {
+        *self.hold.lock().unwrap() = hold;
+    }
+
+    fn emulator(&self) -> Emulator {
+        Emulator {
+            name: "holding proxy",
+            endpoint: format!("http://{}", self.addr),
+        }
+    }
+}
+
+async fn relay(client: TcpStream, upstream: Option<SocketAddr>, hold: Arc<Mutex<Hold>>) {
+    let (mut from_client, mut to_client) = client.into_split();
+    let server = match upstream {
+        Some(addr) => TcpStream::connect(addr).await.ok(),
+        None => None,
+    };
+    let Some(server) = server else {
+        // Nothing behind: read and swallow until the client gives up.
+        let mut buf = [0u8; 8192];
+        while matches!(from_client.read(&mut buf).await, Ok(n) if n > 0) {}
+        return;
+    };
+    let (mut from_server, mut to_server) = server.into_split();
+    let up = async move {
+        let mut buf = [0u8; 64 * 1024];
+        let mut held = false;
+        loop {
+            let n = match from_client.read(&mut buf).await {
+                Ok(0) | Err(_) => return,
+                Ok(n) => n,
+            };
+            let chunk = &buf[..n];
+            held |= match *hold.lock().unwrap() {
+                Hold::Nothing => false,
+                Hold::Everything => true,
+                Hold::Operation(op) => {
+                    let target = format!("DynamoDB_20120810.{op}");
+                    chunk
+                        .windows(target.len())
+                        .any(|w| w.eq_ignore_ascii_case(target.as_bytes()))
+                }
+            };
+            if !held && to_server.write_all(chunk).await.is_err() {
+                return;
+            }
+        }
+    };
+    let down = async move {
+        let _ = tokio::io::copy(&mut from_server, &mut to_client).await;
+    };
+    tokio::join!(up, down);
+}
+
+/// Fails the test instead of hanging it when a call does not return.
+async fn must_return<T>(what: &str, call: impl std::future::Future<Output = T>) -> T {
+    tokio::time::timeout(Duration::from_secs(30), call)
+        .await
+        .unwrap_or_else(|_| panic!("{what} did not return within 30 s: it hangs"))
+}
+
+fn is_unanswered(err: &StoreError, op: &str) -> bool {
+    matches!(err, StoreError::Transient { operation, ambiguous: true, .. } if *operation == op)
+}
+
+/// Small attempt timeouts, so that the cases run in a second or two.
+fn quick_config(test: &str) -> DynamoConfig {
+    let mut config = DynamoConfig::new(unique_table(test));
+    config.retry.attempt_timeout = Duration::from_millis(300);
+    config
+}
+
+/// The margin past a deadline a call may take to return on a loaded test machine.
+const LATE: Duration = Duration::from_millis(500);
+
+pub async fn a_request_nobody_answers_ends_at_its_deadline_as_ambiguous(
+    emulator: &Emulator,
+    test: &str,
+) {
+    let proxy = HoldingProxy::before(emulator).await;
+    let store = proxy.emulator().store(quick_config(test)).await;
+    let me = WorkerId::new("me").unwrap();
+    let lease = store
+        .create(NewLease::new(key("a")), deadline())
+        .await
+        .unwrap()
+        .done()
+        .unwrap();
+    let taken = store
+        .take(&lease.key, &me, lease.counter, deadline())
+        .await
+        .unwrap()
+        .done()
+        .unwrap();
+    proxy.set(Hold::Everything);
+    let k = &lease.key;
+    let t = taken.tenure;
+    let budget = Duration::from_secs(1);
+    macro_rules! unanswered {
+        ($op:literal, $deadline:ident => $call:expr) => {{
+            let $deadline = Instant::now() + budget;
+            let result = must_return($op, $call).await;
+            let late = Instant::now().saturating_duration_since($deadline);
+            match result {
+                Err(err) => assert!(is_unanswered(&err, $op), "{}: {err:?}", $op),
+                Ok(answer) => panic!("{}: answered through a held connection: {answer:?}", $op),
+            }
+            assert!(late < LATE, "{} returned {late:?} after its deadline", $op);
+        }};
+    }
+    unanswered!("get", d => store.get(k, d));
+    unanswered!("scan", d => store.list_page(None, d));
+    unanswered!("renew", d => store.renew(k, &me, t, None, d));
+    unanswered!("checkpoint", d => store.checkpoint(k, &me, t, "7", d));
+    unanswered!("take", d => store.take(k, &me, taken.counter, d));
+    unanswered!("request_handoff", d => store.request_handoff(k, &me, t, &me, d));
+    unanswered!("complete_handoff", d => store.complete_handoff(k, &me, t, &me, d));
+    unanswered!("release", d => store.release(k, &me, t, d));
+    unanswered!("delete", d => store.delete(k, taken.counter, t, d));
+    unanswered!("create", d => store.create(NewLease::new(key("b")), d));
+    unanswered!("heartbeat", d => store.heartbeat(&me, None, None, d));
+    unanswered!("remove_member", d => store.remove_member(&me, None, d));
+
+    // Once the network answers again, so does the store.
+    proxy.set(Hold::Nothing);
+    let renewed = store.renew(k, &me, t, None, deadline()).await.unwrap();
+    assert!(renewed.is_done(), "{renewed:?}");
+}
+
+pub async fn the_read_after_a_failed_condition_cannot_hang(emulator: &Emulator, test: &str) {
+    let proxy = HoldingProxy::before(emulator).await;
+    let store = proxy.emulator().store(quick_config(test)).await;
+    let (me, other) = (
+        WorkerId::new("me").unwrap(),
+        WorkerId::new("other").unwrap(),
+    );
+    let lease = store
+        .create(NewLease::new(key("a")), deadline())
+        .await
+        .unwrap()
+        .done()
+        .unwrap();
+    let taken = store
+        .take(&lease.key, &other, lease.counter, deadline())
+        .await
+        .unwrap()
+        .done()
+        .unwrap();
+    // A renewal by the wrong owner fails its condition; where the server does not return the
+    // item (dynalite), the store reads it, and that read is never answered.
+    proxy.set(Hold::Operation("GetItem"));
+    let deadline = Instant::now() + Duration::from_secs(1);
+    let result = must_return(
+        "renew",
+        store.renew(&lease.key, &me, taken.tenure, None, deadline),
+    )
+    .await;
+    let late = Instant::now().saturating_duration_since(deadline);
+    match result {
+        // The server returned the current item with the refusal: no read was needed.
+        Ok(Outcome::LostRace { current }) => {
+            assert_eq!(current.and_then(|l| l.owner), Some(other));
+        }
+        Err(err) => assert!(is_unanswered(&err, "renew"), "{err:?}"),
+        Ok(done) => panic!("a renewal by the wrong owner landed: {done:?}"),
+    }
+    assert!(late < LATE, "renew returned {late:?} after its deadline");
+}
+
+pub async fn table_setup_against_a_server_that_never_answers_gives_up_in_time(
+    _emulator: &Emulator,
+    test: &str,
+) {
+    let proxy = HoldingProxy::start(None).await;
+    let mut config = quick_config(test);
+    config.active_timeout = Duration::from_secs(2);
+    let started = Instant::now();
+    let err = must_return(
+        "connect",
+        shardlease::store::dynamodb::DynamoStore::connect(proxy.emulator().client(), config),
+    )
+    .await
+    .unwrap_err();
+    assert!(is_unanswered(&err, "describe_table"), "{err:?}");
+    let took = started.elapsed();
+    assert!(took < Duration::from_secs(2) + LATE, "setup took {took:?}");
 }

@@ -264,7 +264,7 @@ impl SimStore {
         }
         let landed: Mutex<Option<T>> = Mutex::new(None);
         self.retry
-            .run(deadline, |_| async {
+            .run(operation, key, deadline, |_| async {
                 // A stalled worker sends nothing until it goes on.
                 let stalled = *self.link.paused_until.lock().unwrap();
                 if let Some(until) = stalled.filter(|u| *u > Instant::now()) {
@@ -322,9 +322,13 @@ impl SimStore {
                         u.wcu += size.div_ceil(1024).max(1) as u64;
                     }
                 });
+                if kind == Kind::Write {
+                    // Applied: a retry (after a lost answer, or after the attempt timed out
+                    // while the answer was on its way) recognises it, as the backend does.
+                    *landed.lock().unwrap() = Some(answer.clone());
+                }
                 let lost = kind == Kind::Write && self.draw() < self.net.faults.ambiguous;
                 if lost {
-                    *landed.lock().unwrap() = Some(answer);
                     self.net.count(|u| u.failed += 1);
                     self.answer_at(sent + latency, deadline).await;
                     return Err(fail(true));

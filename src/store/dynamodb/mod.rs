@@ -16,6 +16,7 @@ use std::time::Duration;
 
 use async_trait::async_trait;
 use aws_sdk_dynamodb::config::retry::RetryConfig;
+use aws_sdk_dynamodb::config::timeout::TimeoutConfig;
 use aws_sdk_dynamodb::operation::delete_item::DeleteItemError;
 use aws_sdk_dynamodb::operation::put_item::PutItemError;
 use aws_sdk_dynamodb::operation::update_item::UpdateItemError;
@@ -56,10 +57,12 @@ pub struct DynamoConfig {
     pub tags: Vec<(String, String)>,
     /// Deletion protection of a table the store creates. Default: `false`.
     pub deletion_protection: bool,
-    /// How long to wait for the table to become ACTIVE. Default: 60 s (a new on-demand table
-    /// usually takes a few seconds).
+    /// How long [`DynamoStore::connect`] may take to find or create the table and see it
+    /// ACTIVE, retries of throttled and transient failures included. Default: 60 s (a new
+    /// on-demand table usually takes a few seconds).
     pub active_timeout: Duration,
-    /// Retries of throttled and transient failures. Default: [`RetryPolicy::default`].
+    /// Retries of throttled and transient failures, and the timeout of each attempt, for
+    /// every request (table setup included). Default: [`RetryPolicy::default`].
     pub retry: RetryPolicy,
     /// Items per listing page. Default: `None`, DynamoDB's own 1 MB pages.
     pub page_limit: Option<u32>,
@@ -129,18 +132,36 @@ impl DynamoStore {
     }
 
     /// Uses `client` (endpoint, region and credentials are the client's), then creates the
-    /// table if allowed and missing, checks its key schema and waits until it is ACTIVE.
+    /// table if allowed and missing, checks its key schema and waits until it is ACTIVE
+    /// (each request retried by the [`RetryPolicy`], all within
+    /// [`active_timeout`](DynamoConfig::active_timeout)).
     ///
     /// The SDK's own retries are turned off on a copy of the client: the store retries by its
     /// [`RetryPolicy`], within each call's deadline, and must see every lost response to
-    /// recognise its own writes.
+    /// recognise its own writes. The copy's attempt timeout is the policy's
+    /// [`attempt_timeout`](RetryPolicy::attempt_timeout) (or the client's own, if shorter), so
+    /// a timeout the SDK notices itself ends an attempt at the same moment and is classified
+    /// the same way: transient and ambiguous. The store also bounds each attempt itself, the
+    /// read that follows a failed condition included.
     pub async fn connect(client: Client, config: DynamoConfig) -> StoreResult<Self> {
         config.validate()?;
+        let attempt_timeout = client
+            .config()
+            .timeout_config()
+            .and_then(|t| t.operation_attempt_timeout())
+            .map_or(config.retry.attempt_timeout, |own| {
+                own.min(config.retry.attempt_timeout)
+            });
         let client = Client::from_conf(
             client
                 .config()
                 .to_builder()
                 .retry_config(RetryConfig::disabled())
+                .timeout_config(
+                    TimeoutConfig::builder()
+                        .operation_attempt_timeout(attempt_timeout)
+                        .build(),
+                )
                 .build(),
         );
         table::ensure_table(&client, &config).await?;
@@ -212,7 +233,7 @@ impl DynamoStore {
         values.insert(":now".into(), schema::s(now()));
         self.config
             .retry
-            .run(deadline, |_| async {
+            .run(op, key, deadline, |_| async {
                 let sent = self
                     .client
                     .update_item()
@@ -317,7 +338,7 @@ impl LeaseStore for DynamoStore {
         let item = schema::encode_lease(&lease, &token, &now());
         self.config
             .retry
-            .run(deadline, |_| async {
+            .run("create", key, deadline, |_| async {
                 let sent = self
                     .client
                     .put_item()
@@ -347,7 +368,9 @@ impl LeaseStore for DynamoStore {
         let item = self
             .config
             .retry
-            .run(deadline, |_| self.get_item("get", key.as_str()))
+            .run("get", key.as_str(), deadline, |_| {
+                self.get_item("get", key.as_str())
+            })
             .await?;
         item.map(|item| schema::decode_lease(&item).map(|(lease, _)| lease))
             .transpose()
@@ -358,7 +381,7 @@ impl LeaseStore for DynamoStore {
         let out = self
             .config
             .retry
-            .run(deadline, |_| {
+            .run("scan", table, deadline, |_| {
                 let request = self
                     .client
                     .scan()
@@ -628,7 +651,7 @@ impl DynamoStore {
         let values = (!values.is_empty()).then_some(values);
         self.config
             .retry
-            .run(deadline, |_| async {
+            .run(op, key, deadline, |_| async {
                 let sent = self
                     .client
                     .delete_item()

@@ -1,4 +1,7 @@
-//! Creating, validating and waiting for the lease table.
+//! Creating, validating and waiting for the lease table. Every request is retried on
+//! throttling and transient failures, each attempt bounded, as the store's own requests are
+//! (see [`RetryPolicy`](crate::store::RetryPolicy)), all within
+//! [`active_timeout`](super::DynamoConfig::active_timeout).
 
 use std::time::Duration;
 
@@ -20,9 +23,11 @@ const POLL: Duration = Duration::from_millis(200);
 /// Makes sure the lease table exists, has our key schema, and is ACTIVE.
 pub(super) async fn ensure_table(client: &Client, config: &DynamoConfig) -> StoreResult<()> {
     let table = &config.table_name;
-    let description = match describe(client, table).await? {
+    let start = Instant::now();
+    let deadline = start + config.active_timeout;
+    let description = match describe(client, config, deadline).await? {
         Some(description) => description,
-        None if config.create_if_missing => create(client, config).await?,
+        None if config.create_if_missing => create(client, config, deadline).await?,
         None => {
             return Err(StoreError::TableNotFound {
                 table: table.clone(),
@@ -30,24 +35,38 @@ pub(super) async fn ensure_table(client: &Client, config: &DynamoConfig) -> Stor
         }
     };
     check_key_schema(table, &description)?;
-    wait_active(client, table, description, config.active_timeout).await
+    wait_active(client, config, description, start).await
 }
 
-async fn describe(client: &Client, table: &str) -> StoreResult<Option<TableDescription>> {
-    match client.describe_table().table_name(table).send().await {
-        Ok(out) => Ok(out.table),
-        Err(err)
-            if err
-                .as_service_error()
-                .is_some_and(|e| e.is_resource_not_found_exception()) =>
-        {
-            Ok(None)
-        }
-        Err(err) => Err(classify("describe_table", table, err)),
-    }
+async fn describe(
+    client: &Client,
+    config: &DynamoConfig,
+    deadline: Instant,
+) -> StoreResult<Option<TableDescription>> {
+    let table = config.table_name.as_str();
+    config
+        .retry
+        .run("describe_table", table, deadline, |_| async {
+            match client.describe_table().table_name(table).send().await {
+                Ok(out) => Ok(out.table),
+                Err(err)
+                    if err
+                        .as_service_error()
+                        .is_some_and(|e| e.is_resource_not_found_exception()) =>
+                {
+                    Ok(None)
+                }
+                Err(err) => Err(classify("describe_table", table, err)),
+            }
+        })
+        .await
 }
 
-async fn create(client: &Client, config: &DynamoConfig) -> StoreResult<TableDescription> {
+async fn create(
+    client: &Client,
+    config: &DynamoConfig,
+    deadline: Instant,
+) -> StoreResult<TableDescription> {
     let table = &config.table_name;
     let build = |e: aws_sdk_dynamodb::error::BuildError| StoreError::InvalidConfig(e.to_string());
     let mut request = client
@@ -90,26 +109,36 @@ async fn create(client: &Client, config: &DynamoConfig) -> StoreResult<TableDesc
         );
     }
     tracing::info!(table = %table, "creating lease table");
-    match request.send().await {
-        Ok(out) => out
-            .table_description
-            .ok_or_else(|| StoreError::SchemaMismatch {
-                table: table.clone(),
-                detail: "CreateTable returned no table description".into(),
-            }),
-        // Another worker created it first: use theirs.
-        Err(err)
-            if err
-                .as_service_error()
-                .is_some_and(|e| e.is_resource_in_use_exception()) =>
-        {
-            describe(client, table)
+    let created = config
+        .retry
+        .run("create_table", table, deadline, |_| {
+            let request = request.clone();
+            async move {
+                match request.send().await {
+                    Ok(out) => Ok(out.table_description),
+                    // Another worker created it first, or an earlier attempt whose answer was
+                    // lost did: use the table as it is.
+                    Err(err)
+                        if err
+                            .as_service_error()
+                            .is_some_and(|e| e.is_resource_in_use_exception()) =>
+                    {
+                        Ok(None)
+                    }
+                    Err(err) => Err(classify("create_table", table, err)),
+                }
+            }
+        })
+        .await?;
+    match created {
+        Some(description) => Ok(description),
+        None => {
+            describe(client, config, deadline)
                 .await?
                 .ok_or_else(|| StoreError::TableNotFound {
                     table: table.clone(),
                 })
         }
-        Err(err) => Err(classify("create_table", table, err)),
     }
 }
 
@@ -145,17 +174,18 @@ fn check_key_schema(table: &str, description: &TableDescription) -> StoreResult<
 
 async fn wait_active(
     client: &Client,
-    table: &str,
+    config: &DynamoConfig,
     mut description: TableDescription,
-    timeout: Duration,
+    start: Instant,
 ) -> StoreResult<()> {
-    let start = Instant::now();
+    let table = config.table_name.as_str();
+    let deadline = start + config.active_timeout;
     loop {
         let status = description.table_status().cloned();
         if status == Some(TableStatus::Active) {
             return Ok(());
         }
-        if start.elapsed() >= timeout {
+        if Instant::now() + POLL >= deadline {
             return Err(StoreError::TableNotActive {
                 table: table.to_owned(),
                 status: status.map_or("UNKNOWN".into(), |s| s.as_str().to_owned()),
@@ -168,10 +198,11 @@ async fn wait_active(
             "waiting for the lease table to become ACTIVE"
         );
         tokio::time::sleep(POLL).await;
-        description = describe(client, table)
-            .await?
-            .ok_or_else(|| StoreError::TableNotFound {
-                table: table.to_owned(),
-            })?;
+        description =
+            describe(client, config, deadline)
+                .await?
+                .ok_or_else(|| StoreError::TableNotFound {
+                    table: table.to_owned(),
+                })?;
     }
 }
