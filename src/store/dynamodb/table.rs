@@ -2,6 +2,9 @@
 
 use std::time::Duration;
 
+use aws_sdk_dynamodb::config::http::HttpResponse;
+use aws_sdk_dynamodb::error::SdkError;
+use aws_sdk_dynamodb::operation::describe_table::{DescribeTableError, DescribeTableOutput};
 use aws_sdk_dynamodb::types::{
     AttributeDefinition, BillingMode, KeySchemaElement, KeyType, ProvisionedThroughput,
     ScalarAttributeType, TableDescription, TableStatus, Tag,
@@ -12,15 +15,28 @@ use tokio::time::Instant;
 use super::classify::classify;
 use super::schema::KEY;
 use super::{Billing, DynamoConfig};
-use crate::store::{StoreError, StoreResult};
+use crate::store::sdk::EndpointRecorder;
+use crate::store::{Misconfiguration, StoreError, StoreResult};
 
 /// How often the table status is polled while waiting for ACTIVE.
 const POLL: Duration = Duration::from_millis(200);
 
 /// Makes sure the lease table exists, has our key schema, and is ACTIVE.
+///
+/// A client without a region, without credentials, or pointed at an endpoint where nothing
+/// listens fails here at once with an error that says so ([`StoreError::Misconfigured`],
+/// [`StoreError::Unreachable`] naming the endpoint): at startup these are configuration
+/// errors, not a passing failure to wait out.
 pub(super) async fn ensure_table(client: &Client, config: &DynamoConfig) -> StoreResult<()> {
     let table = &config.table_name;
-    let description = match describe(client, table).await? {
+    if client.config().region().is_none() {
+        return Err(StoreError::Misconfigured {
+            operation: "describe_table",
+            problem: Misconfiguration::NoRegion,
+            source: None,
+        });
+    }
+    let description = match first_describe(client, table).await? {
         Some(description) => description,
         None if config.create_if_missing => create(client, config).await?,
         None => {
@@ -33,8 +49,37 @@ pub(super) async fn ensure_table(client: &Client, config: &DynamoConfig) -> Stor
     wait_active(client, table, description, config.active_timeout).await
 }
 
+/// The first request of a store: a `DescribeTable` that names the endpoint if nothing listens
+/// there.
+async fn first_describe(client: &Client, table: &str) -> StoreResult<Option<TableDescription>> {
+    let recorder = EndpointRecorder::default();
+    let sent = client
+        .describe_table()
+        .table_name(table)
+        .customize()
+        .interceptor(recorder.clone())
+        .send()
+        .await;
+    described(table, sent).map_err(|mut err| {
+        if let StoreError::Unreachable { endpoint, .. } = &mut err {
+            *endpoint = recorder.endpoint_or(endpoint);
+        }
+        err
+    })
+}
+
 async fn describe(client: &Client, table: &str) -> StoreResult<Option<TableDescription>> {
-    match client.describe_table().table_name(table).send().await {
+    described(
+        table,
+        client.describe_table().table_name(table).send().await,
+    )
+}
+
+fn described(
+    table: &str,
+    sent: Result<DescribeTableOutput, SdkError<DescribeTableError, HttpResponse>>,
+) -> StoreResult<Option<TableDescription>> {
+    match sent {
         Ok(out) => Ok(out.table),
         Err(err)
             if err
