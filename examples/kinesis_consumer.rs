@@ -25,9 +25,17 @@
 //! - `--create-shards N`: create the stream with N shards if it does not exist.
 //! - `--produce-per-sec N`: also write N records a second (keys `key-0`..`key-15`), to have
 //!   something to watch.
+//!
+//! Ctrl-C or SIGTERM leaves gracefully (every processor is asked to checkpoint, leases are
+//! released). The library's log goes to stderr (`RUST_LOG`, default `info`); an error that
+//! stops the process (a stream that does not exist, no region or credentials, nothing
+//! listening at an endpoint) is printed as one line.
+
+mod common;
 
 use std::fs::OpenOptions;
 use std::io::Write;
+use std::process::ExitCode;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
@@ -41,7 +49,7 @@ use shardlease::store::dynamodb::{DynamoConfig, DynamoStore};
 use shardlease::worker::StopReason;
 use shardlease::{LeaseKey, WorkerConfig, WorkerId};
 
-type Error = Box<dyn std::error::Error + Send + Sync>;
+use common::Error;
 
 const USAGE: &str = "usage: kinesis_consumer --stream NAME [--worker-id ID] [--table NAME] \
 [--kinesis-endpoint URL] [--dynamodb-endpoint URL] [--initial-position trim-horizon|latest] \
@@ -151,7 +159,7 @@ impl EventLog {
         line.push_str("}\n");
         let mut file = file.lock().unwrap_or_else(|e| e.into_inner());
         if let Err(err) = file.write_all(line.as_bytes()) {
-            eprintln!("cannot write the events log: {err}");
+            tracing::warn!(error = %err, "cannot write the events log");
         }
     }
 
@@ -290,7 +298,7 @@ async fn produce(client: aws_sdk_kinesis::Client, stream: String, per_sec: u32) 
             .send()
             .await;
         if let Err(err) = put {
-            eprintln!("produce: {err}");
+            tracing::warn!(error = %common::chain(&err), "produce failed");
         }
         n += 1;
         tokio::time::sleep(gap).await;
@@ -298,14 +306,19 @@ async fn produce(client: aws_sdk_kinesis::Client, stream: String, per_sec: u32) 
 }
 
 #[tokio::main]
-async fn main() -> Result<(), Error> {
+async fn main() -> ExitCode {
     let args = match parse_args() {
         Ok(args) => args,
         Err(message) => {
             eprintln!("{message}");
-            std::process::exit(2);
+            return ExitCode::from(2);
         }
     };
+    common::init_tracing("info");
+    common::exit(run(args).await)
+}
+
+async fn run(args: Args) -> Result<(), Error> {
     let worker = args.worker_id.clone().unwrap_or_else(|| {
         let host = std::env::var("HOSTNAME").unwrap_or_else(|_| "host".into());
         format!("{host}-{}", std::process::id())
@@ -367,14 +380,14 @@ async fn main() -> Result<(), Error> {
     .start()
     .await?;
     println!(
-        "[{worker}] consuming {}; Ctrl-C to leave gracefully",
+        "[{worker}] consuming {}; Ctrl-C or SIGTERM to leave gracefully",
         args.stream
     );
     if args.produce_per_sec > 0 {
         tokio::spawn(produce(kinesis, args.stream.clone(), args.produce_per_sec));
     }
-    tokio::signal::ctrl_c().await?;
-    println!("[{worker}] leaving");
+    let signal = common::shutdown_signal().await?;
+    println!("[{worker}] {signal}: leaving");
     consumer.shutdown().await;
     Ok(())
 }

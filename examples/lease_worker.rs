@@ -7,23 +7,29 @@
 //! ```
 //!
 //! The application "processes" a lease until it is told to stop, then checkpoints once and
-//! finishes. Ctrl-C (SIGINT) or SIGTERM leaves gracefully.
+//! finishes; the checkpoint's result is logged (and written to the events log). Ctrl-C
+//! (SIGINT) or SIGTERM leaves gracefully: every lease is checkpointed and released, and the
+//! process exits 0. The library's log goes to stderr (`RUST_LOG`, default `info`); an error
+//! that stops the process is printed as one line.
 //!
 //! Options: `--id ID` (default: host and pid), `--table NAME` (default `shardlease-demo`),
 //! `--endpoint URL` (default: the AWS chain, or `AWS_ENDPOINT_URL`), `--shards N` (create
 //! `shard-0000`.. if missing), `--lease-secs S` (default 10), `--events-log PATH` (append
-//! `{"ts_unix_nanos":..,"worker":..,"lease":..,"event":..}` per event).
+//! `{"ts_unix_nanos":..,"worker":..,"lease":..,"event":..}` per event: acquired, stopped,
+//! handed_off, released, lost, and checkpointed or checkpoint_failed with an `error`).
+
+mod common;
 
 use std::fs::OpenOptions;
 use std::io::Write;
+use std::process::ExitCode;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
+use common::Error;
 use shardlease::store::dynamodb::{DynamoConfig, DynamoStore};
-use shardlease::worker::{LeaseEvent, StopReason, Worker};
+use shardlease::worker::{LeaseEvent, LeaseGrant, StopReason, Worker};
 use shardlease::{LeaseKey, WorkerConfig, WorkerId};
-
-type Error = Box<dyn std::error::Error + Send + Sync>;
 
 struct Args {
     id: String,
@@ -87,31 +93,85 @@ struct EventLog {
 
 impl EventLog {
     fn write(&self, lease: &LeaseKey, event: &str) {
-        println!("{} {event} {lease}", self.worker);
+        self.write_with(lease, event, None);
+    }
+
+    /// Writes the event, with an `error` field when given.
+    fn write_with(&self, lease: &LeaseKey, event: &str, error: Option<&str>) {
+        match error {
+            Some(error) => println!("{} {event} {lease}: {error}", self.worker),
+            None => println!("{} {event} {lease}", self.worker),
+        }
         let Some(file) = &self.file else {
             return;
         };
         let nanos = SystemTime::now()
             .duration_since(UNIX_EPOCH)
             .map_or(0, |d| d.as_nanos());
+        let error = error.map_or(String::new(), |e| format!(",\"error\":{}", json_string(e)));
         let line = format!(
-            "{{\"ts_unix_nanos\":{nanos},\"worker\":{:?},\"lease\":{:?},\"event\":{event:?}}}\n",
-            self.worker,
-            lease.as_str()
+            "{{\"ts_unix_nanos\":{nanos},\"worker\":{},\"lease\":{},\"event\":{}{error}}}\n",
+            json_string(&self.worker),
+            json_string(lease.as_str()),
+            json_string(event)
         );
-        let _ = file.lock().unwrap().write_all(line.as_bytes());
+        let mut file = file.lock().unwrap_or_else(|e| e.into_inner());
+        if let Err(err) = file.write_all(line.as_bytes()) {
+            tracing::warn!(error = %err, "cannot write the events log");
+        }
     }
 }
 
+fn json_string(value: &str) -> String {
+    let mut out = String::with_capacity(value.len() + 2);
+    out.push('"');
+    for c in value.chars() {
+        match c {
+            '"' => out.push_str("\\\""),
+            '\\' => out.push_str("\\\\"),
+            c if (c as u32) < 0x20 => out.push_str(&format!("\\u{:04x}", c as u32)),
+            c => out.push(c),
+        }
+    }
+    out.push('"');
+    out
+}
+
+/// The application's part of a lease: wait until it must stop; unless it was lost,
+/// checkpoint and log the result; let the lease go.
+async fn process(mut grant: LeaseGrant, log: EventLog) {
+    let reason = grant.stopped().await;
+    if reason != StopReason::Lost {
+        match grant.checkpoint_at("done").await {
+            Ok(()) => {
+                tracing::info!(lease_key = %grant.key(), "checkpointed");
+                log.write(grant.key(), "checkpointed");
+            }
+            Err(err) => {
+                let error = common::chain(&err);
+                tracing::warn!(lease_key = %grant.key(), %error, "checkpoint failed");
+                log.write_with(grant.key(), "checkpoint_failed", Some(&error));
+            }
+        }
+    }
+    log.write(grant.key(), "stopped");
+    grant.finish();
+}
+
 #[tokio::main]
-async fn main() -> Result<(), Error> {
+async fn main() -> ExitCode {
     let args = match parse_args() {
         Ok(args) => args,
         Err(message) => {
             eprintln!("{message}");
-            std::process::exit(2);
+            return ExitCode::from(2);
         }
     };
+    common::init_tracing("info");
+    common::exit(run(args).await)
+}
+
+async fn run(args: Args) -> Result<(), Error> {
     let aws = aws_config::load_from_env().await;
     let mut dynamo = aws_sdk_dynamodb::config::Builder::from(&aws);
     if let Some(endpoint) = &args.endpoint {
@@ -138,22 +198,16 @@ async fn main() -> Result<(), Error> {
         worker: args.id.clone(),
         file,
     };
-    let mut events = worker.take_events().expect("first call");
+    let mut events = worker
+        .take_events()
+        .ok_or("the event stream is taken once")?;
     let app_log = log.clone();
     let app = tokio::spawn(async move {
         while let Some(event) = events.recv().await {
             match event {
-                LeaseEvent::Acquired(mut grant) => {
-                    let log = app_log.clone();
-                    log.write(grant.key(), "acquired");
-                    tokio::spawn(async move {
-                        let reason = grant.stopped().await;
-                        if reason != StopReason::Lost {
-                            let _ = grant.checkpoint_at("done").await;
-                        }
-                        log.write(grant.key(), "stopped");
-                        grant.finish();
-                    });
+                LeaseEvent::Acquired(grant) => {
+                    app_log.write(grant.key(), "acquired");
+                    tokio::spawn(process(grant, app_log.clone()));
                 }
                 LeaseEvent::HandedOff { key, .. } => app_log.write(&key, "handed_off"),
                 LeaseEvent::Released { key } => app_log.write(&key, "released"),
@@ -162,12 +216,8 @@ async fn main() -> Result<(), Error> {
             }
         }
     });
-    let mut term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())?;
-    tokio::select! {
-        _ = tokio::signal::ctrl_c() => {}
-        _ = term.recv() => {}
-    }
-    eprintln!("{}: leaving", args.id);
+    let signal = common::shutdown_signal().await?;
+    tracing::info!(worker = %args.id, signal, "leaving gracefully");
     worker.shutdown().await;
     let _ = app.await;
     Ok(())

@@ -2,19 +2,24 @@
 //! a 2 s lease: workers join (leases are handed over gracefully), one crashes (its leases are
 //! taken once they expire), one leaves (its leases are released and taken at once).
 //!
-//! Run: `cargo run --example quickstart` (about 25 s).
+//! Run: `cargo run --example quickstart` (about 25 s). Ctrl-C or SIGTERM ends it early,
+//! gracefully (every worker checkpoints and releases its leases). `RUST_LOG=shardlease=info`
+//! shows the library's own log (default: warnings only).
+
+mod common;
 
 use std::collections::BTreeMap;
+use std::process::ExitCode;
 use std::sync::Arc;
 use std::time::Duration;
+
+use common::Error;
 
 use shardlease::store::memory::InMemoryStore;
 use shardlease::store::LeaseStore;
 use shardlease::worker::{LeaseEvent, StopReason, Worker};
 use shardlease::{LeaseKey, WorkerConfig, WorkerId};
 use tokio::time::{sleep, Instant};
-
-type Error = Box<dyn std::error::Error>;
 
 /// Starts a worker whose "application" prints what happens to its leases, pretends to
 /// process records, and checkpoints before it lets a lease go.
@@ -97,41 +102,62 @@ async fn settle(workers: &BTreeMap<&str, Worker>, shards: usize) {
 }
 
 #[tokio::main]
-async fn main() -> Result<(), Error> {
+async fn main() -> ExitCode {
+    common::init_tracing("warn");
+    common::exit(run().await)
+}
+
+/// The story, cut short by Ctrl-C or SIGTERM: the workers still running then leave
+/// gracefully.
+async fn run() -> Result<(), Error> {
     let started = Instant::now();
+    let mut workers = BTreeMap::new();
+    let told = tokio::select! {
+        told = story(&mut workers, started) => told,
+        signal = common::shutdown_signal() => {
+            println!("\n{}: the remaining workers leave gracefully", signal?);
+            Ok(())
+        }
+    };
+    for worker in std::mem::take(&mut workers).into_values() {
+        worker.shutdown().await;
+    }
+    told?;
+    println!("done in {:.1}s", started.elapsed().as_secs_f64());
+    Ok(())
+}
+
+async fn story(
+    workers: &mut BTreeMap<&'static str, Worker>,
+    started: Instant,
+) -> Result<(), Error> {
     let store = Arc::new(InMemoryStore::new());
     let shards: Vec<LeaseKey> = (0..8)
         .map(|i| LeaseKey::new(format!("shard-{i}")))
         .collect::<Result<_, _>>()?;
-    let mut workers = BTreeMap::new();
 
     workers.insert("alpha", start(&store, "alpha", &shards, started).await?);
-    settle(&workers, shards.len()).await;
-    show("alpha alone holds every shard", &workers);
+    settle(workers, shards.len()).await;
+    show("alpha alone holds every shard", workers);
 
     workers.insert("bravo", start(&store, "bravo", &shards, started).await?);
     workers.insert("charlie", start(&store, "charlie", &shards, started).await?);
-    settle(&workers, shards.len()).await;
+    settle(workers, shards.len()).await;
     show(
         "bravo and charlie joined: leases handed over gracefully (3+3+2)",
-        &workers,
+        workers,
     );
 
     println!("charlie crashes (no goodbye; its leases expire after 2 s)\n");
     drop(workers.remove("charlie"));
-    settle(&workers, shards.len()).await;
-    show("charlie's leases were taken over (4+4)", &workers);
+    settle(workers, shards.len()).await;
+    show("charlie's leases were taken over (4+4)", workers);
 
     println!("bravo leaves gracefully (checkpoints, releases)\n");
     if let Some(bravo) = workers.remove("bravo") {
         bravo.shutdown().await;
     }
-    settle(&workers, shards.len()).await;
-    show("alpha holds every shard again", &workers);
-
-    if let Some(alpha) = workers.remove("alpha") {
-        alpha.shutdown().await;
-    }
-    println!("done in {:.1}s", started.elapsed().as_secs_f64());
+    settle(workers, shards.len()).await;
+    show("alpha holds every shard again", workers);
     Ok(())
 }

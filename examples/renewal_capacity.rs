@@ -11,9 +11,15 @@
 //! them round-robin for `--seconds`, as the renewer does (the same store call, the same
 //! concurrency limit). It prints renewals per second, the latency distribution, and the leases
 //! that rate keeps alive at the default renew interval (lease duration / 3 = 3.33 s).
+//! Ctrl-C or SIGTERM ends the renewals early; the figures so far are printed.
 
+mod common;
+
+use std::process::ExitCode;
 use std::sync::Arc;
 use std::time::Duration;
+
+use common::Error;
 
 use shardlease::store::dynamodb::{DynamoConfig, DynamoStore};
 use shardlease::store::{LeaseStore, Outcome};
@@ -21,8 +27,6 @@ use shardlease::{LeaseKey, NewLease, WorkerConfig, WorkerId};
 use tokio::sync::Semaphore;
 use tokio::task::JoinSet;
 use tokio::time::Instant;
-
-type Error = Box<dyn std::error::Error + Send + Sync>;
 
 fn arg(name: &str, default: u64) -> Result<u64, Error> {
     let args: Vec<String> = std::env::args().collect();
@@ -42,7 +46,12 @@ fn arg(name: &str, default: u64) -> Result<u64, Error> {
 }
 
 #[tokio::main]
-async fn main() -> Result<(), Error> {
+async fn main() -> ExitCode {
+    common::init_tracing("warn");
+    common::exit(run().await)
+}
+
+async fn run() -> Result<(), Error> {
     let leases = arg("--leases", 2000)? as usize;
     let seconds = arg("--seconds", 20)?;
     let concurrency = arg("--concurrency", 64)? as usize;
@@ -83,14 +92,25 @@ async fn main() -> Result<(), Error> {
         });
     }
     let mut held = Vec::with_capacity(leases);
-    while let Some(done) = setup.join_next().await {
-        held.push(done??);
+    let signal = common::shutdown_signal();
+    tokio::pin!(signal);
+    loop {
+        tokio::select! {
+            done = setup.join_next() => match done {
+                Some(done) => held.push(done??),
+                None => break,
+            },
+            signal = &mut signal => {
+                eprintln!("{}: stopped while creating the leases of table {table}", signal?);
+                return Ok(());
+            }
+        }
     }
     held.sort();
     eprintln!("table {table}: {leases} leases created and taken; renewing for {seconds} s");
 
     // Renew round-robin, `concurrency` in flight, as the renewer does.
-    let end = Instant::now() + Duration::from_secs(seconds);
+    let mut end = Instant::now() + Duration::from_secs(seconds);
     let mut latencies = Vec::new();
     let mut failures = 0u64;
     let mut inflight = JoinSet::new();
@@ -108,7 +128,15 @@ async fn main() -> Result<(), Error> {
                 (matches!(answer, Ok(Outcome::Done(_))), sent.elapsed())
             });
         }
-        match inflight.join_next().await {
+        let done = tokio::select! {
+            done = inflight.join_next() => done,
+            signal = &mut signal, if end > Instant::now() => {
+                eprintln!("{}: renewals stop now", signal?);
+                end = Instant::now();
+                continue;
+            }
+        };
+        match done {
             Some(Ok((true, latency))) => latencies.push(latency),
             Some(_) => failures += 1,
             None => break,

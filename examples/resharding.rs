@@ -2,10 +2,16 @@
 //! a shard splits, two merge (the children wait until their parents are processed to the end),
 //! and one is removed (its lease is retired: the holder is told, finishes, the lease is deleted).
 //!
-//! Run: `cargo run --example resharding` (about 15 s).
+//! Run: `cargo run --example resharding` (about 15 s). Ctrl-C or SIGTERM ends it early,
+//! gracefully. `RUST_LOG=shardlease=info` shows the library's own log (default: warnings).
 
+mod common;
+
+use std::process::ExitCode;
 use std::sync::Arc;
 use std::time::Duration;
+
+use common::Error;
 
 use shardlease::source::StaticShardSource;
 use shardlease::store::memory::InMemoryStore;
@@ -13,8 +19,6 @@ use shardlease::store::LeaseStore;
 use shardlease::worker::{LeaseEvent, LeaseGrant, StopReason, Worker};
 use shardlease::{LeaseKey, WorkerConfig, WorkerId};
 use tokio::time::{sleep, Instant};
-
-type Error = Box<dyn std::error::Error>;
 
 fn key(s: &str) -> LeaseKey {
     LeaseKey::new(s).expect("valid key")
@@ -110,12 +114,33 @@ async fn start(
 }
 
 #[tokio::main]
-async fn main() -> Result<(), Error> {
+async fn main() -> ExitCode {
+    common::init_tracing("warn");
+    common::exit(run().await)
+}
+
+/// The story, cut short by Ctrl-C or SIGTERM: the workers leave gracefully either way.
+async fn run() -> Result<(), Error> {
+    let mut workers = Vec::new();
+    let told = tokio::select! {
+        told = story(&mut workers) => told,
+        signal = common::shutdown_signal() => {
+            println!("\n{}: the workers leave gracefully", signal?);
+            Ok(())
+        }
+    };
+    for worker in workers.drain(..) {
+        worker.shutdown().await;
+    }
+    told
+}
+
+async fn story(workers: &mut Vec<Worker>) -> Result<(), Error> {
     let started = Instant::now();
     let store = Arc::new(InMemoryStore::new());
     let source = StaticShardSource::from_keys(["s0", "s1", "s2", "s3"].map(key));
-    let a = start(&store, &source, "a", started).await?;
-    let b = start(&store, &source, "b", started).await?;
+    workers.push(start(&store, &source, "a", started).await?);
+    workers.push(start(&store, &source, "b", started).await?);
     sleep(Duration::from_secs(3)).await;
 
     println!("\n== s0 splits into s4 + s5; s1 and s2 merge into s6; s3 is removed\n");
@@ -136,10 +161,8 @@ async fn main() -> Result<(), Error> {
     println!("\n== leases in the table: {table:?}");
     println!(
         "== a holds {:?}, b holds {:?}\n",
-        a.held_leases(),
-        b.held_leases()
+        workers[0].held_leases(),
+        workers[1].held_leases()
     );
-    a.shutdown().await;
-    b.shutdown().await;
     Ok(())
 }

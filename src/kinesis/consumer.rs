@@ -11,7 +11,7 @@ use tracing::Instrument;
 
 use super::processor::ProcessorFactory;
 use super::reader::{self, ReaderContext};
-use super::source::KinesisShardSource;
+use super::source::{KinesisShardSource, StreamError};
 use crate::config::WorkerConfig;
 use crate::lease::{LeaseKey, WorkerId};
 use crate::store::LeaseStore;
@@ -97,6 +97,10 @@ pub enum ConsumerError {
     /// The consumer configuration cannot work.
     #[error("invalid consumer configuration: {0}")]
     Config(String),
+    /// The stream cannot be read: it does not exist, the Kinesis client has no region or
+    /// credentials, nothing listens at its endpoint, or Kinesis refuses the listing.
+    #[error(transparent)]
+    Stream(#[from] StreamError),
     /// The worker could not start.
     #[error(transparent)]
     Worker(#[from] WorkerError),
@@ -215,10 +219,13 @@ impl<F> KinesisConsumerBuilder<F> {
 }
 
 impl<F: ProcessorFactory> KinesisConsumerBuilder<F> {
-    /// Validates the configuration and starts the worker and its record loops.
+    /// Validates the configuration, checks that the stream can be listed
+    /// ([`KinesisShardSource::check`]: a missing stream or a misconfigured client fails here,
+    /// with a one-line [`ConsumerError::Stream`]), and starts the worker and its record loops.
     pub async fn start(self) -> Result<KinesisConsumer, ConsumerError> {
         self.config.validate()?;
         let source = KinesisShardSource::new(self.client.clone(), self.stream.clone());
+        source.check().await?;
         let mut worker = Worker::builder(self.store, self.id.clone())
             .config(self.worker_config)
             .source(source)

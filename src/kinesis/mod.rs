@@ -55,9 +55,11 @@ pub use consumer::{KinesisConsumer, KinesisConsumerBuilder};
 pub use processor::{
     KinesisRecord, ProcessorFactory, RecordCheckpointer, RecordProcessor, ShardStart, StartPosition,
 };
-pub use source::KinesisShardSource;
+pub use source::{KinesisShardSource, StreamError};
 
 use aws_sdk_kinesis::error::{ProvideErrorMetadata, SdkError};
+
+use crate::store::sdk::{send_failure, SendFailure};
 
 /// How a failed Kinesis call is handled.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -66,10 +68,11 @@ pub(crate) enum Failure {
     Throttled,
     /// The shard iterator expired: get a fresh one from the last processed record.
     ExpiredIterator,
-    /// A timeout, a dropped connection, a 5xx: retry after a backoff.
+    /// A timeout, a dropped or refused connection, a 5xx: retry after a backoff.
     Transient,
-    /// A request that cannot succeed as sent (no such stream, bad argument, access denied):
-    /// logged as an error, retried slowly in case an operator fixes it.
+    /// A request that cannot succeed as sent (no such stream, bad argument, access denied, a
+    /// client without region or credentials): logged as an error, retried slowly in case an
+    /// operator fixes it.
     Fatal,
 }
 
@@ -83,7 +86,8 @@ const THROTTLING_CODES: &[&str] = &[
 
 pub(crate) fn classify<E, R>(err: &SdkError<E, R>) -> Failure
 where
-    E: ProvideErrorMetadata,
+    E: ProvideErrorMetadata + std::error::Error + 'static,
+    R: std::fmt::Debug + 'static,
 {
     match err {
         SdkError::ServiceError(service) => {
@@ -98,6 +102,11 @@ where
                 Failure::Fatal
             }
         }
+        SdkError::DispatchFailure(_) | SdkError::ConstructionFailure(_)
+            if matches!(send_failure(err), Some(SendFailure::Misconfigured(_))) =>
+        {
+            Failure::Fatal
+        }
         SdkError::TimeoutError(_) | SdkError::DispatchFailure(_) | SdkError::ResponseError(_) => {
             Failure::Transient
         }
@@ -105,12 +114,34 @@ where
     }
 }
 
-/// The error's code and message, for logs.
+/// How an unreachable Kinesis endpoint is named when the request did not record its URL.
+pub(crate) const UNKNOWN_ENDPOINT: &str = "the Kinesis endpoint";
+
+/// The one-line text of a refused connection to `endpoint`.
+pub(crate) fn unreachable(endpoint: &str) -> String {
+    format!(
+        "nothing listens at {endpoint} (connection refused): is the Kinesis endpoint right, is \
+         Kinesis (or the emulator) running?"
+    )
+}
+
+/// The error's code and message, for logs: one line, with the fix for a configuration
+/// problem.
 pub(crate) fn describe<E, R>(err: &SdkError<E, R>) -> String
 where
     E: ProvideErrorMetadata + std::error::Error + 'static,
-    R: std::fmt::Debug,
+    R: std::fmt::Debug + 'static,
 {
+    if matches!(
+        err,
+        SdkError::DispatchFailure(_) | SdkError::ConstructionFailure(_)
+    ) {
+        match send_failure(err) {
+            Some(SendFailure::Misconfigured(problem)) => return problem.to_string(),
+            Some(SendFailure::Refused) => return unreachable(UNKNOWN_ENDPOINT),
+            None => {}
+        }
+    }
     match err {
         SdkError::ServiceError(service) => format!(
             "{}: {}",

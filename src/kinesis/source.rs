@@ -3,12 +3,16 @@
 use std::time::Duration;
 
 use async_trait::async_trait;
+use aws_sdk_kinesis::config::http::HttpResponse;
+use aws_sdk_kinesis::error::{ProvideErrorMetadata, SdkError};
+use aws_sdk_kinesis::operation::list_shards::{ListShardsError, ListShardsOutput};
 use tokio::time::Instant;
 
-use super::{classify, describe, Failure};
+use super::{classify, describe, unreachable, Failure, UNKNOWN_ENDPOINT};
 use crate::lease::LeaseKey;
 use crate::source::{Shard, ShardSource, SourceError};
-use crate::store::RetryPolicy;
+use crate::store::sdk::{send_failure, EndpointRecorder, SendFailure};
+use crate::store::{BoxError, Misconfiguration, RetryPolicy};
 
 /// Tries of one page before the listing fails (the discoverer then backs off on its own).
 const PAGE_ATTEMPTS: u32 = 4;
@@ -17,6 +21,51 @@ const FIRST_BACKOFF: Duration = Duration::from_millis(200);
 /// Least time between two `ListShards` calls of this source: 10 a second, well under the
 /// service's 100 per second per stream, which other consumers of the stream share.
 const MIN_CALL_GAP: Duration = Duration::from_millis(100);
+
+type ListShardsFailure = SdkError<ListShardsError, HttpResponse>;
+
+/// Why a stream cannot be read at all, found by [`KinesisShardSource::check`] when a
+/// consumer starts. Each message is one line that says what to fix.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum StreamError {
+    /// No stream of this name at the client's endpoint, in its region and account.
+    #[error(
+        "stream {stream:?} does not exist: check the stream name, and the region and \
+         endpoint of the Kinesis client"
+    )]
+    NotFound {
+        /// The stream's name.
+        stream: String,
+    },
+    /// The Kinesis client has no region or no credentials.
+    #[error("{problem}")]
+    Misconfigured {
+        /// What the configuration lacks, and how to provide it.
+        problem: Misconfiguration,
+        /// What the SDK said.
+        #[source]
+        source: BoxError,
+    },
+    /// Nothing listens at the Kinesis endpoint: the connection was refused.
+    #[error("{}", unreachable(.endpoint))]
+    Unreachable {
+        /// The endpoint's URL.
+        endpoint: String,
+        /// What the SDK said.
+        #[source]
+        source: BoxError,
+    },
+    /// Kinesis refused the listing for a reason that retrying will not cure (access denied,
+    /// an invalid name).
+    #[error("ListShards on stream {stream:?} was refused: {reason}")]
+    Refused {
+        /// The stream's name.
+        stream: String,
+        /// The error's code and message.
+        reason: String,
+    },
+}
 
 /// Lists the shards of one stream: id, parent and adjacent parent (a merge), and closed (the
 /// shard has an ending sequence number).
@@ -42,10 +91,59 @@ impl KinesisShardSource {
         &self.stream
     }
 
+    /// Lists the first page of shards once, to find the errors that make the stream
+    /// unreadable: a stream that does not exist, a client without region or credentials, an
+    /// endpoint where nothing listens, a refusal (access denied). Throttling and passing
+    /// failures are retried a few times and then let through with a warning: the discoverer
+    /// keeps trying. [`KinesisConsumer`](super::KinesisConsumer) calls it before it starts.
+    pub async fn check(&self) -> Result<(), StreamError> {
+        let recorder = EndpointRecorder::default();
+        // A refused connection at startup is a wrong endpoint, not a blip: not retried.
+        let retry = |err: &ListShardsFailure| send_failure(err) != Some(SendFailure::Refused);
+        let err = match self.page(None, Some(&recorder), retry).await {
+            Ok(_) => return Ok(()),
+            Err(err) => err,
+        };
+        let failure = classify(&err);
+        let code = err.as_service_error().and_then(|e| e.code());
+        if code == Some("ResourceNotFoundException") {
+            return Err(StreamError::NotFound {
+                stream: self.stream.clone(),
+            });
+        }
+        match send_failure(&err) {
+            Some(SendFailure::Misconfigured(problem)) => {
+                return Err(StreamError::Misconfigured {
+                    problem,
+                    source: Box::new(err),
+                })
+            }
+            Some(SendFailure::Refused) => {
+                return Err(StreamError::Unreachable {
+                    endpoint: recorder.endpoint_or(UNKNOWN_ENDPOINT),
+                    source: Box::new(err),
+                })
+            }
+            None => {}
+        }
+        if failure == Failure::Fatal {
+            return Err(StreamError::Refused {
+                stream: self.stream.clone(),
+                reason: describe(&err),
+            });
+        }
+        tracing::warn!(stream = %self.stream, error = %describe(&err), "the stream could not be listed at startup; the discoverer keeps trying");
+        Ok(())
+    }
+
+    /// One page of `ListShards`, throttling and passing failures retried (those for which
+    /// `retry` says yes), the request's endpoint recorded by `recorder`.
     async fn page(
         &self,
         next: Option<&str>,
-    ) -> Result<aws_sdk_kinesis::operation::list_shards::ListShardsOutput, SourceError> {
+        recorder: Option<&EndpointRecorder>,
+        retry: impl Fn(&ListShardsFailure) -> bool,
+    ) -> Result<ListShardsOutput, ListShardsFailure> {
         let backoff = RetryPolicy {
             base_delay: FIRST_BACKOFF,
             max_delay: FIRST_BACKOFF * (1 << PAGE_ATTEMPTS),
@@ -60,22 +158,40 @@ impl KinesisShardSource {
                 Some(token) => self.client.list_shards().next_token(token),
                 None => self.client.list_shards().stream_name(&self.stream),
             };
-            let err = match request.send().await {
+            let sent = match recorder {
+                Some(recorder) => {
+                    request
+                        .customize()
+                        .interceptor(recorder.clone())
+                        .send()
+                        .await
+                }
+                None => request.send().await,
+            };
+            let err = match sent {
                 Ok(page) => return Ok(page),
                 Err(err) => err,
             };
-            let failure = classify(&err);
-            let text = describe(&err);
-            let retry = matches!(failure, Failure::Throttled | Failure::Transient);
-            if !retry || attempt >= PAGE_ATTEMPTS {
-                return Err(match failure {
-                    Failure::Throttled => SourceError::Throttled(text.into()),
-                    _ => SourceError::Failed(format!("ListShards {}: {text}", self.stream).into()),
-                });
+            let passing = matches!(classify(&err), Failure::Throttled | Failure::Transient);
+            if !passing || !retry(&err) || attempt >= PAGE_ATTEMPTS {
+                return Err(err);
             }
-            tracing::debug!(stream = %self.stream, attempt, error = %text, "ListShards failed; retrying");
+            tracing::debug!(stream = %self.stream, attempt, error = %describe(&err), "ListShards failed; retrying");
             tokio::time::sleep(backoff.backoff(attempt)).await;
             attempt += 1;
+        }
+    }
+
+    /// A failed listing for the discoverer, in one line that names the stream.
+    fn source_error(&self, err: &ListShardsFailure) -> SourceError {
+        let text = describe(err);
+        let code = err.as_service_error().and_then(|e| e.code());
+        match classify(err) {
+            Failure::Throttled => SourceError::Throttled(text.into()),
+            _ if code == Some("ResourceNotFoundException") => SourceError::Failed(
+                format!("stream {:?} does not exist ({text})", self.stream).into(),
+            ),
+            _ => SourceError::Failed(format!("ListShards {}: {text}", self.stream).into()),
         }
     }
 
@@ -114,7 +230,10 @@ impl ShardSource for KinesisShardSource {
         let mut shards = Vec::new();
         let mut next: Option<String> = None;
         loop {
-            let page = self.page(next.as_deref()).await?;
+            let page = self
+                .page(next.as_deref(), None, |_| true)
+                .await
+                .map_err(|err| self.source_error(&err))?;
             for shard in page.shards() {
                 shards.push(to_shard(shard)?);
             }

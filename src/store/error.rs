@@ -66,7 +66,10 @@ pub enum StoreError {
         reason: String,
     },
     /// The lease table does not exist and the store was not allowed to create it.
-    #[error("table {table:?} does not exist (set create_if_missing to create it)")]
+    #[error(
+        "table {table:?} does not exist at this endpoint and region: create it, or set \
+         create_if_missing to let the store create it"
+    )]
     TableNotFound {
         /// The table's name.
         table: String,
@@ -92,6 +95,63 @@ pub enum StoreError {
     /// A configuration value is not acceptable.
     #[error("invalid store configuration: {0}")]
     InvalidConfig(String),
+    /// The client cannot send any request as it is configured (no region, no credentials).
+    /// Nothing was sent; retrying will not cure it: fix the configuration.
+    #[error("{problem}")]
+    Misconfigured {
+        /// The store operation.
+        operation: &'static str,
+        /// What the configuration lacks, and how to provide it.
+        problem: Misconfiguration,
+        /// What the SDK said, when the problem came from a failed request.
+        #[source]
+        source: Option<BoxError>,
+    },
+    /// Nothing listens at the endpoint: the connection was refused, so the request was never
+    /// sent (never ambiguous).
+    ///
+    /// At startup (`DynamoStore::connect`) it means a wrong endpoint or a service that is not
+    /// running, and is returned at once. Afterwards it may be a passing blip (a proxy or a
+    /// load balancer restarting, an emulator restarted), so it is retryable like a transient
+    /// failure.
+    #[error(
+        "nothing listens at {endpoint} (connection refused): is the endpoint right, is the \
+         service (or the emulator) running?"
+    )]
+    Unreachable {
+        /// The store operation.
+        operation: &'static str,
+        /// The item's key, or the table name.
+        key: String,
+        /// The endpoint's URL when known, otherwise a description of it.
+        endpoint: String,
+        /// What the SDK said.
+        #[source]
+        source: BoxError,
+    },
+}
+
+/// What a client's configuration lacks, stated with the way to provide it. The [`Display`]
+/// is one line an operator can act on.
+///
+/// [`Display`]: std::fmt::Display
+#[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
+pub enum Misconfiguration {
+    /// No region: requests can be neither addressed nor signed.
+    #[error(
+        "no AWS region configured: set AWS_REGION, or region in ~/.aws/config, or the \
+         client's region"
+    )]
+    NoRegion,
+    /// No credentials: the client has no credentials provider, none of its providers found
+    /// any, or a provider's own configuration is unusable (a profile file it cannot read).
+    #[error(
+        "no AWS credentials found: set AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY, or \
+         AWS_PROFILE (a profile in ~/.aws/credentials), or run with an instance, task or pod \
+         role"
+    )]
+    NoCredentials,
 }
 
 impl StoreError {
@@ -106,9 +166,13 @@ impl StoreError {
         }
     }
 
-    /// True for throttling and transient failures: the same call may succeed later.
+    /// True for throttling, transient failures and refused connections: the same call may
+    /// succeed later.
     pub fn is_retryable(&self) -> bool {
-        matches!(self, Self::Throttled { .. } | Self::Transient { .. })
+        matches!(
+            self,
+            Self::Throttled { .. } | Self::Transient { .. } | Self::Unreachable { .. }
+        )
     }
 
     /// True when the failed write may nevertheless have been applied.
@@ -153,6 +217,50 @@ mod tests {
         assert!(transient.is_retryable() && transient.is_ambiguous());
         assert!(!fatal.is_retryable());
         assert!(!StoreError::TableNotFound { table: "t".into() }.is_retryable());
+    }
+
+    #[test]
+    fn a_refused_connection_is_retryable_and_never_ambiguous_and_misconfiguration_is_fatal() {
+        let refused = StoreError::Unreachable {
+            operation: "renew",
+            key: "a".into(),
+            endpoint: "http://127.0.0.1:4567".into(),
+            source: src(),
+        };
+        assert!(refused.is_retryable() && !refused.is_ambiguous());
+        for problem in [Misconfiguration::NoRegion, Misconfiguration::NoCredentials] {
+            let err = StoreError::Misconfigured {
+                operation: "renew",
+                problem,
+                source: None,
+            };
+            assert!(!err.is_retryable() && !err.is_ambiguous());
+        }
+    }
+
+    #[test]
+    fn configuration_errors_say_in_one_line_what_to_fix() {
+        let refused = StoreError::Unreachable {
+            operation: "describe_table",
+            key: "t".into(),
+            endpoint: "http://127.0.0.1:4567".into(),
+            source: src(),
+        };
+        assert_eq!(
+            refused.to_string(),
+            "nothing listens at http://127.0.0.1:4567 (connection refused): is the endpoint \
+             right, is the service (or the emulator) running?"
+        );
+        let region = StoreError::Misconfigured {
+            operation: "describe_table",
+            problem: Misconfiguration::NoRegion,
+            source: None,
+        };
+        assert_eq!(
+            region.to_string(),
+            "no AWS region configured: set AWS_REGION, or region in ~/.aws/config, or the \
+             client's region"
+        );
     }
 
     #[test]

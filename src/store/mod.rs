@@ -62,8 +62,10 @@ mod shared;
 
 #[cfg(feature = "dynamodb")]
 pub mod dynamodb;
+#[cfg(any(feature = "dynamodb", feature = "kinesis"))]
+pub(crate) mod sdk;
 
-pub use error::{BoxError, StoreError, StoreResult};
+pub use error::{BoxError, Misconfiguration, StoreError, StoreResult};
 pub use retry::RetryPolicy;
 
 use async_trait::async_trait;

@@ -843,7 +843,7 @@ impl SimStore {
         let deadline = self.clock.as_ref().map_or(deadline, |c| c.real(deadline));
         let landed: Mutex<Option<T>> = Mutex::new(None);
         self.retry
-            .run(deadline, |_| async {
+            .run(operation, key, deadline, |_| async {
                 self.until_running().await;
                 let sent = Instant::now();
                 let latency = self.latency(kind) + self.spike_latency(sent);

@@ -1,9 +1,16 @@
-//! Maps every SDK error onto the store's three classes: throttled, transient, fatal.
+//! Maps every SDK error onto the store's classes: throttled, transient, fatal, and the
+//! requests that could not be sent at all: a client without region or credentials
+//! (misconfigured, fatal) and an endpoint where nothing listens (unreachable, retryable and
+//! never ambiguous).
 
 use aws_sdk_dynamodb::config::http::HttpResponse;
 use aws_sdk_dynamodb::error::{ProvideErrorMetadata, SdkError};
 
+use crate::store::sdk::{send_failure, SendFailure};
 use crate::store::StoreError;
+
+/// How an unreachable endpoint is named when the failed request did not record its URL.
+pub(crate) const UNKNOWN_ENDPOINT: &str = "the DynamoDB endpoint";
 
 /// Error codes DynamoDB uses when it refuses a request for lack of capacity.
 const THROTTLING_CODES: &[&str] = &[
@@ -32,6 +39,29 @@ where
     E: ProvideErrorMetadata + std::error::Error + Send + Sync + 'static,
 {
     let key = key.to_owned();
+    if matches!(
+        err,
+        SdkError::DispatchFailure(_) | SdkError::ConstructionFailure(_)
+    ) {
+        match send_failure(&err) {
+            Some(SendFailure::Misconfigured(problem)) => {
+                return StoreError::Misconfigured {
+                    operation,
+                    problem,
+                    source: Some(Box::new(err)),
+                }
+            }
+            Some(SendFailure::Refused) => {
+                return StoreError::Unreachable {
+                    operation,
+                    key,
+                    endpoint: UNKNOWN_ENDPOINT.to_owned(),
+                    source: Box::new(err),
+                }
+            }
+            None => {}
+        }
+    }
     let code = err
         .as_service_error()
         .and_then(|e| e.code())
@@ -144,5 +174,85 @@ mod tests {
             classify("renew", "k", bad),
             StoreError::Fatal { .. }
         ));
+    }
+
+    /// What a real client's `GetItem` fails with, classified. Nothing reaches the network
+    /// but a connection attempt to a closed port on 127.0.0.1.
+    async fn get_item_with(config: aws_sdk_dynamodb::config::Builder) -> StoreError {
+        use aws_sdk_dynamodb::config::BehaviorVersion;
+        let client = aws_sdk_dynamodb::Client::from_conf(
+            config.behavior_version(BehaviorVersion::latest()).build(),
+        );
+        let sent = client
+            .get_item()
+            .table_name("t")
+            .key("k", aws_sdk_dynamodb::types::AttributeValue::S("v".into()))
+            .send()
+            .await;
+        classify("get", "v", sent.expect_err("the request cannot succeed"))
+    }
+
+    fn closed_endpoint() -> String {
+        let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        format!("http://127.0.0.1:{}", listener.local_addr().unwrap().port())
+    }
+
+    fn test_credentials() -> aws_sdk_dynamodb::config::Credentials {
+        aws_sdk_dynamodb::config::Credentials::new("test", "test", None, None, "test")
+    }
+
+    #[tokio::test]
+    async fn a_client_without_a_region_is_misconfigured_with_or_without_an_endpoint() {
+        use aws_sdk_dynamodb::Config;
+        let with_endpoint = Config::builder()
+            .endpoint_url(closed_endpoint())
+            .credentials_provider(test_credentials());
+        let without = Config::builder().credentials_provider(test_credentials());
+        for config in [with_endpoint, without] {
+            let err = get_item_with(config).await;
+            assert!(
+                matches!(
+                    err,
+                    StoreError::Misconfigured {
+                        problem: crate::store::Misconfiguration::NoRegion,
+                        ..
+                    }
+                ),
+                "{err:?}"
+            );
+        }
+    }
+
+    #[tokio::test]
+    async fn a_client_without_credentials_is_misconfigured() {
+        let config = aws_sdk_dynamodb::Config::builder()
+            .endpoint_url(closed_endpoint())
+            .region(aws_sdk_dynamodb::config::Region::new("us-east-1"));
+        let err = get_item_with(config).await;
+        assert!(
+            matches!(
+                err,
+                StoreError::Misconfigured {
+                    problem: crate::store::Misconfiguration::NoCredentials,
+                    ..
+                }
+            ),
+            "{err:?}"
+        );
+        assert!(!err.is_retryable());
+    }
+
+    #[tokio::test]
+    async fn a_refused_connection_is_unreachable_retryable_and_never_ambiguous() {
+        let config = aws_sdk_dynamodb::Config::builder()
+            .endpoint_url(closed_endpoint())
+            .region(aws_sdk_dynamodb::config::Region::new("us-east-1"))
+            .credentials_provider(test_credentials());
+        let err = get_item_with(config).await;
+        assert!(matches!(err, StoreError::Unreachable { .. }), "{err:?}");
+        assert!(err.is_retryable() && !err.is_ambiguous());
+        assert!(err
+            .to_string()
+            .starts_with("nothing listens at the DynamoDB endpoint"));
     }
 }

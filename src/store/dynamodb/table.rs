@@ -5,6 +5,9 @@
 
 use std::time::Duration;
 
+use aws_sdk_dynamodb::config::http::HttpResponse;
+use aws_sdk_dynamodb::error::SdkError;
+use aws_sdk_dynamodb::operation::describe_table::{DescribeTableError, DescribeTableOutput};
 use aws_sdk_dynamodb::types::{
     AttributeDefinition, BillingMode, KeySchemaElement, KeyType, ProvisionedThroughput,
     ScalarAttributeType, TableDescription, TableStatus, Tag,
@@ -15,17 +18,48 @@ use tokio::time::Instant;
 use super::classify::classify;
 use super::schema::KEY;
 use super::{Billing, DynamoConfig};
-use crate::store::{StoreError, StoreResult};
+use crate::store::sdk::EndpointRecorder;
+use crate::store::{Misconfiguration, StoreError, StoreResult};
 
 /// How often the table status is polled while waiting for ACTIVE.
 const POLL: Duration = Duration::from_millis(200);
 
 /// Makes sure the lease table exists, has our key schema, and is ACTIVE.
+///
+/// A client without a region, without credentials, or pointed at an endpoint where nothing
+/// listens fails here at once with an error that says so ([`StoreError::Misconfigured`],
+/// [`StoreError::Unreachable`] naming the endpoint): at startup these are configuration
+/// errors, not a passing failure to wait out.
 pub(super) async fn ensure_table(client: &Client, config: &DynamoConfig) -> StoreResult<()> {
     let table = &config.table_name;
+    if client.config().region().is_none() {
+        return Err(StoreError::Misconfigured {
+            operation: "describe_table",
+            problem: Misconfiguration::NoRegion,
+            source: None,
+        });
+    }
     let start = Instant::now();
     let deadline = start + config.active_timeout;
-    let description = match describe(client, config, deadline).await? {
+    // The first request is not retried when nothing listens: at startup a refused connection
+    // is a wrong endpoint or a service not running, and the error names the endpoint. Any
+    // other retryable failure is retried under the policy.
+    let first = tokio::time::timeout(config.retry.attempt_timeout, first_describe(client, table))
+        .await
+        .unwrap_or_else(|_| {
+            Err(StoreError::unanswered(
+                "describe_table",
+                table,
+                config.retry.attempt_timeout,
+            ))
+        });
+    let found = match first {
+        Err(err) if err.is_retryable() && !matches!(err, StoreError::Unreachable { .. }) => {
+            describe(client, config, deadline).await?
+        }
+        other => other?,
+    };
+    let description = match found {
         Some(description) => description,
         None if config.create_if_missing => create(client, config, deadline).await?,
         None => {
@@ -47,19 +81,48 @@ async fn describe(
     config
         .retry
         .run("describe_table", table, deadline, |_| async {
-            match client.describe_table().table_name(table).send().await {
-                Ok(out) => Ok(out.table),
-                Err(err)
-                    if err
-                        .as_service_error()
-                        .is_some_and(|e| e.is_resource_not_found_exception()) =>
-                {
-                    Ok(None)
-                }
-                Err(err) => Err(classify("describe_table", table, err)),
-            }
+            described(
+                table,
+                client.describe_table().table_name(table).send().await,
+            )
         })
         .await
+}
+
+/// The first request of a store: a `DescribeTable` that names the endpoint if nothing listens
+/// there.
+async fn first_describe(client: &Client, table: &str) -> StoreResult<Option<TableDescription>> {
+    let recorder = EndpointRecorder::default();
+    let sent = client
+        .describe_table()
+        .table_name(table)
+        .customize()
+        .interceptor(recorder.clone())
+        .send()
+        .await;
+    described(table, sent).map_err(|mut err| {
+        if let StoreError::Unreachable { endpoint, .. } = &mut err {
+            *endpoint = recorder.endpoint_or(endpoint);
+        }
+        err
+    })
+}
+
+fn described(
+    table: &str,
+    sent: Result<DescribeTableOutput, SdkError<DescribeTableError, HttpResponse>>,
+) -> StoreResult<Option<TableDescription>> {
+    match sent {
+        Ok(out) => Ok(out.table),
+        Err(err)
+            if err
+                .as_service_error()
+                .is_some_and(|e| e.is_resource_not_found_exception()) =>
+        {
+            Ok(None)
+        }
+        Err(err) => Err(classify("describe_table", table, err)),
+    }
 }
 
 async fn create(
