@@ -16,6 +16,8 @@ if [ -z "${SHARDLEASE_DYNALITE_ENDPOINT:-}${SHARDLEASE_MOTO_ENDPOINT:-}${SHARDLE
   export SHARDLEASE_KINESALITE_ENDPOINT="http://127.0.0.1:${KINESALITE_PORT:-4569}"
 fi
 
+# Tests that run example processes (example_sigterm) find them built with the same features.
+cargo build --all-features --examples
 cargo test --all-features --all-targets "$@"
 cargo test --all-features --doc "$@"
 echo "conformance targets run: in-memory (conformance_memory), dynalite (conformance_dynalite), moto (conformance_moto)"
