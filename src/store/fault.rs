@@ -1,5 +1,5 @@
-//! A store wrapper that injects faults, for tests: a worker cut off from the table, and a
-//! fixed latency per call. (The simulator in `examples/simulate` has a richer network model:
+//! A store wrapper that injects faults, for tests: a worker cut off from the table, a fixed
+//! latency per call, and a take whose answer is lost after it landed. (The simulator in `examples/simulate` has a richer network model:
 //! latency distributions, throttles, lost answers, pauses.)
 
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
@@ -10,7 +10,7 @@ use async_trait::async_trait;
 use tokio::time::Instant;
 
 use super::{LeaseStore, Outcome, Page, PageToken, StoreError, StoreResult};
-use crate::lease::{Lease, LeaseKey, Member, NewLease, WorkerId};
+use crate::lease::{Incarnation, Lease, LeaseKey, Member, NewLease, WorkerId};
 
 /// Switches for a [`FaultyStore`]. Cheap to clone; clones share the switches.
 #[derive(Debug, Clone, Default)]
@@ -18,6 +18,7 @@ pub struct Faults {
     cut_off: Arc<AtomicBool>,
     latency_micros: Arc<AtomicU64>,
     calls: Arc<AtomicU64>,
+    lose_take_answer: Arc<AtomicBool>,
 }
 
 impl Faults {
@@ -30,6 +31,13 @@ impl Faults {
     pub fn set_latency(&self, latency: Duration) {
         let micros = u64::try_from(latency.as_micros()).unwrap_or(u64::MAX);
         self.latency_micros.store(micros, Ordering::SeqCst);
+    }
+
+    /// Loses the answer of the next take that lands: the write is applied, and the caller gets
+    /// an ambiguous transient error instead of the lease (as when a connection drops after
+    /// DynamoDB applied the write and the caller's deadline ran out before a retry).
+    pub fn lose_next_take_answer(&self) {
+        self.lose_take_answer.store(true, Ordering::SeqCst);
     }
 
     /// How many calls went through this store.
@@ -109,13 +117,24 @@ impl<S: LeaseStore> LeaseStore for FaultyStore<S> {
         &self,
         key: &LeaseKey,
         taker: &WorkerId,
+        incarnation: Incarnation,
         observed_counter: u64,
         deadline: Instant,
     ) -> StoreResult<Outcome<Lease>> {
         self.gate("take", key.as_str(), deadline).await?;
-        self.inner
-            .take(key, taker, observed_counter, deadline)
-            .await
+        let outcome = self
+            .inner
+            .take(key, taker, incarnation, observed_counter, deadline)
+            .await?;
+        if outcome.is_done() && self.faults.lose_take_answer.swap(false, Ordering::SeqCst) {
+            return Err(StoreError::Transient {
+                operation: "take",
+                key: key.as_str().to_owned(),
+                ambiguous: true,
+                source: "the take landed and its answer was lost (injected fault)".into(),
+            });
+        }
+        Ok(outcome)
     }
 
     async fn request_handoff(
@@ -188,12 +207,15 @@ impl<S: LeaseStore> LeaseStore for FaultyStore<S> {
     async fn heartbeat(
         &self,
         worker: &WorkerId,
+        incarnation: Incarnation,
         load: Option<f64>,
         capacity: Option<u32>,
         deadline: Instant,
     ) -> StoreResult<Outcome<Member>> {
         self.gate("heartbeat", worker.as_str(), deadline).await?;
-        self.inner.heartbeat(worker, load, capacity, deadline).await
+        self.inner
+            .heartbeat(worker, incarnation, load, capacity, deadline)
+            .await
     }
 
     async fn remove_member(

@@ -29,6 +29,9 @@ pub const LEASES_DELETED: &str = "shardlease_leases_deleted_total";
 pub const SOURCE_ERRORS: &str = "shardlease_source_errors_total";
 /// Counter: store calls that failed with an error (label `op`).
 pub const STORE_ERRORS: &str = "shardlease_store_errors_total";
+/// Counter: times this worker found another live process using its worker id (a
+/// [`LeaseEvent::DuplicateWorkerId`](crate::worker::LeaseEvent::DuplicateWorkerId) each).
+pub const DUPLICATE_WORKER_ID: &str = "shardlease_duplicate_worker_id_total";
 
 fn worker(id: &WorkerId) -> [(&'static str, String); 1] {
     [("worker", id.to_string())]
@@ -79,4 +82,8 @@ pub(crate) fn deleted(id: &WorkerId, reason: &'static str) {
 pub(crate) fn source_error(id: &WorkerId, kind: &'static str) {
     let labels = [("worker", id.to_string()), ("kind", kind.to_owned())];
     metrics::counter!(SOURCE_ERRORS, &labels).increment(1);
+}
+
+pub(crate) fn duplicate_worker_id(id: &WorkerId) {
+    metrics::counter!(DUPLICATE_WORKER_ID, &worker(id)).increment(1);
 }
