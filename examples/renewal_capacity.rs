@@ -16,6 +16,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use shardlease::store::dynamodb::{DynamoConfig, DynamoStore};
+use shardlease::lease::Incarnation;
 use shardlease::store::{LeaseStore, Outcome};
 use shardlease::{LeaseKey, NewLease, WorkerConfig, WorkerId};
 use tokio::sync::Semaphore;
@@ -61,6 +62,7 @@ async fn main() -> Result<(), Error> {
     let table = format!("shardlease-capacity-{}", std::process::id());
     let store = Arc::new(DynamoStore::connect(client, DynamoConfig::new(&table)).await?);
     let me = WorkerId::new("capacity")?;
+    let process = Incarnation::random();
 
     // Create and take every lease, `concurrency` at a time.
     let limit = Arc::new(Semaphore::new(concurrency));
@@ -76,7 +78,7 @@ async fn main() -> Result<(), Error> {
                 Outcome::Done(lease) => lease.counter,
                 Outcome::LostRace { current } => current.map_or(0, |l| l.counter),
             };
-            match store.take(&key, &me, counter, deadline).await? {
+            match store.take(&key, &me, process, counter, deadline).await? {
                 Outcome::Done(lease) => Ok::<_, Error>((key, lease.tenure)),
                 Outcome::LostRace { .. } => Err(format!("{key} was taken by another").into()),
             }

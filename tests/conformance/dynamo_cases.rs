@@ -10,10 +10,14 @@ use aws_sdk_dynamodb::types::{
 };
 use shardlease::store::dynamodb::{schema, DynamoConfig};
 use shardlease::store::{LeaseStore, Outcome, StoreError};
+use shardlease::lease::Incarnation;
 use shardlease::{LeaseKey, NewLease, WorkerId};
 use tokio::time::Instant;
 
 use super::dynamo::{unique_table, Emulator};
+
+/// The process every case's writes come from.
+const PROCESS: Incarnation = Incarnation::new(1);
 
 fn deadline() -> Instant {
     Instant::now() + Duration::from_secs(20)
@@ -221,7 +225,7 @@ pub async fn malformed_items_are_counted_skipped_and_left_alone(emulator: &Emula
     let me = WorkerId::new("w").unwrap();
     for name in ["counter-as-string", "no-counter"] {
         let err = store
-            .take(&key(name), &me, 1, deadline())
+            .take(&key(name), &me, PROCESS, 1, deadline())
             .await
             .unwrap_err();
         assert!(
@@ -298,7 +302,7 @@ pub async fn a_write_whose_answer_was_lost_is_recognised_as_ours(emulator: &Emul
 
     lose.arm(1);
     let taken = store
-        .take(&lease.key, &me, lease.counter, deadline())
+        .take(&lease.key, &me, PROCESS, lease.counter, deadline())
         .await
         .unwrap();
     assert_eq!(lose.lost(), 2);
@@ -307,6 +311,7 @@ pub async fn a_write_whose_answer_was_lost_is_recognised_as_ours(emulator: &Emul
         other => panic!("a take whose answer was lost must read as done: {other:?}"),
     };
     assert_eq!((taken.owner.as_ref(), taken.tenure), (Some(&me), 1));
+    assert!(taken.is_owned_by_incarnation(&me, PROCESS));
 
     for round in 0..3 {
         lose.arm(1);
@@ -340,16 +345,18 @@ pub async fn an_ambiguous_error_is_recoverable_with_a_read(emulator: &Emulator, 
     // No time left for a retry: the caller gets the ambiguous error...
     lose.arm(1);
     let err = store
-        .take(&lease.key, &me, lease.counter, Instant::now())
+        .take(&lease.key, &me, PROCESS, lease.counter, Instant::now())
         .await
         .unwrap_err();
     assert!(err.is_ambiguous() && err.is_retryable(), "{err:?}");
-    // ...and recovers as documented: the take landed if the lease is ours one tenure on.
+    // ...and recovers as documented: the take landed if the lease is our process's one
+    // tenure on.
     let now = store.get(&lease.key, deadline()).await.unwrap().unwrap();
     assert_eq!(
         (now.owner.as_ref(), now.tenure),
         (Some(&me), lease.tenure + 1)
     );
+    assert!(now.is_owned_by_incarnation(&me, PROCESS));
 }
 
 pub async fn an_unreachable_endpoint_is_a_retryable_error(_emulator: &Emulator, test: &str) {

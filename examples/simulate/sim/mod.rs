@@ -24,6 +24,7 @@ use rand::SeedableRng;
 use shardlease::balance::KclBalance;
 use shardlease::source::{Shard, StaticShardSource};
 use shardlease::worker::{LeaseEvent, StopReason, Worker};
+use shardlease::lease::Incarnation;
 use shardlease::{LeaseKey, LeaseStore, NewLease, WorkerConfig, WorkerId};
 use tokio::task::JoinHandle;
 use tokio::time::Instant;
@@ -182,6 +183,12 @@ fn worker_id(index: usize) -> WorkerId {
     WorkerId::new(format!("w{index:05}")).expect("valid id")
 }
 
+/// The process of worker `index`. The simulator runs at most one process per index: a crashed
+/// index never starts again, and a restarted one finds its previous run's leases released.
+fn incarnation(index: usize) -> Incarnation {
+    Incarnation::new(index as u64)
+}
+
 fn shard_key(index: usize) -> LeaseKey {
     LeaseKey::new(format!("shard-{index:07}")).expect("valid key")
 }
@@ -206,7 +213,8 @@ impl Fleet {
             }
             let owner = worker_id(i % first);
             let counter = lease.expect("in memory").done().expect("new").counter;
-            let taken = net.table.take(key, &owner, counter, deadline).await;
+            let process = incarnation(i % first);
+            let taken = net.table.take(key, &owner, process, counter, deadline).await;
             assert!(taken.expect("in memory").is_done());
             let mut table = net.ownership.lock().unwrap();
             table.owner.insert(key.clone(), (owner, Instant::now()));
@@ -230,6 +238,7 @@ impl Fleet {
     async fn start(&mut self, index: usize) {
         let (store, link) = SimStore::new(Arc::clone(&self.net), index as u64);
         let mut builder = Worker::builder(Arc::new(store), worker_id(index))
+            .incarnation(incarnation(index))
             .config(self.settings.policy.config());
         if self.settings.policy == Policy::Kcl {
             builder = builder.policy(KclBalance::default());
