@@ -19,6 +19,7 @@ pub struct Faults {
     latency_micros: Arc<AtomicU64>,
     calls: Arc<AtomicU64>,
     lose_take_answer: Arc<AtomicBool>,
+    lost_answers: Arc<AtomicU64>,
 }
 
 impl Faults {
@@ -38,6 +39,11 @@ impl Faults {
     /// DynamoDB applied the write and the caller's deadline ran out before a retry).
     pub fn lose_next_take_answer(&self) {
         self.lose_take_answer.store(true, Ordering::SeqCst);
+    }
+
+    /// How many answers [`lose_next_take_answer`](Self::lose_next_take_answer) lost.
+    pub fn lost_answers(&self) -> u64 {
+        self.lost_answers.load(Ordering::SeqCst)
     }
 
     /// How many calls went through this store.
@@ -127,6 +133,7 @@ impl<S: LeaseStore> LeaseStore for FaultyStore<S> {
             .take(key, taker, incarnation, observed_counter, deadline)
             .await?;
         if outcome.is_done() && self.faults.lose_take_answer.swap(false, Ordering::SeqCst) {
+            self.faults.lost_answers.fetch_add(1, Ordering::SeqCst);
             return Err(StoreError::Transient {
                 operation: "take",
                 key: key.as_str().to_owned(),
