@@ -15,8 +15,8 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use shardlease::store::dynamodb::{DynamoConfig, DynamoStore};
 use shardlease::lease::Incarnation;
+use shardlease::store::dynamodb::{DynamoConfig, DynamoStore};
 use shardlease::store::{LeaseStore, Outcome};
 use shardlease::{LeaseKey, NewLease, WorkerConfig, WorkerId};
 use tokio::sync::Semaphore;

@@ -50,7 +50,11 @@ async fn requested_by(fleet: &Fleet, worker: &str) -> Option<String> {
     snapshot
         .leases
         .into_iter()
-        .find(|l| l.handoff_to.as_ref().is_some_and(|to| to.as_str() == worker))
+        .find(|l| {
+            l.handoff_to
+                .as_ref()
+                .is_some_and(|to| to.as_str() == worker)
+        })
         .map(|l| l.key.to_string())
 }
 
@@ -68,13 +72,17 @@ async fn a_forced_take_whose_answer_was_lost_is_reported_a_lease_duration_after_
     fleet.start("b", QUICK).await;
     fleet.faults("b").lose_next_take_answer();
     tokio::time::sleep(secs(1)).await;
-    let asked = requested_by(&fleet, "b").await.expect("b asked for a lease");
+    let asked = requested_by(&fleet, "b")
+        .await
+        .expect("b asked for a lease");
     // A blip cuts a off just before: it goes on processing until its validity ends.
     tokio::time::sleep(secs(8)).await;
     let cut = Instant::now();
     fleet.faults("a").set_cut_off(true);
     fleet
-        .until(secs(60), |f| f.held()["b"].iter().any(|k| k.as_str() == asked))
+        .until(secs(60), |f| {
+            f.held()["b"].iter().any(|k| k.as_str() == asked)
+        })
         .await;
     let started = started_after(&fleet, "b", &asked, cut).expect("b started it");
     assert!(
@@ -82,7 +90,11 @@ async fn a_forced_take_whose_answer_was_lost_is_reported_a_lease_duration_after_
         "reported {:?} after a was cut off, before a's validity had surely ended",
         started - cut
     );
-    assert_eq!(fleet.faults("b").lost_answers(), 1, "the forced take's answer was lost");
+    assert_eq!(
+        fleet.faults("b").lost_answers(),
+        1,
+        "the forced take's answer was lost"
+    );
     fleet.assert_safe();
     fleet.shutdown_all().await;
 }
@@ -109,7 +121,11 @@ async fn a_steal_whose_answer_was_lost_is_reported_a_lease_duration_after_it_sta
         "reported {:?} after the steal, before a's validity had surely ended",
         started - cut
     );
-    assert_eq!(fleet.faults("b").lost_answers(), 1, "the steal's answer was lost");
+    assert_eq!(
+        fleet.faults("b").lost_answers(),
+        1,
+        "the steal's answer was lost"
+    );
     fleet.assert_safe();
     fleet.shutdown_all().await;
 }
@@ -117,14 +133,21 @@ async fn a_steal_whose_answer_was_lost_is_reported_a_lease_duration_after_it_sta
 #[tokio::test(start_paused = true)]
 async fn a_second_live_process_with_a_workers_id_is_reported_and_the_fleet_settles() {
     let mut fleet = fleet_with(8, WorkerConfig::default());
-    fleet.start_as("a#1", "a", QUICK, fleet.config.clone()).await;
+    fleet
+        .start_as("a#1", "a", QUICK, fleet.config.clone())
+        .await;
     fleet.start("b", QUICK).await;
     fleet.until(secs(60), |f| f.counts() == [4, 4]).await;
     // A stable pod name: a second process starts with a's id while the first still runs.
-    fleet.start_as("a#2", "a", QUICK, fleet.config.clone()).await;
+    fleet
+        .start_as("a#2", "a", QUICK, fleet.config.clone())
+        .await;
     fleet.idle(secs(60)).await;
     let settled = fleet.ledger.lock().unwrap().starts();
-    assert!(settled <= 8 + 4, "{settled} starts: a's leases moved more than once");
+    assert!(
+        settled <= 8 + 4,
+        "{settled} starts: a's leases moved more than once"
+    );
     fleet.idle(secs(540)).await;
     assert_eq!(
         fleet.ledger.lock().unwrap().starts(),
@@ -132,10 +155,17 @@ async fn a_second_live_process_with_a_workers_id_is_reported_and_the_fleet_settl
         "leases still move between the two processes after a minute"
     );
     fleet.assert_safe();
-    assert!(duplicates_reported(&fleet) >= 1, "nobody reported the duplicate id");
+    assert!(
+        duplicates_reported(&fleet) >= 1,
+        "nobody reported the duplicate id"
+    );
     let held: BTreeSet<String> = fleet.held_keys();
     assert_eq!(held.len(), 8, "every lease processed: {:?}", fleet.held());
-    assert_eq!(fleet.counts().iter().sum::<usize>(), 8, "and by one process each");
+    assert_eq!(
+        fleet.counts().iter().sum::<usize>(),
+        8,
+        "and by one process each"
+    );
     assert_eq!(fleet.held()["b"].len(), 4, "b kept its share");
     fleet.shutdown_all().await;
 }
@@ -143,8 +173,12 @@ async fn a_second_live_process_with_a_workers_id_is_reported_and_the_fleet_settl
 #[tokio::test(start_paused = true)]
 async fn two_processes_starting_with_one_worker_id_share_its_leases_without_moves() {
     let mut fleet = fleet_with(8, WorkerConfig::default());
-    fleet.start_as("a#1", "a", QUICK, fleet.config.clone()).await;
-    fleet.start_as("a#2", "a", QUICK, fleet.config.clone()).await;
+    fleet
+        .start_as("a#1", "a", QUICK, fleet.config.clone())
+        .await;
+    fleet
+        .start_as("a#2", "a", QUICK, fleet.config.clone())
+        .await;
     fleet.idle(secs(60)).await;
     let settled = fleet.ledger.lock().unwrap().starts();
     fleet.idle(secs(540)).await;
@@ -154,7 +188,10 @@ async fn two_processes_starting_with_one_worker_id_share_its_leases_without_move
         "leases still move between the two processes after a minute"
     );
     fleet.assert_safe();
-    assert!(duplicates_reported(&fleet) >= 1, "nobody reported the duplicate id");
+    assert!(
+        duplicates_reported(&fleet) >= 1,
+        "nobody reported the duplicate id"
+    );
     assert_eq!(fleet.held_keys().len(), 8, "{:?}", fleet.held());
     assert_eq!(fleet.counts().iter().sum::<usize>(), 8);
     fleet.shutdown_all().await;
@@ -188,7 +225,11 @@ async fn a_restart_with_the_same_id_after_a_crash_gets_its_leases_back_a_lease_d
             "b took {key}: a rebalance"
         );
     }
-    assert_eq!(duplicates_reported(&fleet), 0, "a dead process is no duplicate");
+    assert_eq!(
+        duplicates_reported(&fleet),
+        0,
+        "a dead process is no duplicate"
+    );
     fleet.idle(secs(30)).await;
     assert_eq!(fleet.held()["a"], before, "and keeps them");
     fleet.assert_safe();

@@ -219,7 +219,11 @@ impl LeaseStore for InMemoryStore {
         tenure: u64,
         _deadline: Instant,
     ) -> StoreResult<Outcome<Lease>> {
-        Ok(self.update_lease(key, |l| held(l, owner, tenure), |l| change_owner(l, None, None)))
+        Ok(self.update_lease(
+            key,
+            |l| held(l, owner, tenure),
+            |l| change_owner(l, None, None),
+        ))
     }
 
     async fn checkpoint(

@@ -100,9 +100,10 @@ impl Identity {
         expected: impl Fn(&LeaseKey) -> bool,
         now: Instant,
     ) -> bool {
-        let mut evidence = snapshot.members.iter().any(|m| {
-            m.worker == self.me && m.incarnation.is_some_and(|i| i != self.incarnation)
-        });
+        let mut evidence = snapshot
+            .members
+            .iter()
+            .any(|m| m.worker == self.me && m.incarnation.is_some_and(|i| i != self.incarnation));
         let mut current = HashMap::with_capacity(snapshot.leases.len());
         for lease in &snapshot.leases {
             let seen = Sighting::of(lease, &self.me);
@@ -162,7 +163,12 @@ mod tests {
         WorkerId::new("a").unwrap()
     }
 
-    fn lease(key: &str, owner: Option<(&str, Option<Incarnation>)>, tenure: u64, counter: u64) -> Lease {
+    fn lease(
+        key: &str,
+        owner: Option<(&str, Option<Incarnation>)>,
+        tenure: u64,
+        counter: u64,
+    ) -> Lease {
         let mut lease = NewLease::new(LeaseKey::new(key).unwrap()).into_lease();
         if let Some((owner, incarnation)) = owner {
             lease.owner = Some(WorkerId::new(owner).unwrap());
@@ -194,10 +200,22 @@ mod tests {
     #[test]
     fn a_lease_of_my_id_is_ours_only_with_my_incarnation() {
         let id = identity();
-        assert_eq!(id.ownership(&lease("k", Some(("a", Some(MINE))), 1, 1)), Ownership::Ours);
-        assert_eq!(id.ownership(&lease("k", Some(("a", Some(TWIN))), 1, 1)), Ownership::Foreign);
-        assert_eq!(id.ownership(&lease("k", Some(("a", None)), 1, 1)), Ownership::Foreign);
-        assert_eq!(id.ownership(&lease("k", Some(("b", Some(MINE))), 1, 1)), Ownership::Other);
+        assert_eq!(
+            id.ownership(&lease("k", Some(("a", Some(MINE))), 1, 1)),
+            Ownership::Ours
+        );
+        assert_eq!(
+            id.ownership(&lease("k", Some(("a", Some(TWIN))), 1, 1)),
+            Ownership::Foreign
+        );
+        assert_eq!(
+            id.ownership(&lease("k", Some(("a", None)), 1, 1)),
+            Ownership::Foreign
+        );
+        assert_eq!(
+            id.ownership(&lease("k", Some(("b", Some(MINE))), 1, 1)),
+            Ownership::Other
+        );
         assert_eq!(id.ownership(&lease("k", None, 1, 1)), Ownership::Other);
     }
 
@@ -208,7 +226,11 @@ mod tests {
         let t0 = Instant::now();
         let old = vec![lease("k", Some(("a", Some(TWIN))), 3, 9)];
         assert!(!id.observe(&scan(old.clone(), Some(MINE)), |_| false, t0));
-        assert!(!id.observe(&scan(old, Some(MINE)), |_| false, t0 + Duration::from_secs(5)));
+        assert!(!id.observe(
+            &scan(old, Some(MINE)),
+            |_| false,
+            t0 + Duration::from_secs(5)
+        ));
         assert!(!id.sees_twin(t0 + Duration::from_secs(5)));
     }
 
@@ -226,15 +248,27 @@ mod tests {
             lease("renewed", Some(("a", Some(TWIN))), 3, 10),
             lease("taken", Some(("a", Some(TWIN))), 1, 5),
         ];
-        assert!(id.observe(&scan(after.clone(), Some(MINE)), |_| false, t0 + 5 * second), "a new episode");
+        assert!(
+            id.observe(&scan(after.clone(), Some(MINE)), |_| false, t0 + 5 * second),
+            "a new episode"
+        );
         assert!(id.sees_twin(t0 + 14 * second));
-        assert!(!id.observe(&scan(after.clone(), Some(MINE)), |_| false, t0 + 6 * second), "nothing changed");
-        assert!(!id.sees_twin(t0 + 15 * second), "evidence lasts a lease duration");
+        assert!(
+            !id.observe(&scan(after.clone(), Some(MINE)), |_| false, t0 + 6 * second),
+            "nothing changed"
+        );
+        assert!(
+            !id.sees_twin(t0 + 15 * second),
+            "evidence lasts a lease duration"
+        );
         let renewed = vec![
             lease("renewed", Some(("a", Some(TWIN))), 3, 11),
             lease("taken", Some(("a", Some(TWIN))), 1, 5),
         ];
-        assert!(id.observe(&scan(renewed, Some(MINE)), |_| false, t0 + 20 * second), "a second episode");
+        assert!(
+            id.observe(&scan(renewed, Some(MINE)), |_| false, t0 + 20 * second),
+            "a second episode"
+        );
     }
 
     #[test]
@@ -242,7 +276,10 @@ mod tests {
         let mut id = identity();
         let t0 = Instant::now();
         assert!(!id.observe(&scan(vec![], Some(MINE)), |_| false, t0));
-        assert!(!id.observe(&scan(vec![], None), |_| false, t0), "an older version's record");
+        assert!(
+            !id.observe(&scan(vec![], None), |_| false, t0),
+            "an older version's record"
+        );
         assert!(id.observe(&scan(vec![], Some(TWIN)), |_| false, t0));
         assert!(id.sees_twin(t0));
     }
@@ -254,17 +291,27 @@ mod tests {
         let after = vec![lease("k", Some(("a", None)), 4, 10)];
         let mut id = identity();
         id.observe(&scan(before.clone(), Some(MINE)), |_| false, t0);
-        assert!(!id.observe(&scan(after.clone(), Some(MINE)), |_| true, t0), "asked for here");
+        assert!(
+            !id.observe(&scan(after.clone(), Some(MINE)), |_| true, t0),
+            "asked for here"
+        );
         let mut id = identity();
         id.observe(&scan(before, Some(MINE)), |_| false, t0);
-        assert!(id.observe(&scan(after, Some(MINE)), |_| false, t0), "asked for by a twin");
+        assert!(
+            id.observe(&scan(after, Some(MINE)), |_| false, t0),
+            "asked for by a twin"
+        );
     }
 
     #[test]
     fn my_own_changes_are_no_evidence() {
         let mut id = identity();
         let t0 = Instant::now();
-        id.observe(&scan(vec![lease("k", None, 0, 1)], Some(MINE)), |_| false, t0);
+        id.observe(
+            &scan(vec![lease("k", None, 0, 1)], Some(MINE)),
+            |_| false,
+            t0,
+        );
         let taken = vec![lease("k", Some(("a", Some(MINE))), 1, 2)];
         assert!(!id.observe(&scan(taken, Some(MINE)), |_| false, t0));
         let renewed = vec![lease("k", Some(("a", Some(MINE))), 1, 3)];
@@ -285,7 +332,11 @@ mod tests {
         id.observe(&scan(vec![], Some(MINE)), |_| false, t0 + 9 * second);
         assert_eq!(id.unanswered_since(&key), Some(t0));
         id.observe(&scan(vec![], Some(MINE)), |_| false, t0 + 10 * second);
-        assert_eq!(id.unanswered_since(&key), None, "moot a lease duration after it started");
+        assert_eq!(
+            id.unanswered_since(&key),
+            None,
+            "moot a lease duration after it started"
+        );
         id.unanswered(key.clone(), t0);
         id.answered(&key);
         assert_eq!(id.unanswered_since(&key), None);

@@ -14,7 +14,9 @@ pub const LEASES_TAKEN: &str = "shardlease_leases_taken_total";
 pub const HANDOFFS_REQUESTED: &str = "shardlease_handoffs_requested_total";
 /// Counter: leases this worker handed over gracefully.
 pub const LEASES_HANDED_OFF: &str = "shardlease_leases_handed_off_total";
-/// Counter: leases taken by force after the owner did not finish a handoff in time.
+/// Counter: leases taken by force, reported only once the previous holder's validity has surely
+/// ended: after a handoff the owner did not finish in time, a policy's steal, a lease of another
+/// process with this worker's id, or a take whose answer was lost.
 pub const LEASES_STOLEN: &str = "shardlease_leases_stolen_total";
 /// Counter: leases lost (taken over, deleted, or expired locally).
 pub const LEASES_LOST: &str = "shardlease_leases_lost_total";

@@ -70,7 +70,7 @@ async fn heartbeat(shared: &Shared) {
     let deadline = shared.now() + shared.config.renew_interval;
     if let Err(err) = shared
         .store
-        .heartbeat(&shared.id, None, capacity, deadline)
+        .heartbeat(&shared.id, shared.incarnation, None, capacity, deadline)
         .await
     {
         metrics::store_error(&shared.id, "heartbeat");

@@ -667,10 +667,14 @@ async fn run_app(
                 key: key.to_string(),
             }),
             LeaseEvent::DuplicateWorkerId { .. } => {
-                ledger.lock().unwrap().records.push(Record::DuplicateWorkerId {
-                    worker: name.clone(),
-                    at: Instant::now(),
-                })
+                ledger
+                    .lock()
+                    .unwrap()
+                    .records
+                    .push(Record::DuplicateWorkerId {
+                        worker: name.clone(),
+                        at: Instant::now(),
+                    })
             }
             _ => {}
         }

@@ -2,8 +2,8 @@
 
 use std::time::Duration;
 
-use shardlease::store::{LeaseStore, Outcome};
 use shardlease::lease::Incarnation;
+use shardlease::store::{LeaseStore, Outcome};
 use shardlease::{Lease, LeaseKey, NewLease, WorkerId};
 use tokio::time::Instant;
 
@@ -380,7 +380,10 @@ pub async fn the_owner_incarnation_follows_every_change_of_owner<T: Target>(
     );
 
     let member = done(
-        store.heartbeat(&a, first, None, None, deadline()).await.unwrap(),
+        store
+            .heartbeat(&a, first, None, None, deadline())
+            .await
+            .unwrap(),
         "heartbeat of the first process",
     );
     assert_eq!(member.incarnation, Some(first));
@@ -586,7 +589,10 @@ pub async fn heartbeat_creates_and_refreshes_membership<T: Target>(target: &T, t
         (1, Some(0.5), Some(10))
     );
     let second = done(
-        store.heartbeat(&a, PROCESS, None, None, deadline()).await.unwrap(),
+        store
+            .heartbeat(&a, PROCESS, None, None, deadline())
+            .await
+            .unwrap(),
         "second heartbeat",
     );
     assert_eq!(
@@ -602,11 +608,17 @@ pub async fn remove_member_is_conditional<T: Target>(target: &T, test: &str) {
     let store = target.store(test).await;
     let (a, b) = (worker("a"), worker("b"));
     let member = done(
-        store.heartbeat(&a, PROCESS, None, None, deadline()).await.unwrap(),
+        store
+            .heartbeat(&a, PROCESS, None, None, deadline())
+            .await
+            .unwrap(),
         "heartbeat",
     );
     let fresh = done(
-        store.heartbeat(&a, PROCESS, None, None, deadline()).await.unwrap(),
+        store
+            .heartbeat(&a, PROCESS, None, None, deadline())
+            .await
+            .unwrap(),
         "heartbeat again",
     );
     let current = lost(
@@ -630,7 +642,10 @@ pub async fn remove_member_is_conditional<T: Target>(target: &T, test: &str) {
     );
     assert_eq!(current, None);
     done(
-        store.heartbeat(&b, PROCESS, None, None, deadline()).await.unwrap(),
+        store
+            .heartbeat(&b, PROCESS, None, None, deadline())
+            .await
+            .unwrap(),
         "heartbeat b",
     );
     done(
@@ -674,7 +689,10 @@ pub async fn listing_separates_leases_from_members<T: Target>(target: &T, test: 
     held_by(&store, "shard-2", &a).await;
     created(&store, "shard-1").await;
     done(
-        store.heartbeat(&a, PROCESS, None, None, deadline()).await.unwrap(),
+        store
+            .heartbeat(&a, PROCESS, None, None, deadline())
+            .await
+            .unwrap(),
         "heartbeat",
     );
     let snapshot = store.snapshot(deadline()).await.unwrap();
@@ -696,7 +714,10 @@ pub async fn sixteen_concurrent_takers_have_exactly_one_winner<T: Target>(target
                 let me = worker(&format!("taker-{t}"));
                 (
                     me.clone(),
-                    store.take(&key, &me, PROCESS, observed, deadline()).await.unwrap(),
+                    store
+                        .take(&key, &me, PROCESS, observed, deadline())
+                        .await
+                        .unwrap(),
                 )
             }));
         }

@@ -8,9 +8,9 @@ use aws_sdk_dynamodb::types::{
     AttributeDefinition, AttributeValue, BillingMode, KeySchemaElement, KeyType,
     ScalarAttributeType, TableStatus,
 };
+use shardlease::lease::Incarnation;
 use shardlease::store::dynamodb::{schema, DynamoConfig};
 use shardlease::store::{LeaseStore, Outcome, StoreError};
-use shardlease::lease::Incarnation;
 use shardlease::{LeaseKey, NewLease, WorkerId};
 use tokio::time::Instant;
 

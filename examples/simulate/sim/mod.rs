@@ -22,9 +22,9 @@ use rand::rngs::StdRng;
 use rand::seq::SliceRandom;
 use rand::SeedableRng;
 use shardlease::balance::KclBalance;
+use shardlease::lease::Incarnation;
 use shardlease::source::{Shard, StaticShardSource};
 use shardlease::worker::{LeaseEvent, StopReason, Worker};
-use shardlease::lease::Incarnation;
 use shardlease::{LeaseKey, LeaseStore, NewLease, WorkerConfig, WorkerId};
 use tokio::task::JoinHandle;
 use tokio::time::Instant;
@@ -214,7 +214,10 @@ impl Fleet {
             let owner = worker_id(i % first);
             let counter = lease.expect("in memory").done().expect("new").counter;
             let process = incarnation(i % first);
-            let taken = net.table.take(key, &owner, process, counter, deadline).await;
+            let taken = net
+                .table
+                .take(key, &owner, process, counter, deadline)
+                .await;
             assert!(taken.expect("in memory").is_done());
             let mut table = net.ownership.lock().unwrap();
             table.owner.insert(key.clone(), (owner, Instant::now()));

@@ -10,11 +10,11 @@ use std::time::Duration;
 use async_trait::async_trait;
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
+use shardlease::lease::Incarnation;
 use shardlease::store::dynamodb::schema::{lease_item_size, member_item_size};
 use shardlease::store::memory::InMemoryStore;
 use shardlease::store::StoreResult;
 use shardlease::store::{LeaseStore, Outcome, Page, PageToken, RetryPolicy, StoreError};
-use shardlease::lease::Incarnation;
 use shardlease::{Lease, LeaseKey, Member, NewLease, WorkerId};
 use tokio::time::Instant;
 

@@ -160,7 +160,10 @@ pub fn encode_lease(lease: &Lease, op: &str, now: &str) -> Item {
     ]);
     let optional = [
         (OWNER, lease.owner.as_ref().map(|o| s(o.as_str()))),
-        (OWNER_INCARNATION, lease.owner_incarnation.map(|i| n(i.get()))),
+        (
+            OWNER_INCARNATION,
+            lease.owner_incarnation.map(|i| n(i.get())),
+        ),
         (CHECKPOINT, lease.checkpoint.as_ref().map(|c| s(c.as_str()))),
         (HANDOFF_TO, lease.handoff_to.as_ref().map(|h| s(h.as_str()))),
         (LEASE_LOAD, lease.load.map(n)),
