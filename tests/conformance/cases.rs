@@ -372,7 +372,10 @@ pub async fn the_owner_incarnation_follows_every_change_of_owner<T: Target>(
             .unwrap(),
         "release",
     );
-    assert_eq!((released.owner, released.owner_incarnation), (None, None));
+    assert_eq!(
+        (released.owner.as_ref(), released.owner_incarnation),
+        (None, None)
+    );
     assert_eq!(
         store.get(&lease.key, deadline()).await.unwrap(),
         Some(released),
