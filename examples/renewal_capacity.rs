@@ -21,6 +21,7 @@ use std::time::Duration;
 
 use common::Error;
 
+use shardlease::lease::Incarnation;
 use shardlease::store::dynamodb::{DynamoConfig, DynamoStore};
 use shardlease::store::{LeaseStore, Outcome};
 use shardlease::{LeaseKey, NewLease, WorkerConfig, WorkerId};
@@ -70,6 +71,7 @@ async fn run() -> Result<(), Error> {
     let table = format!("shardlease-capacity-{}", std::process::id());
     let store = Arc::new(DynamoStore::connect(client, DynamoConfig::new(&table)).await?);
     let me = WorkerId::new("capacity")?;
+    let process = Incarnation::random();
 
     // Create and take every lease, `concurrency` at a time.
     let limit = Arc::new(Semaphore::new(concurrency));
@@ -85,7 +87,7 @@ async fn run() -> Result<(), Error> {
                 Outcome::Done(lease) => lease.counter,
                 Outcome::LostRace { current } => current.map_or(0, |l| l.counter),
             };
-            match store.take(&key, &me, counter, deadline).await? {
+            match store.take(&key, &me, process, counter, deadline).await? {
                 Outcome::Done(lease) => Ok::<_, Error>((key, lease.tenure)),
                 Outcome::LostRace { .. } => Err(format!("{key} was taken by another").into()),
             }

@@ -29,6 +29,11 @@ pub(crate) fn uniform(low: f64, high: f64) -> f64 {
     RNG.with(|rng| rng.borrow_mut().gen_range(low..high))
 }
 
+/// A number drawn uniformly from all of `u64` (worker incarnations).
+pub(crate) fn next_u64() -> u64 {
+    RNG.with(|rng| rng.borrow_mut().gen())
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

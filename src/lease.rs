@@ -150,11 +150,53 @@ validated_id!(
 );
 
 validated_id!(
-    /// A worker's stable identity. A worker restarted with the same id resumes the leases it
-    /// still owns. Same rules as [`LeaseKey`].
+    /// A worker's stable identity. A worker restarted with the same id gets back the leases it
+    /// still owns (as forced takes: see [`Incarnation`]). Same rules as [`LeaseKey`].
     WorkerId,
     "worker id"
 );
+
+/// One process's run of a worker id: a random number drawn when the worker starts, written
+/// into every lease it takes and into its membership record.
+///
+/// A worker id is stable (a host or pod name), so two processes can share one: a restarted
+/// process while the old one is paused or partitioned, or two containers whose default ids
+/// collide. The incarnation tells them apart. A lease owned by this worker's id but by another
+/// incarnation is *foreign*: nobody can know whether that process is dead, so it is taken back
+/// like a forced take, reported only once the other process's validity has surely ended.
+#[derive(Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub struct Incarnation(u64);
+
+impl Incarnation {
+    /// An incarnation with the given value. Two running processes must never share one; use
+    /// [`Incarnation::random`] unless a test or simulation prepares the table for this process.
+    pub const fn new(value: u64) -> Self {
+        Self(value)
+    }
+
+    /// A fresh incarnation, drawn from the crate's generator (seeded by
+    /// [`jitter::seed_thread`](crate::jitter::seed_thread) in a simulation, so a run replays).
+    pub fn random() -> Self {
+        Self(crate::jitter::next_u64())
+    }
+
+    /// The value as stored.
+    pub const fn get(self) -> u64 {
+        self.0
+    }
+}
+
+impl fmt::Display for Incarnation {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{:016x}", self.0)
+    }
+}
+
+impl fmt::Debug for Incarnation {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        fmt::Display::fmt(self, f)
+    }
+}
 
 impl WorkerId {
     /// The marker stored in `handoff_to` to ask the owner to retire a lease.
@@ -191,6 +233,9 @@ pub struct Lease {
     pub key: LeaseKey,
     /// The current owner; `None` when unowned (new or released).
     pub owner: Option<WorkerId>,
+    /// The incarnation (process) of `owner` that took the lease; `None` when unowned, when
+    /// handed over and not yet taken by the requester, or written by an older version.
+    pub owner_incarnation: Option<Incarnation>,
     /// Liveness counter, see the type's documentation.
     pub counter: u64,
     /// Fencing token, see the type's documentation.
@@ -217,6 +262,11 @@ impl Lease {
     /// True when `worker` owns this lease.
     pub fn is_owned_by(&self, worker: &WorkerId) -> bool {
         self.owner.as_ref() == Some(worker)
+    }
+
+    /// True when `worker`'s incarnation `incarnation` (this very process) owns this lease.
+    pub fn is_owned_by_incarnation(&self, worker: &WorkerId, incarnation: Incarnation) -> bool {
+        self.is_owned_by(worker) && self.owner_incarnation == Some(incarnation)
     }
 
     /// True when the shard was processed to its end (the checkpoint is [`SHARD_END`]).
@@ -272,6 +322,7 @@ impl NewLease {
         Lease {
             key: self.key,
             owner: None,
+            owner_incarnation: None,
             counter: 0,
             tenure: 0,
             checkpoint: self.checkpoint,
@@ -291,6 +342,9 @@ pub struct Member {
     pub worker: WorkerId,
     /// Changes on every heartbeat; observers judge liveness by it, on their own clock.
     pub heartbeat: u64,
+    /// The incarnation (process) that wrote the last heartbeat; `None` when written by an older
+    /// version. Another incarnation than one's own here means a second live process uses the id.
+    pub incarnation: Option<Incarnation>,
     /// The worker's own load figure (CPU share, throughput), if it reports one.
     pub load: Option<f64>,
     /// How many leases the worker may hold at most, if it declares a limit.
@@ -350,9 +404,23 @@ mod tests {
         let lease = NewLease::new(key.clone())
             .with_checkpoint("42")
             .into_lease();
-        assert_eq!(lease.owner, None);
+        assert_eq!((lease.owner, lease.owner_incarnation), (None, None));
         assert_eq!((lease.counter, lease.tenure), (0, 0));
         assert_eq!(lease.checkpoint.as_deref(), Some("42"));
         assert_eq!(lease.key, key);
+    }
+
+    #[test]
+    fn an_incarnation_tells_two_processes_of_one_id_apart() {
+        let me = WorkerId::new("host-a").unwrap();
+        let (first, second) = (Incarnation::new(1), Incarnation::new(2));
+        let mut lease = NewLease::new(LeaseKey::new("k").unwrap()).into_lease();
+        lease.owner = Some(me.clone());
+        lease.owner_incarnation = Some(first);
+        assert!(lease.is_owned_by_incarnation(&me, first));
+        assert!(!lease.is_owned_by_incarnation(&me, second));
+        lease.owner_incarnation = None;
+        assert!(lease.is_owned_by(&me) && !lease.is_owned_by_incarnation(&me, first));
+        assert_eq!(Incarnation::new(255).to_string(), "00000000000000ff");
     }
 }

@@ -11,7 +11,7 @@
 //! ```
 //! use std::time::Duration;
 //! use shardlease::store::{memory::InMemoryStore, LeaseStore, Outcome};
-//! use shardlease::{LeaseKey, NewLease, WorkerId};
+//! use shardlease::{Incarnation, LeaseKey, NewLease, WorkerId};
 //! use tokio::time::Instant;
 //!
 //! # #[tokio::main(flavor = "current_thread")]
@@ -20,9 +20,10 @@
 //! let deadline = Instant::now() + Duration::from_secs(5);
 //! let key = LeaseKey::new("shardId-000000000000")?;
 //! let me = WorkerId::new("worker-1")?;
+//! let process = Incarnation::random(); // tells this process from others with the same id
 //!
 //! let lease = store.create(NewLease::new(key.clone()), deadline).await?.done().unwrap();
-//! let Outcome::Done(mine) = store.take(&key, &me, lease.counter, deadline).await? else {
+//! let Outcome::Done(mine) = store.take(&key, &me, process, lease.counter, deadline).await? else {
 //!     panic!("somebody else took it first");
 //! };
 //! store.checkpoint(&key, &me, mine.tenure, "seq-42", deadline).await?;
@@ -47,7 +48,9 @@ pub mod store;
 pub mod worker;
 
 pub use config::{ConfigError, WorkerConfig};
-pub use lease::{InvalidId, Lease, LeaseKey, Member, NewLease, Snapshot, WorkerId, SHARD_END};
+pub use lease::{
+    Incarnation, InvalidId, Lease, LeaseKey, Member, NewLease, Snapshot, WorkerId, SHARD_END,
+};
 pub use source::{Shard, ShardSource, StaticShardSource};
 pub use store::{LeaseStore, Outcome, StoreError, StoreResult};
 pub use worker::{LeaseEvent, LeaseGrant, StopReason, Worker};

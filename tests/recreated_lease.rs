@@ -8,7 +8,7 @@ use std::time::Duration;
 
 use shardlease::store::memory::InMemoryStore;
 use shardlease::store::{LeaseStore, Outcome};
-use shardlease::{Lease, LeaseKey, NewLease, Worker, WorkerConfig, WorkerId};
+use shardlease::{Incarnation, Lease, LeaseKey, NewLease, Worker, WorkerConfig, WorkerId};
 use tokio::time::Instant;
 
 fn secs(s: u64) -> Duration {
@@ -28,7 +28,7 @@ async fn held_at_counter_three(store: &InMemoryStore, key: &LeaseKey, owner: &Wo
         .done()
         .unwrap();
     let mut lease = store
-        .take(key, owner, lease.counter, deadline())
+        .take(key, owner, Incarnation::new(1), lease.counter, deadline())
         .await
         .unwrap()
         .done()

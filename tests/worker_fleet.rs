@@ -181,25 +181,6 @@ async fn a_worker_that_leaves_gracefully_releases_its_leases_for_the_others() {
 }
 
 #[tokio::test(start_paused = true)]
-async fn a_worker_restarted_with_the_same_id_resumes_its_leases_at_once() {
-    let mut fleet = fleet(4);
-    fleet.start("a", QUICK).await;
-    fleet.start("b", QUICK).await;
-    fleet.until(secs(60), |f| f.counts() == [2, 2]).await;
-    let before = fleet.held()["a"].clone();
-    fleet.crash("a");
-    fleet.start("a", QUICK).await;
-    let took = fleet
-        .until(secs(30), |f| f.held().get("a") == Some(&before))
-        .await;
-    assert!(took < secs(1), "resumed after {took:?}");
-    fleet.idle(secs(30)).await;
-    assert_eq!(fleet.held()["a"], before, "and keeps them");
-    fleet.assert_safe();
-    fleet.shutdown_all().await;
-}
-
-#[tokio::test(start_paused = true)]
 async fn a_worker_cut_off_from_the_store_stops_before_anyone_else_starts() {
     let mut fleet = fleet(4);
     fleet.start("a", QUICK).await;

@@ -343,6 +343,9 @@ async fn dispatch<F: ProcessorFactory>(
             LeaseEvent::Lost { key } => ConsumerEvent::Lost { key },
             LeaseEvent::ShardEnded { key } => ConsumerEvent::ShardEnded { key },
             LeaseEvent::Retired { key } => ConsumerEvent::Retired { key },
+            // Not about one shard: the worker logs it at error level and counts it
+            // (`shardlease_duplicate_worker_id_total`).
+            LeaseEvent::DuplicateWorkerId { .. } => continue,
         };
         (context.observer)(observed);
     }

@@ -1,5 +1,6 @@
 //! A store wrapper that injects faults, for tests: a worker cut off from the table, requests
-//! that are never answered (a half-open connection), and a fixed latency per call. (The simulator in `examples/simulate` has a richer network model:
+//! that are never answered (a half-open connection), a fixed latency per call, and a take
+//! whose answer is lost after it landed. (The simulator in `examples/simulate` has a richer network model:
 //! latency distributions, throttles, lost answers, pauses.)
 
 use std::collections::HashSet;
@@ -11,7 +12,7 @@ use async_trait::async_trait;
 use tokio::time::Instant;
 
 use super::{LeaseStore, Outcome, Page, PageToken, StoreError, StoreResult};
-use crate::lease::{Lease, LeaseKey, Member, NewLease, WorkerId};
+use crate::lease::{Incarnation, Lease, LeaseKey, Member, NewLease, WorkerId};
 
 /// Switches for a [`FaultyStore`]. Cheap to clone; clones share the switches.
 #[derive(Debug, Clone, Default)]
@@ -21,6 +22,8 @@ pub struct Faults {
     calls: Arc<AtomicU64>,
     hang: Arc<Mutex<Hang>>,
     hung: Arc<AtomicU64>,
+    lose_take_answer: Arc<AtomicBool>,
+    lost_answers: Arc<AtomicU64>,
 }
 
 /// Which requests are never answered.
@@ -72,6 +75,18 @@ impl Faults {
         } else {
             state.items.remove(&item);
         }
+    }
+
+    /// Loses the answer of the next take that lands: the write is applied, and the caller gets
+    /// an ambiguous transient error instead of the lease (as when a connection drops after
+    /// DynamoDB applied the write and the caller's deadline ran out before a retry).
+    pub fn lose_next_take_answer(&self) {
+        self.lose_take_answer.store(true, Ordering::SeqCst);
+    }
+
+    /// How many answers [`lose_next_take_answer`](Self::lose_next_take_answer) lost.
+    pub fn lost_answers(&self) -> u64 {
+        self.lost_answers.load(Ordering::SeqCst)
     }
 
     /// How many calls went through this store.
@@ -172,13 +187,25 @@ impl<S: LeaseStore> LeaseStore for FaultyStore<S> {
         &self,
         key: &LeaseKey,
         taker: &WorkerId,
+        incarnation: Incarnation,
         observed_counter: u64,
         deadline: Instant,
     ) -> StoreResult<Outcome<Lease>> {
         self.gate("take", key.as_str(), deadline).await?;
-        self.inner
-            .take(key, taker, observed_counter, deadline)
-            .await
+        let outcome = self
+            .inner
+            .take(key, taker, incarnation, observed_counter, deadline)
+            .await?;
+        if outcome.is_done() && self.faults.lose_take_answer.swap(false, Ordering::SeqCst) {
+            self.faults.lost_answers.fetch_add(1, Ordering::SeqCst);
+            return Err(StoreError::Transient {
+                operation: "take",
+                key: key.as_str().to_owned(),
+                ambiguous: true,
+                source: "the take landed and its answer was lost (injected fault)".into(),
+            });
+        }
+        Ok(outcome)
     }
 
     async fn request_handoff(
@@ -251,12 +278,15 @@ impl<S: LeaseStore> LeaseStore for FaultyStore<S> {
     async fn heartbeat(
         &self,
         worker: &WorkerId,
+        incarnation: Incarnation,
         load: Option<f64>,
         capacity: Option<u32>,
         deadline: Instant,
     ) -> StoreResult<Outcome<Member>> {
         self.gate("heartbeat", worker.as_str(), deadline).await?;
-        self.inner.heartbeat(worker, load, capacity, deadline).await
+        self.inner
+            .heartbeat(worker, incarnation, load, capacity, deadline)
+            .await
     }
 
     async fn remove_member(

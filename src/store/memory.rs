@@ -11,7 +11,7 @@ use async_trait::async_trait;
 use tokio::time::Instant;
 
 use super::{LeaseStore, Outcome, Page, PageToken, StoreResult};
-use crate::lease::{Lease, LeaseKey, Member, NewLease, WorkerId, RESERVED_PREFIX};
+use crate::lease::{Incarnation, Lease, LeaseKey, Member, NewLease, WorkerId, RESERVED_PREFIX};
 
 /// Default number of items per [`list_page`](LeaseStore::list_page) page.
 pub const DEFAULT_PAGE_SIZE: usize = 1000;
@@ -86,9 +86,11 @@ fn held(lease: &Lease, owner: &WorkerId, tenure: u64) -> bool {
     lease.is_owned_by(owner) && lease.tenure == tenure
 }
 
-fn change_owner(lease: &mut Lease, to: Option<WorkerId>) {
+/// A new owner (`to`, taken by its process `incarnation` or handed over without one), or none.
+fn change_owner(lease: &mut Lease, to: Option<WorkerId>, incarnation: Option<Incarnation>) {
     let new_tenure = to.is_some();
     lease.owner = to;
+    lease.owner_incarnation = incarnation;
     lease.counter += 1;
     lease.handoff_to = None;
     if new_tenure {
@@ -170,13 +172,14 @@ impl LeaseStore for InMemoryStore {
         &self,
         key: &LeaseKey,
         taker: &WorkerId,
+        incarnation: Incarnation,
         observed_counter: u64,
         _deadline: Instant,
     ) -> StoreResult<Outcome<Lease>> {
         Ok(self.update_lease(
             key,
             |l| l.counter == observed_counter,
-            |l| change_owner(l, Some(taker.clone())),
+            |l| change_owner(l, Some(taker.clone()), Some(incarnation)),
         ))
     }
 
@@ -206,7 +209,7 @@ impl LeaseStore for InMemoryStore {
         Ok(self.update_lease(
             key,
             |l| held(l, owner, tenure) && l.handoff_to.as_ref() == Some(to),
-            |l| change_owner(l, Some(to.clone())),
+            |l| change_owner(l, Some(to.clone()), None),
         ))
     }
 
@@ -217,7 +220,11 @@ impl LeaseStore for InMemoryStore {
         tenure: u64,
         _deadline: Instant,
     ) -> StoreResult<Outcome<Lease>> {
-        Ok(self.update_lease(key, |l| held(l, owner, tenure), |l| change_owner(l, None)))
+        Ok(self.update_lease(
+            key,
+            |l| held(l, owner, tenure),
+            |l| change_owner(l, None, None),
+        ))
     }
 
     async fn checkpoint(
@@ -266,6 +273,7 @@ impl LeaseStore for InMemoryStore {
     async fn heartbeat(
         &self,
         worker: &WorkerId,
+        incarnation: Incarnation,
         load: Option<f64>,
         capacity: Option<u32>,
         _deadline: Instant,
@@ -275,6 +283,7 @@ impl LeaseStore for InMemoryStore {
             Item::Member(Member {
                 worker: worker.clone(),
                 heartbeat: 0,
+                incarnation: None,
                 load: None,
                 capacity: None,
             })
@@ -282,6 +291,7 @@ impl LeaseStore for InMemoryStore {
         Ok(match item {
             Item::Member(member) => {
                 member.heartbeat += 1;
+                member.incarnation = Some(incarnation);
                 member.load = load;
                 member.capacity = capacity;
                 Outcome::Done(member.clone())

@@ -10,14 +10,18 @@
 //! |---|---|---|
 //! | [`create`](LeaseStore::create) | key absent | lease at counter 0, tenure 0, unowned, a fresh random [`nonce`](Lease::nonce) |
 //! | [`renew`](LeaseStore::renew) | owner = me, tenure = mine | counter + 1 |
-//! | [`take`](LeaseStore::take) | counter = observed | owner := me, counter + 1, tenure + 1, switches + 1, no handoff |
+//! | [`take`](LeaseStore::take) | counter = observed | owner := me, owner incarnation := mine, counter + 1, tenure + 1, switches + 1, no handoff |
 //! | [`request_handoff`](LeaseStore::request_handoff) | owner and tenure as observed, no other handoff pending | handoff_to := requester |
-//! | [`complete_handoff`](LeaseStore::complete_handoff) | owner = me, tenure = mine, handoff_to = to | owner := to, counter + 1, tenure + 1, switches + 1, no handoff |
-//! | [`release`](LeaseStore::release) | owner = me, tenure = mine | unowned, counter + 1, no handoff |
+//! | [`complete_handoff`](LeaseStore::complete_handoff) | owner = me, tenure = mine, handoff_to = to | owner := to, no owner incarnation, counter + 1, tenure + 1, switches + 1, no handoff |
+//! | [`release`](LeaseStore::release) | owner = me, tenure = mine | unowned, no owner incarnation, counter + 1, no handoff |
 //! | [`checkpoint`](LeaseStore::checkpoint) | owner = me, tenure = mine | checkpoint := value, switches := 0, counter + 1 |
 //! | [`delete`](LeaseStore::delete) | counter and tenure as observed | item removed |
-//! | [`heartbeat`](LeaseStore::heartbeat) | absent or a membership record | heartbeat + 1, load and capacity set |
+//! | [`heartbeat`](LeaseStore::heartbeat) | absent or a membership record | heartbeat + 1, incarnation, load and capacity set |
 //! | [`remove_member`](LeaseStore::remove_member) | a membership record (with the observed heartbeat, if given) | item removed |
+//!
+//! The owner's [`Incarnation`] (which process of the owner's id took the lease) is written by
+//! `take` and cleared by every other change of owner; no condition reads it. Workers use it to
+//! tell a lease of their own process from one of another process with the same id.
 //!
 //! Renewals are conditioned on the tenure, not on the counter, so a renewal and a checkpoint of
 //! the same owner never make each other fail, and a renewal whose response was lost can simply
@@ -45,8 +49,8 @@
 //!
 //! - `renew`, `checkpoint`: conditioned on owner and tenure only, so they are idempotent: send
 //!   them again.
-//! - `take`: applied if the lease is now owned by the caller with `tenure` one more than
-//!   observed.
+//! - `take`: applied if the lease is now owned by the caller's incarnation with `tenure` one
+//!   more than observed.
 //! - `complete_handoff`: applied if the owner is now `to` with the tenure one more than the
 //!   caller's.
 //! - `release`: either way the caller no longer owns the lease.
@@ -71,7 +75,7 @@ pub use retry::RetryPolicy;
 use async_trait::async_trait;
 use tokio::time::Instant;
 
-use crate::lease::{Lease, LeaseKey, Member, NewLease, Snapshot, WorkerId};
+use crate::lease::{Incarnation, Lease, LeaseKey, Member, NewLease, Snapshot, WorkerId};
 
 /// The answer to a conditional write.
 #[derive(Debug, Clone, PartialEq)]
@@ -153,11 +157,12 @@ pub trait LeaseStore: Send + Sync + 'static {
     ) -> StoreResult<Outcome<Lease>>;
 
     /// Takes a lease whose counter the caller observed as `observed_counter` (unowned,
-    /// expired, or stolen).
+    /// expired, or stolen) for `taker`'s process `incarnation`.
     async fn take(
         &self,
         key: &LeaseKey,
         taker: &WorkerId,
+        incarnation: Incarnation,
         observed_counter: u64,
         deadline: Instant,
     ) -> StoreResult<Outcome<Lease>>;
@@ -172,7 +177,8 @@ pub trait LeaseStore: Send + Sync + 'static {
         deadline: Instant,
     ) -> StoreResult<Outcome<Lease>>;
 
-    /// Hands a lease held by `owner` in `tenure` to the worker that asked for it, `to`.
+    /// Hands a lease held by `owner` in `tenure` to the worker that asked for it, `to`. The
+    /// owner incarnation is cleared: the requester's process starts it with a take of its own.
     async fn complete_handoff(
         &self,
         key: &LeaseKey,
@@ -211,10 +217,11 @@ pub trait LeaseStore: Send + Sync + 'static {
         deadline: Instant,
     ) -> StoreResult<Outcome<Lease>>;
 
-    /// Creates or refreshes `worker`'s membership record.
+    /// Creates or refreshes `worker`'s membership record, written by its process `incarnation`.
     async fn heartbeat(
         &self,
         worker: &WorkerId,
+        incarnation: Incarnation,
         load: Option<f64>,
         capacity: Option<u32>,
         deadline: Instant,

@@ -6,7 +6,7 @@ use async_trait::async_trait;
 use tokio::time::Instant;
 
 use super::{LeaseStore, Outcome, Page, PageToken, StoreResult};
-use crate::lease::{Lease, LeaseKey, Member, NewLease, WorkerId};
+use crate::lease::{Incarnation, Lease, LeaseKey, Member, NewLease, WorkerId};
 
 #[async_trait]
 impl<S: LeaseStore + ?Sized> LeaseStore for Arc<S> {
@@ -37,10 +37,13 @@ impl<S: LeaseStore + ?Sized> LeaseStore for Arc<S> {
         &self,
         key: &LeaseKey,
         taker: &WorkerId,
+        incarnation: Incarnation,
         observed_counter: u64,
         deadline: Instant,
     ) -> StoreResult<Outcome<Lease>> {
-        (**self).take(key, taker, observed_counter, deadline).await
+        (**self)
+            .take(key, taker, incarnation, observed_counter, deadline)
+            .await
     }
 
     async fn request_handoff(
@@ -107,11 +110,14 @@ impl<S: LeaseStore + ?Sized> LeaseStore for Arc<S> {
     async fn heartbeat(
         &self,
         worker: &WorkerId,
+        incarnation: Incarnation,
         load: Option<f64>,
         capacity: Option<u32>,
         deadline: Instant,
     ) -> StoreResult<Outcome<Member>> {
-        (**self).heartbeat(worker, load, capacity, deadline).await
+        (**self)
+            .heartbeat(worker, incarnation, load, capacity, deadline)
+            .await
     }
 
     async fn remove_member(

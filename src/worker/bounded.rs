@@ -13,7 +13,7 @@ use async_trait::async_trait;
 use tokio::time::Instant;
 
 use crate::clock::{timeout_at, Clock};
-use crate::lease::{Lease, LeaseKey, Member, NewLease, Snapshot, WorkerId};
+use crate::lease::{Incarnation, Lease, LeaseKey, Member, NewLease, Snapshot, WorkerId};
 use crate::store::{LeaseStore, Outcome, Page, PageToken, StoreError, StoreResult};
 
 /// Wraps a store so that no call outlives its deadline.
@@ -80,10 +80,13 @@ impl LeaseStore for Bounded {
         &self,
         key: &LeaseKey,
         taker: &WorkerId,
+        incarnation: Incarnation,
         observed_counter: u64,
         deadline: Instant,
     ) -> StoreResult<Outcome<Lease>> {
-        let call = self.inner.take(key, taker, observed_counter, deadline);
+        let call = self
+            .inner
+            .take(key, taker, incarnation, observed_counter, deadline);
         self.bound("take", key.as_str(), deadline, call).await
     }
 
@@ -158,11 +161,14 @@ impl LeaseStore for Bounded {
     async fn heartbeat(
         &self,
         worker: &WorkerId,
+        incarnation: Incarnation,
         load: Option<f64>,
         capacity: Option<u32>,
         deadline: Instant,
     ) -> StoreResult<Outcome<Member>> {
-        let call = self.inner.heartbeat(worker, load, capacity, deadline);
+        let call = self
+            .inner
+            .heartbeat(worker, incarnation, load, capacity, deadline);
         self.bound("heartbeat", worker.as_str(), deadline, call)
             .await
     }

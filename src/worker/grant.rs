@@ -83,6 +83,15 @@ pub enum LeaseEvent {
         /// The lease.
         key: LeaseKey,
     },
+    /// Another live process uses this worker's id (a restarted process whose old one is
+    /// paused or partitioned, or two hosts with one id). A configuration error: give every
+    /// process an id of its own. Until then neither processes a lease the other holds, each
+    /// keeps what it has, and the fleet counts both as one worker. Reported once per episode
+    /// (again after a lease duration without a sign of the other process).
+    DuplicateWorkerId {
+        /// This worker's id.
+        worker: WorkerId,
+    },
 }
 
 /// Why a checkpoint was refused.

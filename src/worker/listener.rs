@@ -32,6 +32,10 @@ pub trait LeaseListener: Send + 'static {
 
     /// `key`'s shard left the source and its lease was deleted.
     fn on_retired(&mut self, _key: &LeaseKey) {}
+
+    /// Another live process uses this worker's id `worker` (see
+    /// [`LeaseEvent::DuplicateWorkerId`]).
+    fn on_duplicate_worker_id(&mut self, _worker: &WorkerId) {}
 }
 
 /// Feeds `events` to `listener` until the stream ends (when the worker stops).
@@ -48,6 +52,7 @@ pub(crate) async fn dispatch(
             LeaseEvent::Lost { key } => listener.on_lost(&key),
             LeaseEvent::ShardEnded { key } => listener.on_shard_ended(&key),
             LeaseEvent::Retired { key } => listener.on_retired(&key),
+            LeaseEvent::DuplicateWorkerId { worker } => listener.on_duplicate_worker_id(&worker),
         }
     }
 }

@@ -14,7 +14,9 @@ pub const LEASES_TAKEN: &str = "shardlease_leases_taken_total";
 pub const HANDOFFS_REQUESTED: &str = "shardlease_handoffs_requested_total";
 /// Counter: leases this worker handed over gracefully.
 pub const LEASES_HANDED_OFF: &str = "shardlease_leases_handed_off_total";
-/// Counter: leases taken by force after the owner did not finish a handoff in time.
+/// Counter: leases taken by force, reported only once the previous holder's validity has surely
+/// ended: after a handoff the owner did not finish in time, a policy's steal, a lease of another
+/// process with this worker's id, or a take whose answer was lost.
 pub const LEASES_STOLEN: &str = "shardlease_leases_stolen_total";
 /// Counter: leases lost (taken over, deleted, or expired locally).
 pub const LEASES_LOST: &str = "shardlease_leases_lost_total";
@@ -29,6 +31,9 @@ pub const LEASES_DELETED: &str = "shardlease_leases_deleted_total";
 pub const SOURCE_ERRORS: &str = "shardlease_source_errors_total";
 /// Counter: store calls that failed with an error (label `op`).
 pub const STORE_ERRORS: &str = "shardlease_store_errors_total";
+/// Counter: times this worker found another live process using its worker id (a
+/// [`LeaseEvent::DuplicateWorkerId`](crate::worker::LeaseEvent::DuplicateWorkerId) each).
+pub const DUPLICATE_WORKER_ID: &str = "shardlease_duplicate_worker_id_total";
 
 fn worker(id: &WorkerId) -> [(&'static str, String); 1] {
     [("worker", id.to_string())]
@@ -79,4 +84,8 @@ pub(crate) fn deleted(id: &WorkerId, reason: &'static str) {
 pub(crate) fn source_error(id: &WorkerId, kind: &'static str) {
     let labels = [("worker", id.to_string()), ("kind", kind.to_owned())];
     metrics::counter!(SOURCE_ERRORS, &labels).increment(1);
+}
+
+pub(crate) fn duplicate_worker_id(id: &WorkerId) {
+    metrics::counter!(DUPLICATE_WORKER_ID, &worker(id)).increment(1);
 }

@@ -40,6 +40,7 @@ mod bounded;
 mod discoverer;
 mod finish;
 mod grant;
+mod identity;
 mod listener;
 pub mod metrics;
 mod renewer;
@@ -61,7 +62,7 @@ use self::state::{Phase, Shared};
 use crate::balance::{BalancePolicy, CountBalance};
 use crate::clock::{timeout_at, Clock, TokioClock};
 use crate::config::{ConfigError, WorkerConfig};
-use crate::lease::{LeaseKey, NewLease, WorkerId};
+use crate::lease::{Incarnation, LeaseKey, NewLease, WorkerId};
 use crate::source::ShardSource;
 use crate::store::{LeaseStore, StoreError};
 
@@ -92,6 +93,7 @@ pub struct WorkerBuilder {
     shards: Vec<LeaseKey>,
     source: Option<Arc<dyn ShardSource>>,
     clock: Arc<dyn Clock>,
+    incarnation: Option<Incarnation>,
 }
 
 impl WorkerBuilder {
@@ -135,6 +137,16 @@ impl WorkerBuilder {
         self
     }
 
+    /// This process's incarnation. Default: [`Incarnation::random`], drawn at
+    /// [`start`](Self::start). Set it only where a test or a simulation prepared the table for
+    /// this very process: two running processes with one id and one incarnation would both
+    /// work on the same leases.
+    #[must_use]
+    pub fn incarnation(mut self, incarnation: Incarnation) -> Self {
+        self.incarnation = Some(incarnation);
+        self
+    }
+
     /// Validates the configuration, creates the missing leases, registers the worker's
     /// membership and starts its tasks.
     ///
@@ -157,9 +169,10 @@ impl WorkerBuilder {
                 .map_err(fail)?;
         }
         let capacity = self.config.published_capacity();
+        let incarnation = self.incarnation.unwrap_or_else(Incarnation::random);
         let _ = self
             .store
-            .heartbeat(&self.id, None, capacity, deadline)
+            .heartbeat(&self.id, incarnation, None, capacity, deadline)
             .await
             .map_err(fail)?;
 
@@ -167,6 +180,7 @@ impl WorkerBuilder {
         let (finished_tx, finished_rx) = mpsc::unbounded_channel();
         let shared = Arc::new(Shared::new(
             self.id.clone(),
+            incarnation,
             self.store,
             self.clock,
             self.config,
@@ -201,7 +215,7 @@ impl WorkerBuilder {
                     .instrument(span("discoverer")),
             );
         }
-        tracing::info!(worker = %self.id, "worker started");
+        tracing::info!(worker = %self.id, %incarnation, "worker started");
         Ok(Worker {
             shared,
             loops,
@@ -269,12 +283,18 @@ impl Worker {
             shards: Vec::new(),
             source: None,
             clock: Arc::new(TokioClock),
+            incarnation: None,
         }
     }
 
     /// This worker's id.
     pub fn id(&self) -> &WorkerId {
         &self.shared.id
+    }
+
+    /// This process's incarnation (see [`Incarnation`]).
+    pub fn incarnation(&self) -> Incarnation {
+        self.shared.incarnation
     }
 
     /// The event stream (once; `None` after the first call). It ends when the worker stops.

@@ -100,7 +100,7 @@ async fn heartbeat(shared: &Shared, deadline: Instant) {
     let capacity = shared.config.published_capacity();
     if let Err(err) = shared
         .store
-        .heartbeat(&shared.id, None, capacity, deadline)
+        .heartbeat(&shared.id, shared.incarnation, None, capacity, deadline)
         .await
     {
         metrics::store_error(&shared.id, "heartbeat");

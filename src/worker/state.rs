@@ -17,7 +17,7 @@ use super::grant::{LeaseEvent, LeaseGrant, StopReason};
 use super::metrics;
 use crate::clock::Clock;
 use crate::config::WorkerConfig;
-use crate::lease::{Lease, LeaseKey, WorkerId, SHARD_END};
+use crate::lease::{Incarnation, Lease, LeaseKey, WorkerId, SHARD_END};
 use crate::store::LeaseStore;
 
 /// Where a held lease is in its life at this worker.
@@ -65,6 +65,8 @@ pub(crate) struct State {
 /// Everything the worker's tasks share.
 pub(crate) struct Shared {
     pub id: WorkerId,
+    /// This process's incarnation: written by its takes and heartbeats.
+    pub incarnation: Incarnation,
     pub store: Arc<dyn LeaseStore>,
     /// The clock every lease decision of this worker reads.
     pub clock: Arc<dyn Clock>,
@@ -127,8 +129,10 @@ pub(crate) struct TableView {
 }
 
 impl Shared {
+    #[allow(clippy::too_many_arguments)]
     pub fn new(
         id: WorkerId,
+        incarnation: Incarnation,
         store: Arc<dyn LeaseStore>,
         clock: Arc<dyn Clock>,
         config: WorkerConfig,
@@ -138,6 +142,7 @@ impl Shared {
     ) -> Self {
         Self {
             id,
+            incarnation,
             store,
             clock,
             config,

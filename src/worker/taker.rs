@@ -1,5 +1,13 @@
 //! The taker: scans the table, judges expiry on this worker's clock, and takes, resumes or asks
 //! for leases as the balance policy decides. It also waits on the handoffs it asked for.
+//!
+//! Every lease this process works on is one it took itself (a take writes its incarnation; a
+//! lease handed over to it is started with a take too), and a take is reported only once the
+//! previous holder's validity has surely ended: at once (after the quiet period) when the lease
+//! was unowned, expired on this worker's clock, ours, or handed over; a lease duration after the
+//! take started when the previous holder may still be working (a forced handoff, a steal, a
+//! lease of another process with this worker's id); a lease duration after the first attempt
+//! started when the answer of an earlier take was lost.
 
 use std::collections::{HashMap, HashSet};
 use std::sync::Arc;
@@ -10,6 +18,8 @@ use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 use tracing::Instrument;
 
+use super::grant::LeaseEvent;
+use super::identity::{Identity, Ownership};
 use super::metrics;
 use super::state::{Pending, Shared, TableView};
 use crate::balance::{BalancePolicy, FleetView, Holder, LeaseView, Move, WorkerView};
@@ -23,27 +33,57 @@ pub(crate) struct Taker {
     policy: Arc<dyn BalancePolicy>,
     leases: ExpiryTracker<LeaseKey, LeaseVersion>,
     members: ExpiryTracker<WorkerId>,
+    identity: Identity,
 }
 
 /// What the taker does with one lease of the snapshot before planning.
 enum Action {
-    /// Ours in the table but not held here: a restart with the same id, or a lease whose
-    /// validity ran out while the store was unreachable. Take it back in a new tenure.
+    /// Taken by this process but not held here: its validity ran out while the store was
+    /// unreachable, or the answer of its take was lost. Take it back in a new tenure.
     Resume(Lease),
+    /// Owned by this worker's id but by another process (see [`Identity`]): take it.
+    Foreign { lease: Lease, expired: bool },
     /// A handoff we asked for was completed: start it.
     Adopt(Lease),
     /// A handoff we asked for was not completed in time: take it anyway.
     Force(Lease),
 }
 
+impl Action {
+    fn key(&self) -> &LeaseKey {
+        match self {
+            Action::Resume(lease)
+            | Action::Foreign { lease, .. }
+            | Action::Adopt(lease)
+            | Action::Force(lease) => &lease.key,
+        }
+    }
+}
+
+/// When a take is reported to the application.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Report {
+    /// After the quiet period: nobody else can still be working on the lease (it was unowned,
+    /// expired on this worker's clock, ours, or handed over after its owner finished).
+    Quiet,
+    /// A lease duration after the take started: the previous holder may still be working
+    /// until its last renewal's validity ends, and that renewal started before the take.
+    Forced,
+    /// A lease duration after an earlier take of the lease whose answer was lost started:
+    /// that take may have landed while the previous holder was still working.
+    ForcedSince(Instant),
+}
+
 impl Taker {
     pub fn new(shared: Arc<Shared>, policy: Arc<dyn BalancePolicy>) -> Self {
         let duration = shared.config.lease_duration;
+        let identity = Identity::new(shared.id.clone(), shared.incarnation, duration);
         Self {
             shared,
             policy,
             leases: ExpiryTracker::new(duration),
             members: ExpiryTracker::new(duration),
+            identity,
         }
     }
 
@@ -100,6 +140,7 @@ impl Taker {
         // owner's validity (counted from before its write) can outlast now + lease duration.
         let now = self.shared.now();
         let expiry = self.observe(&snapshot, now);
+        self.observe_identity(&snapshot, now);
         let live = self.live_workers(&snapshot, &expiry, now);
         let statuses = lifecycle::statuses(&snapshot.leases);
         let actions = self.actions(&snapshot, &statuses, now);
@@ -176,6 +217,28 @@ impl Taker {
         expiry
     }
 
+    /// Looks for another live process with this worker's id, and reports one when it first
+    /// shows up (an error: two processes must not share an id).
+    fn observe_identity(&mut self, snapshot: &Snapshot, now: Instant) {
+        let pending: HashSet<LeaseKey> = self.shared.lock().pending.keys().cloned().collect();
+        if !self
+            .identity
+            .observe(snapshot, |k| pending.contains(k), now)
+        {
+            return;
+        }
+        let me = &self.shared.id;
+        tracing::error!(
+            worker = %me,
+            incarnation = %self.shared.incarnation,
+            "another live process uses this worker id; each keeps the leases it holds, but \
+             give every process an id of its own"
+        );
+        metrics::duplicate_worker_id(me);
+        self.shared
+            .emit(LeaseEvent::DuplicateWorkerId { worker: me.clone() });
+    }
+
     fn owner_alive(&self, lease: &Lease, now: Instant) -> bool {
         lease.owner.is_some() && !self.leases.is_expired(&lease.key, now)
     }
@@ -217,29 +280,60 @@ impl Taker {
         let mut room = (config.max_leases_per_worker as usize).saturating_sub(state.held.len());
         let mut actions = Vec::new();
         let mut still_pending = std::collections::BTreeMap::new();
+        let twin = self.identity.sees_twin(now);
         for (lease, status) in snapshot.leases.iter().zip(statuses) {
             let held_here = state.held.contains_key(&lease.key);
+            let ownership = self.identity.ownership(lease);
             if let Some(pending) = state.pending.get(&lease.key) {
-                if lease.is_owned_by(me) && !held_here {
-                    actions.push(Action::Adopt(lease.clone()));
-                } else if lease.owner.as_ref() == Some(&pending.from)
-                    && lease.handoff_to.as_ref() == Some(me)
-                {
-                    if now >= pending.since + config.handoff_timeout {
-                        actions.push(Action::Force(lease.clone()));
-                    } else {
+                match ownership {
+                    // Handed over to this id: start it with a take of this process (and
+                    // keep waiting on it until that take lands or loses the race).
+                    Ownership::Foreign if lease.owner_incarnation.is_none() && !held_here => {
+                        actions.push(Action::Adopt(lease.clone()));
                         still_pending.insert(lease.key.clone(), pending.clone());
                     }
+                    // Our take of it landed (a forced take, or an adoption, whose answer was
+                    // lost).
+                    Ownership::Ours if !held_here => actions.push(Action::Resume(lease.clone())),
+                    _ if lease.owner.as_ref() == Some(&pending.from)
+                        && lease.handoff_to.as_ref() == Some(me) =>
+                    {
+                        if now >= pending.since + config.handoff_timeout {
+                            actions.push(Action::Force(lease.clone()));
+                        } else {
+                            still_pending.insert(lease.key.clone(), pending.clone());
+                        }
+                    }
+                    // Taken by somebody else (another process with this id included).
+                    _ => {}
                 }
                 continue;
             }
-            // Ours in the table, not held here, ready, and not on its way to somebody else.
+            // Ours or foreign in the table, not held here, ready, and not on its way to
+            // somebody else.
             let on_its_way = lease.handoff_to.as_ref().is_some_and(|to| to != me);
             let ready = *status == LeaseStatus::Ready;
-            if lease.is_owned_by(me) && !held_here && !on_its_way && ready && room > 0 {
-                room -= 1;
-                actions.push(Action::Resume(lease.clone()));
+            if held_here || on_its_way || !ready || room == 0 {
+                continue;
             }
+            let action = match ownership {
+                Ownership::Ours => Action::Resume(lease.clone()),
+                Ownership::Foreign => {
+                    let expired = self.leases.is_expired(&lease.key, now);
+                    // Another live process with this id works on it: leave it until it
+                    // expires, or the two would take their leases back and forth.
+                    if twin && !expired {
+                        continue;
+                    }
+                    Action::Foreign {
+                        lease: lease.clone(),
+                        expired,
+                    }
+                }
+                Ownership::Other => continue,
+            };
+            room -= 1;
+            actions.push(action);
         }
         state.pending = still_pending;
         actions
@@ -293,7 +387,7 @@ impl Taker {
     }
 
     async fn execute(
-        &self,
+        &mut self,
         actions: Vec<Action>,
         moves: Vec<Move>,
         by_key: &HashMap<&LeaseKey, &Lease>,
@@ -306,22 +400,35 @@ impl Taker {
             jobs.spawn(
                 async move {
                     let Ok(_permit) = limit.acquire_owned().await else {
-                        return;
+                        return Answer::None;
                     };
-                    job.run(&shared).await;
+                    job.run(&shared).await
                 }
                 .in_current_span(),
             );
         };
+        let acted: HashSet<LeaseKey> = actions.iter().map(|a| a.key().clone()).collect();
         for action in actions {
             spawn(match action {
-                Action::Resume(lease) => Job::Take {
-                    lease,
-                    forced: false,
-                },
+                // Ours: nobody else worked on it since, unless our take's answer was lost.
+                Action::Resume(lease) => {
+                    let report = match self.identity.unanswered_since(&lease.key) {
+                        Some(since) => Report::ForcedSince(since),
+                        None => Report::Quiet,
+                    };
+                    Job::Take { lease, report }
+                }
+                Action::Foreign { lease, expired } => {
+                    let report = if expired {
+                        Report::Quiet
+                    } else {
+                        Report::Forced
+                    };
+                    Job::Take { lease, report }
+                }
                 Action::Force(lease) => Job::Take {
                     lease,
-                    forced: true,
+                    report: Report::Forced,
                 },
                 Action::Adopt(lease) => Job::Adopt(lease),
             });
@@ -330,24 +437,35 @@ impl Taker {
             let key = match &step {
                 Move::Take(key) | Move::RequestHandoff { key, .. } => key,
             };
-            let Some(lease) = by_key.get(key) else {
+            let Some(lease) = by_key.get(key).filter(|_| !acted.contains(key)) else {
                 continue;
             };
             let lease = (*lease).clone();
             // A take of a lease whose owner is alive is a steal (a policy like KCL's): the
             // owner may still be working until its next renewal fails, so the lease is
             // reported only once its validity has certainly ended, as after a forced handoff.
-            let steal = lease.owner.as_ref().is_some_and(|o| o != &self.shared.id)
-                && self.owner_alive(&lease, now);
+            let steal =
+                self.identity.ownership(&lease) != Ownership::Ours && self.owner_alive(&lease, now);
             spawn(match step {
                 Move::Take(_) => Job::Take {
                     lease,
-                    forced: steal,
+                    report: if steal { Report::Forced } else { Report::Quiet },
                 },
                 Move::RequestHandoff { from, .. } => Job::Request { lease, from },
             });
         }
-        while jobs.join_next().await.is_some() {}
+        while let Some(answer) = jobs.join_next().await {
+            self.record(answer.unwrap_or(Answer::None));
+        }
+    }
+
+    /// Remembers which takes went unanswered, and forgets those that were answered since.
+    fn record(&mut self, answer: Answer) {
+        match answer {
+            Answer::Taken(key) => self.identity.answered(&key),
+            Answer::Unanswered { key, since } => self.identity.unanswered(key, since),
+            Answer::LostRace | Answer::None => {}
+        }
     }
 
     /// Removes membership records that stopped changing a lease duration ago and whose worker
@@ -390,7 +508,8 @@ impl Taker {
             return next;
         }
         for (lease, at) in snapshot.leases.iter().zip(expiry) {
-            if *at > now && lease.owner.is_some() && !lease.is_owned_by(&self.shared.id) {
+            let ours = self.identity.ownership(lease) == Ownership::Ours;
+            if *at > now && lease.owner.is_some() && !ours {
                 next = next.min(*at);
             }
         }
@@ -407,14 +526,19 @@ impl Taker {
     }
 
     /// Reads the leases we wait on; starts those handed over to us.
-    async fn poll_pending(&self) {
+    async fn poll_pending(&mut self) {
         let keys: Vec<LeaseKey> = self.shared.lock().pending.keys().cloned().collect();
         let deadline = self.shared.now() + self.shared.config.store_timeout;
         for key in keys {
             match self.shared.store.get(&key, deadline).await {
-                Ok(Some(lease)) if lease.is_owned_by(&self.shared.id) => {
-                    Job::Adopt(lease).run(&self.shared).await;
+                Ok(Some(lease))
+                    if lease.is_owned_by(&self.shared.id) && lease.owner_incarnation.is_none() =>
+                {
+                    let answer = Job::Adopt(lease).run(&self.shared).await;
+                    self.record(answer);
                 }
+                // Our adoption landed and its answer was lost: the next round resumes it.
+                Ok(Some(lease)) if self.identity.ownership(&lease) == Ownership::Ours => {}
                 Ok(Some(lease)) if lease.handoff_to.as_ref() == Some(&self.shared.id) => {}
                 Ok(_) => {
                     self.shared.lock().pending.remove(&key);
@@ -457,47 +581,44 @@ async fn parents_done(shared: &Shared, lease: &Lease, deadline: Instant) -> bool
 
 /// One store write the taker makes.
 enum Job {
-    Take { lease: Lease, forced: bool },
-    Request { lease: Lease, from: WorkerId },
+    Take {
+        lease: Lease,
+        report: Report,
+    },
+    Request {
+        lease: Lease,
+        from: WorkerId,
+    },
+    /// Starts a lease handed over to this worker's id, with a take of this process: two
+    /// processes with one id may both have asked for it, and only one may work on it.
     Adopt(Lease),
 }
 
+/// What became of a take, for the taker to remember.
+enum Answer {
+    /// The lease was taken (its answer seen).
+    Taken(LeaseKey),
+    /// The take may have landed, but its answer was lost; `since`: when the first unanswered
+    /// attempt started.
+    Unanswered { key: LeaseKey, since: Instant },
+    /// Somebody else changed the lease first.
+    LostRace,
+    /// No take landed, or no take was made.
+    None,
+}
+
 impl Job {
-    async fn run(self, shared: &Arc<Shared>) {
+    async fn run(self, shared: &Arc<Shared>) -> Answer {
         let me = &shared.id;
         let config = &shared.config;
         let start = shared.now();
         let deadline = start + config.store_timeout;
         match self {
-            Job::Take { lease, forced } => {
+            Job::Take { lease, report } => {
                 if !parents_done(shared, &lease, deadline).await {
-                    return;
+                    return Answer::None;
                 }
-                match shared
-                    .store
-                    .take(&lease.key, me, lease.counter, deadline)
-                    .await
-                {
-                    Ok(Outcome::Done(taken)) => {
-                        // A forced take must not be reported before the previous owner's local
-                        // validity has certainly ended: its last renewal started before this
-                        // take, so it ends before start + lease duration.
-                        let mut report_at = start + config.quiet_period;
-                        if forced {
-                            metrics::stolen(me);
-                            report_at = report_at.max(start + config.lease_duration);
-                        }
-                        tracing::info!(lease_key = %taken.key, previous = ?lease.owner, forced, tenure = taken.tenure, "lease taken");
-                        shared.hold(taken, start + config.validity(), report_at);
-                    }
-                    Ok(Outcome::LostRace { .. }) => {
-                        tracing::debug!(lease_key = %lease.key, "take lost the race");
-                    }
-                    Err(err) => {
-                        metrics::store_error(me, "take");
-                        tracing::warn!(lease_key = %lease.key, error = %err, "take failed");
-                    }
-                }
+                take(shared, lease, report, start).await
             }
             Job::Request { lease, from } => {
                 let request =
@@ -519,31 +640,84 @@ impl Job {
                         tracing::warn!(lease_key = %lease.key, error = %err, "handoff request failed");
                     }
                 }
+                Answer::None
             }
             Job::Adopt(lease) => {
                 if shared.lock().held.contains_key(&lease.key) {
-                    return;
+                    return Answer::None;
                 }
-                // Our validity starts with our own first renewal, not with the old owner's write.
-                match shared
-                    .store
-                    .renew(&lease.key, me, lease.tenure, None, deadline)
-                    .await
-                {
-                    Ok(Outcome::Done(renewed)) => {
-                        tracing::info!(lease_key = %renewed.key, tenure = renewed.tenure, "handoff received");
-                        let report_at = start + config.quiet_period;
-                        shared.hold(renewed, start + config.validity(), report_at);
-                    }
-                    Ok(Outcome::LostRace { .. }) => {
-                        shared.lock().pending.remove(&lease.key);
-                    }
-                    Err(err) => {
-                        metrics::store_error(me, "renew");
-                        tracing::warn!(lease_key = %lease.key, error = %err, "first renewal after a handoff failed");
-                    }
+                let key = lease.key.clone();
+                // The old owner finished before it handed the lease over: nobody works on it.
+                let answer = take(shared, lease, Report::Quiet, start).await;
+                if matches!(answer, Answer::LostRace) {
+                    // Somebody else took it first (another process with this id, or the
+                    // previous owner's peers after it expired): stop waiting for it.
+                    shared.lock().pending.remove(&key);
                 }
+                answer
             }
         }
     }
+}
+
+/// Takes `lease` for this process, started at `start`, and holds it when the take landed.
+async fn take(shared: &Arc<Shared>, lease: Lease, report: Report, start: Instant) -> Answer {
+    let (me, config) = (&shared.id, &shared.config);
+    let deadline = start + config.store_timeout;
+    let outcome = shared
+        .store
+        .take(&lease.key, me, shared.incarnation, lease.counter, deadline)
+        .await;
+    let taken = match outcome {
+        Ok(Outcome::Done(taken)) => taken,
+        // Our own take, read back as a lost race: its answer was lost, and a retry found the
+        // item changed since by somebody else's request. Only this process writes its
+        // incarnation, one tenure on from what it observed.
+        Ok(Outcome::LostRace {
+            current: Some(current),
+        }) if current.is_owned_by_incarnation(me, shared.incarnation)
+            && current.tenure == lease.tenure + 1 =>
+        {
+            current
+        }
+        Ok(Outcome::LostRace { .. }) => {
+            tracing::debug!(lease_key = %lease.key, "take lost the race");
+            return Answer::LostRace;
+        }
+        // Throttled, or failed before it was sent: not applied.
+        Err(err) if err.is_retryable() && !err.is_ambiguous() => {
+            metrics::store_error(me, "take");
+            tracing::warn!(lease_key = %lease.key, error = %err, "take failed");
+            return Answer::None;
+        }
+        Err(err) => {
+            metrics::store_error(me, "take");
+            tracing::warn!(lease_key = %lease.key, error = %err, "take unanswered; if it landed, the lease is reported as a forced take");
+            let since = match report {
+                Report::ForcedSince(since) => since,
+                Report::Quiet | Report::Forced => start,
+            };
+            return Answer::Unanswered {
+                key: lease.key,
+                since,
+            };
+        }
+    };
+    // A forced take must not be reported before the previous owner's local validity has
+    // certainly ended: its last renewal started before this take (or before the earlier
+    // attempt that may have landed), so it ends before that start + lease duration.
+    let quiet = start + config.quiet_period;
+    let report_at = match report {
+        Report::Quiet => quiet,
+        Report::Forced => quiet.max(start + config.lease_duration),
+        Report::ForcedSince(since) => quiet.max(since + config.lease_duration),
+    };
+    let forced = report != Report::Quiet;
+    if forced {
+        metrics::stolen(me);
+    }
+    tracing::info!(lease_key = %taken.key, previous = ?lease.owner, previous_incarnation = ?lease.owner_incarnation, forced, tenure = taken.tenure, "lease taken");
+    let key = taken.key.clone();
+    shared.hold(taken, start + config.validity(), report_at);
+    Answer::Taken(key)
 }

@@ -82,6 +82,11 @@ pub enum Record {
         worker: String,
         key: String,
     },
+    /// The worker reported another live process with its worker id.
+    DuplicateWorkerId {
+        worker: String,
+        at: Instant,
+    },
 }
 
 #[derive(Default)]
@@ -242,8 +247,14 @@ impl Fleet {
     }
 
     pub async fn start_with(&mut self, name: &str, app: App, config: WorkerConfig) {
+        self.start_as(name, name, app, config).await;
+    }
+
+    /// Starts a process called `name` (in the ledger and in `held`) with the worker id `id`:
+    /// two processes may share one id.
+    pub async fn start_as(&mut self, name: &str, id: &str, app: App, config: WorkerConfig) {
         let (store, faults) = FaultyStore::new(Arc::clone(&self.store));
-        let mut builder = Worker::builder(Arc::new(store), WorkerId::new(name).unwrap())
+        let mut builder = Worker::builder(Arc::new(store), WorkerId::new(id).unwrap())
             .config(config)
             .shards(self.shards.clone());
         if let Some(kcl) = self.kcl {
@@ -655,6 +666,16 @@ async fn run_app(
                 worker: name.clone(),
                 key: key.to_string(),
             }),
+            LeaseEvent::DuplicateWorkerId { .. } => {
+                ledger
+                    .lock()
+                    .unwrap()
+                    .records
+                    .push(Record::DuplicateWorkerId {
+                        worker: name.clone(),
+                        at: Instant::now(),
+                    })
+            }
             _ => {}
         }
     }

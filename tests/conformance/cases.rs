@@ -2,11 +2,15 @@
 
 use std::time::Duration;
 
+use shardlease::lease::Incarnation;
 use shardlease::store::{LeaseStore, Outcome};
 use shardlease::{Lease, LeaseKey, NewLease, WorkerId};
 use tokio::time::Instant;
 
 use super::Target;
+
+/// The process every case's writes come from, unless a case says otherwise.
+const PROCESS: Incarnation = Incarnation::new(1);
 
 fn deadline() -> Instant {
     Instant::now() + Duration::from_secs(20)
@@ -49,7 +53,7 @@ async fn held_by<S: LeaseStore>(store: &S, name: &str, owner: &WorkerId) -> Leas
     let lease = created(store, name).await;
     done(
         store
-            .take(&lease.key, owner, lease.counter, deadline())
+            .take(&lease.key, owner, PROCESS, lease.counter, deadline())
             .await
             .unwrap(),
         "take",
@@ -154,7 +158,7 @@ pub async fn take_is_conditional_on_the_observed_counter<T: Target>(target: &T, 
     let lease = created(&store, "shard-1").await;
     let taken = done(
         store
-            .take(&lease.key, &a, lease.counter, deadline())
+            .take(&lease.key, &a, PROCESS, lease.counter, deadline())
             .await
             .unwrap(),
         "take unowned",
@@ -165,7 +169,7 @@ pub async fn take_is_conditional_on_the_observed_counter<T: Target>(target: &T, 
 
     let current = lost(
         store
-            .take(&lease.key, &b, lease.counter, deadline())
+            .take(&lease.key, &b, PROCESS, lease.counter, deadline())
             .await
             .unwrap(),
         "take with a stale counter",
@@ -174,7 +178,7 @@ pub async fn take_is_conditional_on_the_observed_counter<T: Target>(target: &T, 
 
     let stolen = done(
         store
-            .take(&lease.key, &b, taken.counter, deadline())
+            .take(&lease.key, &b, PROCESS, taken.counter, deadline())
             .await
             .unwrap(),
         "steal with the current counter",
@@ -184,7 +188,7 @@ pub async fn take_is_conditional_on_the_observed_counter<T: Target>(target: &T, 
     assert_eq!(stolen.owner_switches_since_checkpoint, 2);
     let current = lost(
         store
-            .take(&key("missing"), &a, 0, deadline())
+            .take(&key("missing"), &a, PROCESS, 0, deadline())
             .await
             .unwrap(),
         "take of a missing lease",
@@ -294,6 +298,117 @@ pub async fn complete_handoff_moves_to_the_requester_in_a_new_tenure<T: Target>(
     );
 }
 
+pub async fn the_owner_incarnation_follows_every_change_of_owner<T: Target>(
+    target: &T,
+    test: &str,
+) {
+    let store = target.store(test).await;
+    let (a, b) = (worker("a"), worker("b"));
+    let (first, second) = (Incarnation::new(7), Incarnation::new(u64::MAX));
+    let lease = created(&store, "shard-1").await;
+    assert_eq!(lease.owner_incarnation, None, "a new lease has no owner");
+    let taken = done(
+        store
+            .take(&lease.key, &a, first, lease.counter, deadline())
+            .await
+            .unwrap(),
+        "take",
+    );
+    assert_eq!(taken.owner_incarnation, Some(first));
+    assert!(taken.is_owned_by_incarnation(&a, first));
+    let renewed = done(
+        store
+            .renew(&lease.key, &a, taken.tenure, None, deadline())
+            .await
+            .unwrap(),
+        "renew",
+    );
+    let checkpointed = done(
+        store
+            .checkpoint(&lease.key, &a, taken.tenure, "10", deadline())
+            .await
+            .unwrap(),
+        "checkpoint",
+    );
+    let asked = done(
+        store
+            .request_handoff(&lease.key, &a, taken.tenure, &b, deadline())
+            .await
+            .unwrap(),
+        "request",
+    );
+    for (what, lease) in [
+        ("renew", &renewed),
+        ("checkpoint", &checkpointed),
+        ("request", &asked),
+    ] {
+        assert_eq!(lease.owner_incarnation, Some(first), "{what} keeps it");
+    }
+    let handed = done(
+        store
+            .complete_handoff(&lease.key, &a, taken.tenure, &b, deadline())
+            .await
+            .unwrap(),
+        "complete",
+    );
+    assert_eq!(
+        (handed.owner.as_ref(), handed.owner_incarnation),
+        (Some(&b), None),
+        "a handoff names the worker, not its process: the requester takes it next"
+    );
+    let again = done(
+        store
+            .take(&lease.key, &b, second, handed.counter, deadline())
+            .await
+            .unwrap(),
+        "the requester's take",
+    );
+    assert_eq!(again.owner_incarnation, Some(second));
+    let by_a = done(
+        store
+            .take(&lease.key, &a, second, again.counter, deadline())
+            .await
+            .unwrap(),
+        "another worker with the same incarnation value",
+    );
+    assert!(by_a.is_owned_by_incarnation(&a, second));
+    let released = done(
+        store
+            .release(&lease.key, &a, by_a.tenure, deadline())
+            .await
+            .unwrap(),
+        "release",
+    );
+    assert_eq!(
+        (released.owner.as_ref(), released.owner_incarnation),
+        (None, None)
+    );
+    assert_eq!(
+        store.get(&lease.key, deadline()).await.unwrap(),
+        Some(released),
+        "what a write returns is what a read finds"
+    );
+
+    let member = done(
+        store
+            .heartbeat(&a, first, None, None, deadline())
+            .await
+            .unwrap(),
+        "heartbeat of the first process",
+    );
+    assert_eq!(member.incarnation, Some(first));
+    let member = done(
+        store
+            .heartbeat(&a, second, None, None, deadline())
+            .await
+            .unwrap(),
+        "heartbeat of a second process with the same id",
+    );
+    assert_eq!((member.heartbeat, member.incarnation), (2, Some(second)));
+    let snapshot = store.snapshot(deadline()).await.unwrap();
+    assert_eq!(snapshot.members, vec![member]);
+}
+
 pub async fn release_leaves_the_lease_unowned<T: Target>(target: &T, test: &str) {
     let store = target.store(test).await;
     let (a, b) = (worker("a"), worker("b"));
@@ -328,7 +443,7 @@ pub async fn release_leaves_the_lease_unowned<T: Target>(target: &T, test: &str)
     assert_eq!(current, Some(released.clone()));
     let retaken = done(
         store
-            .take(&lease.key, &b, released.counter, deadline())
+            .take(&lease.key, &b, PROCESS, released.counter, deadline())
             .await
             .unwrap(),
         "take after release",
@@ -371,14 +486,14 @@ pub async fn a_stale_checkpoint_after_re_take_is_rejected<T: Target>(target: &T,
     let first = held_by(&store, "shard-1", &a).await;
     let by_b = done(
         store
-            .take(&first.key, &b, first.counter, deadline())
+            .take(&first.key, &b, PROCESS, first.counter, deadline())
             .await
             .unwrap(),
         "b steals",
     );
     let again = done(
         store
-            .take(&first.key, &a, by_b.counter, deadline())
+            .take(&first.key, &a, PROCESS, by_b.counter, deadline())
             .await
             .unwrap(),
         "a takes it back",
@@ -497,7 +612,7 @@ pub async fn heartbeat_creates_and_refreshes_membership<T: Target>(target: &T, t
     let a = worker("a");
     let first = done(
         store
-            .heartbeat(&a, Some(0.5), Some(10), deadline())
+            .heartbeat(&a, PROCESS, Some(0.5), Some(10), deadline())
             .await
             .unwrap(),
         "first heartbeat",
@@ -507,7 +622,10 @@ pub async fn heartbeat_creates_and_refreshes_membership<T: Target>(target: &T, t
         (1, Some(0.5), Some(10))
     );
     let second = done(
-        store.heartbeat(&a, None, None, deadline()).await.unwrap(),
+        store
+            .heartbeat(&a, PROCESS, None, None, deadline())
+            .await
+            .unwrap(),
         "second heartbeat",
     );
     assert_eq!(
@@ -523,11 +641,17 @@ pub async fn remove_member_is_conditional<T: Target>(target: &T, test: &str) {
     let store = target.store(test).await;
     let (a, b) = (worker("a"), worker("b"));
     let member = done(
-        store.heartbeat(&a, None, None, deadline()).await.unwrap(),
+        store
+            .heartbeat(&a, PROCESS, None, None, deadline())
+            .await
+            .unwrap(),
         "heartbeat",
     );
     let fresh = done(
-        store.heartbeat(&a, None, None, deadline()).await.unwrap(),
+        store
+            .heartbeat(&a, PROCESS, None, None, deadline())
+            .await
+            .unwrap(),
         "heartbeat again",
     );
     let current = lost(
@@ -551,7 +675,10 @@ pub async fn remove_member_is_conditional<T: Target>(target: &T, test: &str) {
     );
     assert_eq!(current, None);
     done(
-        store.heartbeat(&b, None, None, deadline()).await.unwrap(),
+        store
+            .heartbeat(&b, PROCESS, None, None, deadline())
+            .await
+            .unwrap(),
         "heartbeat b",
     );
     done(
@@ -595,7 +722,10 @@ pub async fn listing_separates_leases_from_members<T: Target>(target: &T, test: 
     held_by(&store, "shard-2", &a).await;
     created(&store, "shard-1").await;
     done(
-        store.heartbeat(&a, None, None, deadline()).await.unwrap(),
+        store
+            .heartbeat(&a, PROCESS, None, None, deadline())
+            .await
+            .unwrap(),
         "heartbeat",
     );
     let snapshot = store.snapshot(deadline()).await.unwrap();
@@ -617,7 +747,10 @@ pub async fn sixteen_concurrent_takers_have_exactly_one_winner<T: Target>(target
                 let me = worker(&format!("taker-{t}"));
                 (
                     me.clone(),
-                    store.take(&key, &me, observed, deadline()).await.unwrap(),
+                    store
+                        .take(&key, &me, PROCESS, observed, deadline())
+                        .await
+                        .unwrap(),
                 )
             }));
         }

@@ -11,6 +11,7 @@ use aws_sdk_dynamodb::types::{
     AttributeDefinition, AttributeValue, BillingMode, KeySchemaElement, KeyType,
     ScalarAttributeType, TableStatus,
 };
+use shardlease::lease::Incarnation;
 use shardlease::store::dynamodb::{schema, DynamoConfig};
 use shardlease::store::{LeaseStore, Outcome, StoreError};
 use shardlease::{LeaseKey, NewLease, WorkerId};
@@ -19,6 +20,9 @@ use tokio::net::{TcpListener, TcpStream};
 use tokio::time::Instant;
 
 use super::dynamo::{unique_table, Emulator};
+
+/// The process every case's writes come from.
+const PROCESS: Incarnation = Incarnation::new(1);
 
 fn deadline() -> Instant {
     Instant::now() + Duration::from_secs(20)
@@ -230,7 +234,7 @@ pub async fn malformed_items_are_counted_skipped_and_left_alone(emulator: &Emula
     let me = WorkerId::new("w").unwrap();
     for name in ["counter-as-string", "no-counter"] {
         let err = store
-            .take(&key(name), &me, 1, deadline())
+            .take(&key(name), &me, PROCESS, 1, deadline())
             .await
             .unwrap_err();
         assert!(
@@ -307,7 +311,7 @@ pub async fn a_write_whose_answer_was_lost_is_recognised_as_ours(emulator: &Emul
 
     lose.arm(1);
     let taken = store
-        .take(&lease.key, &me, lease.counter, deadline())
+        .take(&lease.key, &me, PROCESS, lease.counter, deadline())
         .await
         .unwrap();
     assert_eq!(lose.lost(), 2);
@@ -316,6 +320,7 @@ pub async fn a_write_whose_answer_was_lost_is_recognised_as_ours(emulator: &Emul
         other => panic!("a take whose answer was lost must read as done: {other:?}"),
     };
     assert_eq!((taken.owner.as_ref(), taken.tenure), (Some(&me), 1));
+    assert!(taken.is_owned_by_incarnation(&me, PROCESS));
 
     for round in 0..3 {
         lose.arm(1);
@@ -349,16 +354,18 @@ pub async fn an_ambiguous_error_is_recoverable_with_a_read(emulator: &Emulator, 
     // No time left for a retry: the caller gets the ambiguous error...
     lose.arm(1);
     let err = store
-        .take(&lease.key, &me, lease.counter, Instant::now())
+        .take(&lease.key, &me, PROCESS, lease.counter, Instant::now())
         .await
         .unwrap_err();
     assert!(err.is_ambiguous() && err.is_retryable(), "{err:?}");
-    // ...and recovers as documented: the take landed if the lease is ours one tenure on.
+    // ...and recovers as documented: the take landed if the lease is our process's one
+    // tenure on.
     let now = store.get(&lease.key, deadline()).await.unwrap().unwrap();
     assert_eq!(
         (now.owner.as_ref(), now.tenure),
         (Some(&me), lease.tenure + 1)
     );
+    assert!(now.is_owned_by_incarnation(&me, PROCESS));
 }
 
 /// A take lands, its answer is lost, and before the store retries, a third worker asks for the
@@ -409,7 +416,7 @@ pub async fn a_take_whose_answer_was_lost_is_ours_though_a_handoff_was_requested
     });
     lose.arm(1);
     let taken = store
-        .take(&lease.key, &me, lease.counter, deadline())
+        .take(&lease.key, &me, PROCESS, lease.counter, deadline())
         .await
         .unwrap();
     assert_eq!(lose.lost(), 1);
@@ -594,7 +601,7 @@ pub async fn a_request_nobody_answers_ends_at_its_deadline_as_ambiguous(
         .done()
         .unwrap();
     let taken = store
-        .take(&lease.key, &me, lease.counter, deadline())
+        .take(&lease.key, &me, PROCESS, lease.counter, deadline())
         .await
         .unwrap()
         .done()
@@ -619,13 +626,13 @@ pub async fn a_request_nobody_answers_ends_at_its_deadline_as_ambiguous(
     unanswered!("scan", d => store.list_page(None, d));
     unanswered!("renew", d => store.renew(k, &me, t, None, d));
     unanswered!("checkpoint", d => store.checkpoint(k, &me, t, "7", d));
-    unanswered!("take", d => store.take(k, &me, taken.counter, d));
+    unanswered!("take", d => store.take(k, &me, PROCESS, taken.counter, d));
     unanswered!("request_handoff", d => store.request_handoff(k, &me, t, &me, d));
     unanswered!("complete_handoff", d => store.complete_handoff(k, &me, t, &me, d));
     unanswered!("release", d => store.release(k, &me, t, d));
     unanswered!("delete", d => store.delete(k, taken.counter, t, d));
     unanswered!("create", d => store.create(NewLease::new(key("b")), d));
-    unanswered!("heartbeat", d => store.heartbeat(&me, None, None, d));
+    unanswered!("heartbeat", d => store.heartbeat(&me, PROCESS, None, None, d));
     unanswered!("remove_member", d => store.remove_member(&me, None, d));
 
     // Once the network answers again, so does the store.
@@ -648,7 +655,7 @@ pub async fn the_read_after_a_failed_condition_cannot_hang(emulator: &Emulator, 
         .done()
         .unwrap();
     let taken = store
-        .take(&lease.key, &other, lease.counter, deadline())
+        .take(&lease.key, &other, PROCESS, lease.counter, deadline())
         .await
         .unwrap()
         .done()

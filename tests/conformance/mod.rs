@@ -77,6 +77,7 @@ macro_rules! conformance_suite {
             take_is_conditional_on_the_observed_counter,
             request_handoff_names_one_requester,
             complete_handoff_moves_to_the_requester_in_a_new_tenure,
+            the_owner_incarnation_follows_every_change_of_owner,
             release_leaves_the_lease_unowned,
             checkpoint_is_fenced_by_tenure,
             a_stale_checkpoint_after_re_take_is_rejected,

@@ -24,6 +24,7 @@ use rand::rngs::StdRng;
 use rand::seq::SliceRandom;
 use rand::SeedableRng;
 use shardlease::balance::KclBalance;
+use shardlease::lease::Incarnation;
 use shardlease::source::{Shard, StaticShardSource};
 use shardlease::worker::{LeaseEvent, StopReason, Worker};
 use shardlease::{LeaseKey, LeaseStore, NewLease, WorkerConfig, WorkerId};
@@ -184,6 +185,12 @@ fn worker_id(index: usize) -> WorkerId {
     WorkerId::new(format!("w{index:05}")).expect("valid id")
 }
 
+/// The process of worker `index`. The simulator runs at most one process per index: a crashed
+/// index never starts again, and a restarted one finds its previous run's leases released.
+fn incarnation(index: usize) -> Incarnation {
+    Incarnation::new(index as u64)
+}
+
 fn shard_key(index: usize) -> LeaseKey {
     LeaseKey::new(format!("shard-{index:07}")).expect("valid key")
 }
@@ -208,7 +215,11 @@ impl Fleet {
             }
             let owner = worker_id(i % first);
             let counter = lease.expect("in memory").done().expect("new").counter;
-            let taken = net.table.take(key, &owner, counter, deadline).await;
+            let process = incarnation(i % first);
+            let taken = net
+                .table
+                .take(key, &owner, process, counter, deadline)
+                .await;
             assert!(taken.expect("in memory").is_done());
             let mut table = net.ownership.lock().unwrap();
             table.owner.insert(key.clone(), (owner, Instant::now()));
@@ -232,6 +243,7 @@ impl Fleet {
     async fn start(&mut self, index: usize) {
         let (store, link) = SimStore::new(Arc::clone(&self.net), index as u64);
         let mut builder = Worker::builder(Arc::new(store), worker_id(index))
+            .incarnation(incarnation(index))
             .config(self.settings.policy.config());
         if self.settings.policy == Policy::Kcl {
             builder = builder.policy(KclBalance::default());

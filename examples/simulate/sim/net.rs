@@ -10,6 +10,7 @@ use std::time::Duration;
 use async_trait::async_trait;
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
+use shardlease::lease::Incarnation;
 use shardlease::store::dynamodb::schema::{lease_item_size, member_item_size};
 use shardlease::store::memory::InMemoryStore;
 use shardlease::store::StoreResult;
@@ -454,11 +455,16 @@ impl LeaseStore for SimStore {
         &self,
         key: &LeaseKey,
         taker: &WorkerId,
+        incarnation: Incarnation,
         observed_counter: u64,
         deadline: Instant,
     ) -> StoreResult<Outcome<Lease>> {
         self.call("take", key.as_str(), Kind::Write, deadline, || {
-            self.write(self.net.table.take(key, taker, observed_counter, deadline))
+            let take = self
+                .net
+                .table
+                .take(key, taker, incarnation, observed_counter, deadline);
+            self.write(take)
         })
         .await
     }
@@ -568,12 +574,16 @@ impl LeaseStore for SimStore {
     async fn heartbeat(
         &self,
         worker: &WorkerId,
+        incarnation: Incarnation,
         load: Option<f64>,
         capacity: Option<u32>,
         deadline: Instant,
     ) -> StoreResult<Outcome<Member>> {
         self.call("heartbeat", worker.as_str(), Kind::Write, deadline, || {
-            let beat = self.net.table.heartbeat(worker, load, capacity, deadline);
+            let beat = self
+                .net
+                .table
+                .heartbeat(worker, incarnation, load, capacity, deadline);
             let answer = flat(now_or_never(beat));
             let size = outcome_size(&answer, member_item_size);
             (answer, size)

@@ -27,7 +27,7 @@ use tokio::time::Instant;
 use self::classify::classify;
 use self::schema::{Decoded, Item};
 use super::{LeaseStore, Outcome, Page, PageToken, RetryPolicy, StoreError, StoreResult};
-use crate::lease::{Lease, LeaseKey, Member, NewLease, WorkerId};
+use crate::lease::{Incarnation, Lease, LeaseKey, Member, NewLease, WorkerId};
 
 /// How the lease table is billed when the store creates it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -451,19 +451,21 @@ impl LeaseStore for DynamoStore {
         &self,
         key: &LeaseKey,
         taker: &WorkerId,
+        incarnation: Incarnation,
         observed_counter: u64,
         deadline: Instant,
     ) -> StoreResult<Outcome<Lease>> {
         let values = vec![
             (":counter", schema::n(observed_counter)),
             (":to", schema::s(taker.as_str())),
+            (":incarnation", schema::n(incarnation.get())),
             one(),
         ];
         self.lease_update(
             "take",
             key,
             schema::COND_TAKE,
-            schema::UPDATE_NEW_OWNER,
+            schema::UPDATE_TAKE,
             values,
             deadline,
         )
@@ -505,7 +507,7 @@ impl LeaseStore for DynamoStore {
             "complete_handoff",
             key,
             schema::COND_COMPLETE_HANDOFF,
-            schema::UPDATE_NEW_OWNER,
+            schema::UPDATE_HAND_OVER,
             values,
             deadline,
         )
@@ -582,12 +584,14 @@ impl LeaseStore for DynamoStore {
     async fn heartbeat(
         &self,
         worker: &WorkerId,
+        incarnation: Incarnation,
         load: Option<f64>,
         capacity: Option<u32>,
         deadline: Instant,
     ) -> StoreResult<Outcome<Member>> {
         let mut values = vec![
             (":worker", schema::s(worker.as_str())),
+            (":incarnation", schema::n(incarnation.get())),
             (":zero", schema::n(0)),
             one(),
         ];

@@ -8,13 +8,16 @@ use std::collections::HashMap;
 
 use aws_sdk_dynamodb::types::AttributeValue;
 
-use crate::lease::{Lease, LeaseKey, Member, WorkerId, RESERVED_PREFIX};
+use crate::lease::{Incarnation, Lease, LeaseKey, Member, WorkerId, RESERVED_PREFIX};
 use crate::store::StoreError;
 
 /// Hash key of every item (string).
 pub const KEY: &str = "leaseKey";
 /// Lease owner's worker id (string; absent when unowned).
 pub const OWNER: &str = "leaseOwner";
+/// The owner's incarnation, the process that took the lease (number; absent when unowned or
+/// handed over and not yet taken by the requester).
+pub const OWNER_INCARNATION: &str = "ownerIncarnation";
 /// Liveness counter (number).
 pub const COUNTER: &str = "leaseCounter";
 /// Fencing token: changes with each new owner (number).
@@ -40,6 +43,8 @@ pub const UPDATED_AT: &str = "updatedAt";
 pub const WORKER: &str = "workerId";
 /// Membership record: heartbeat counter (number).
 pub const HEARTBEAT: &str = "heartbeat";
+/// Membership record: the incarnation that wrote the last heartbeat (number).
+pub const MEMBER_INCARNATION: &str = "workerIncarnation";
 /// Membership record: the worker's load figure (number; optional).
 pub const MEMBER_LOAD: &str = "workerLoad";
 /// Membership record: the most leases the worker accepts (number; optional).
@@ -72,11 +77,16 @@ pub const UPDATE_RENEW: &str =
 /// `renew` with a load figure.
 pub const UPDATE_RENEW_LOAD: &str =
     "SET leaseCounter = leaseCounter + :one, leaseLoad = :load, lastOp = :op, updatedAt = :now";
-/// `take` and `complete_handoff`: a new owner and a new tenure.
-pub const UPDATE_NEW_OWNER: &str = "SET leaseOwner = :to, leaseCounter = leaseCounter + :one, \
-     leaseTenure = leaseTenure + :one, \
+/// `take`: a new owner, its incarnation, and a new tenure.
+pub const UPDATE_TAKE: &str = "SET leaseOwner = :to, ownerIncarnation = :incarnation, \
+     leaseCounter = leaseCounter + :one, leaseTenure = leaseTenure + :one, \
      ownerSwitchesSinceCheckpoint = ownerSwitchesSinceCheckpoint + :one, \
      lastOp = :op, updatedAt = :now REMOVE handoffTo";
+/// `complete_handoff`: a new owner and a new tenure; the new owner's process takes it next.
+pub const UPDATE_HAND_OVER: &str = "SET leaseOwner = :to, leaseCounter = leaseCounter + :one, \
+     leaseTenure = leaseTenure + :one, \
+     ownerSwitchesSinceCheckpoint = ownerSwitchesSinceCheckpoint + :one, \
+     lastOp = :op, updatedAt = :now REMOVE handoffTo, ownerIncarnation";
 /// `request_handoff`. It leaves `lastOp` alone: it does not move the counter, and its
 /// condition accepts a request to the same worker again, so it needs no token to recognise
 /// itself; writing one would overwrite the token of an owner's write whose answer was lost
@@ -84,13 +94,13 @@ pub const UPDATE_NEW_OWNER: &str = "SET leaseOwner = :to, leaseCounter = leaseCo
 pub const UPDATE_REQUEST_HANDOFF: &str = "SET handoffTo = :to, updatedAt = :now";
 /// `release`.
 pub const UPDATE_RELEASE: &str = "SET leaseCounter = leaseCounter + :one, lastOp = :op, \
-     updatedAt = :now REMOVE leaseOwner, handoffTo";
+     updatedAt = :now REMOVE leaseOwner, ownerIncarnation, handoffTo";
 /// `checkpoint`.
 pub const UPDATE_CHECKPOINT: &str = "SET checkpoint = :checkpoint, \
      ownerSwitchesSinceCheckpoint = :zero, leaseCounter = leaseCounter + :one, \
      lastOp = :op, updatedAt = :now";
 /// `heartbeat`; `:load` and `:capacity` are set or removed by [`heartbeat_update`].
-pub const UPDATE_HEARTBEAT: &str = "SET workerId = :worker, \
+pub const UPDATE_HEARTBEAT: &str = "SET workerId = :worker, workerIncarnation = :incarnation, \
      heartbeat = if_not_exists(heartbeat, :zero) + :one, lastOp = :op, updatedAt = :now";
 
 /// The heartbeat update expression for the figures a worker reports.
@@ -159,6 +169,10 @@ pub fn encode_lease(lease: &Lease, op: &str, now: &str) -> Item {
     }
     let optional = [
         (OWNER, lease.owner.as_ref().map(|o| s(o.as_str()))),
+        (
+            OWNER_INCARNATION,
+            lease.owner_incarnation.map(|i| n(i.get())),
+        ),
         (CHECKPOINT, lease.checkpoint.as_ref().map(|c| s(c.as_str()))),
         (HANDOFF_TO, lease.handoff_to.as_ref().map(|h| s(h.as_str()))),
         (LEASE_LOAD, lease.load.map(n)),
@@ -226,6 +240,9 @@ pub fn lease_item_size(lease: &Lease) -> usize {
     if let Some(owner) = &lease.owner {
         size += string(OWNER, owner.as_str().len());
     }
+    if let Some(incarnation) = lease.owner_incarnation {
+        size += number(OWNER_INCARNATION, incarnation.get());
+    }
     if let Some(checkpoint) = &lease.checkpoint {
         size += string(CHECKPOINT, checkpoint.len());
     }
@@ -260,6 +277,9 @@ pub fn member_item_size(member: &Member) -> usize {
         + OP_TOKEN_LEN
         + UPDATED_AT.len()
         + UPDATED_AT_LEN;
+    if let Some(incarnation) = member.incarnation {
+        size += MEMBER_INCARNATION.len() + integer_size(incarnation.get());
+    }
     if let Some(load) = member.load {
         size += MEMBER_LOAD.len() + number_size(&load.to_string());
     }
@@ -314,6 +334,10 @@ impl<'a> Fields<'a> {
         self.string(field)?
             .map(|v| WorkerId::new(v).map_err(|e| self.err(field, e.to_string())))
             .transpose()
+    }
+
+    fn incarnation(&self, field: &'static str) -> Result<Option<Incarnation>, StoreError> {
+        Ok(self.number(field)?.map(Incarnation::new))
     }
 
     fn handoff_target(&self) -> Result<Option<WorkerId>, StoreError> {
@@ -373,6 +397,7 @@ pub fn decode(item: &Item) -> Result<Decoded, StoreError> {
         let member = Member {
             worker,
             heartbeat: fields.required(HEARTBEAT)?,
+            incarnation: fields.incarnation(MEMBER_INCARNATION)?,
             load: fields.number(MEMBER_LOAD)?,
             capacity: fields.number(CAPACITY)?,
         };
@@ -386,6 +411,7 @@ pub fn decode(item: &Item) -> Result<Decoded, StoreError> {
     let lease = Lease {
         key,
         owner: fields.worker(OWNER)?,
+        owner_incarnation: fields.incarnation(OWNER_INCARNATION)?,
         counter: fields.required(COUNTER)?,
         tenure: fields.required(TENURE)?,
         checkpoint: fields.string(CHECKPOINT)?.map(str::to_owned),
@@ -475,6 +501,7 @@ mod tests {
         let member = Member {
             worker: WorkerId::new("worker-a").unwrap(),
             heartbeat: 42,
+            incarnation: Some(Incarnation::new(u64::MAX)),
             load: None,
             capacity: Some(100),
         };
@@ -489,7 +516,9 @@ mod tests {
             + UPDATED_AT.len()
             + 24
             + CAPACITY.len()
-            + 2;
+            + 2
+            + MEMBER_INCARNATION.len()
+            + number_size(&u64::MAX.to_string());
         assert_eq!(member_item_size(&member), expected);
     }
 
@@ -502,6 +531,7 @@ mod tests {
             .with_checkpoint("49590338271490256608559692538361571095921575989136588898")
             .into_lease();
         lease.owner = Some(WorkerId::new("worker-a").unwrap());
+        lease.owner_incarnation = Some(Incarnation::new(0x9e37_79b9_7f4a_7c15));
         lease.handoff_to = Some(WorkerId::new("worker-b").unwrap());
         lease.counter = 17;
         lease.tenure = 4;
@@ -522,6 +552,7 @@ mod tests {
         let bare = NewLease::new(LeaseKey::new("k").unwrap()).into_lease();
         let item = encode_lease(&bare, "op-2", "now");
         assert!(!item.contains_key(OWNER) && !item.contains_key(PARENTS));
+        assert!(!item.contains_key(OWNER_INCARNATION));
         assert_eq!(decode_lease(&item).unwrap().0, bare);
     }
 
@@ -547,6 +578,7 @@ mod tests {
             (WORKER.into(), s("w1")),
             (HEARTBEAT.into(), n(3)),
             (CAPACITY.into(), n(10)),
+            (MEMBER_INCARNATION.into(), n(u64::MAX)),
         ]);
         let (member, _) = decode_member(&item).unwrap();
         assert_eq!(member.worker.as_str(), "w1");
@@ -554,6 +586,7 @@ mod tests {
             (member.heartbeat, member.capacity, member.load),
             (3, Some(10), None)
         );
+        assert_eq!(member.incarnation, Some(Incarnation::new(u64::MAX)));
         assert!(decode_lease(&item).is_err());
     }
 
@@ -620,8 +653,29 @@ mod tests {
             field_of(&with(|i| drop(i.insert(KEY.into(), s("shardlease#other"))))),
             KEY
         );
+        assert_eq!(
+            field_of(&with(|i| drop(i.insert(OWNER_INCARNATION.into(), s("7"))))),
+            OWNER_INCARNATION
+        );
+        assert_eq!(
+            field_of(&with(|i| drop(i.insert(OWNER_INCARNATION.into(), n(-1))))),
+            OWNER_INCARNATION
+        );
+        assert_eq!(
+            field_of(&with(|i| drop(
+                i.insert(OWNER_INCARNATION.into(), n("18446744073709551616"))
+            ))),
+            OWNER_INCARNATION,
+            "one more than u64::MAX"
+        );
         let member_without_heartbeat = Item::from([(KEY.into(), s("shardlease#member#w"))]);
         assert_eq!(field_of(&member_without_heartbeat), HEARTBEAT);
+        let member_with_a_bad_incarnation = Item::from([
+            (KEY.into(), s("shardlease#member#w")),
+            (HEARTBEAT.into(), n(1)),
+            (MEMBER_INCARNATION.into(), n(0.5)),
+        ]);
+        assert_eq!(field_of(&member_with_a_bad_incarnation), MEMBER_INCARNATION);
     }
 
     #[test]
