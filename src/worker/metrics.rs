@@ -16,6 +16,9 @@ pub const HANDOFFS_REQUESTED: &str = "shardlease_handoffs_requested_total";
 pub const LEASES_HANDED_OFF: &str = "shardlease_leases_handed_off_total";
 /// Counter: leases taken by force after the owner did not finish a handoff in time.
 pub const LEASES_STOLEN: &str = "shardlease_leases_stolen_total";
+/// Counter: leases whose grant the application dropped while active, without finishing it or
+/// being asked to stop (a panicking or forgotten task); each is released at once.
+pub const LEASES_ABANDONED: &str = "shardlease_leases_abandoned_total";
 /// Counter: leases lost (taken over, deleted, or expired locally).
 pub const LEASES_LOST: &str = "shardlease_leases_lost_total";
 /// Histogram: seconds one successful renewal took.
@@ -52,6 +55,10 @@ pub(crate) fn handed_off(id: &WorkerId) {
 
 pub(crate) fn stolen(id: &WorkerId) {
     metrics::counter!(LEASES_STOLEN, &worker(id)).increment(1);
+}
+
+pub(crate) fn abandoned(id: &WorkerId) {
+    metrics::counter!(LEASES_ABANDONED, &worker(id)).increment(1);
 }
 
 pub(crate) fn lost(id: &WorkerId) {
