@@ -195,10 +195,12 @@ impl Discovery {
                 tracing::warn!(lease_key = %shard.key, malformed = table.malformed, "not creating the lease of a shard with parents or children while the table has undecodable items");
                 continue;
             }
-            let parents = shard.parents.iter().filter(|p| {
-                !(self.skip_closed_ancestors && graph.gone(p, &skipped))
-            });
-            let mut lease = NewLease::new(shard.key.clone()).with_parents(parents.cloned().collect());
+            let parents = shard
+                .parents
+                .iter()
+                .filter(|p| !(self.skip_closed_ancestors && graph.gone(p, &skipped)));
+            let mut lease =
+                NewLease::new(shard.key.clone()).with_parents(parents.cloned().collect());
             lease.checkpoint = self.known.get(&shard.key).cloned().flatten();
             waves
                 .entry(graph.depth(&shard.key))
@@ -469,9 +471,17 @@ mod tests {
         ];
         let plan = discovery.plan(&shards, table(&[], &HashSet::new()), Instant::now());
         assert_eq!(created(&plan), [vec!["r", "t"], vec!["c1"], vec!["m"]]);
-        assert!(plan.creates.iter().flatten().all(|l| l.parents.is_empty()), "{plan:?}");
+        assert!(
+            plan.creates.iter().flatten().all(|l| l.parents.is_empty()),
+            "{plan:?}"
+        );
         // The next round: nothing more (the closed ones are consumed by their leased children).
-        let leases: Vec<Lease> = plan.creates.iter().flatten().map(|l| l.clone().into_lease()).collect();
+        let leases: Vec<Lease> = plan
+            .creates
+            .iter()
+            .flatten()
+            .map(|l| l.clone().into_lease())
+            .collect();
         let plan = discovery.plan(&shards, table(&leases, &HashSet::new()), Instant::now());
         assert!(plan.creates.is_empty(), "{plan:?}");
     }
@@ -480,11 +490,18 @@ mod tests {
     fn skipping_closed_ancestors_still_reads_a_leased_parent_first_after_a_reshard() {
         let mut discovery = Discovery::new(Duration::from_secs(60)).skipping_closed_ancestors(true);
         // p was open and leased when the fleet started; it split into c1 and c2 since.
-        let shards = vec![shard("p", &[]).closed(), shard("c1", &["p"]), shard("c2", &["p"])];
+        let shards = vec![
+            shard("p", &[]).closed(),
+            shard("c1", &["p"]),
+            shard("c2", &["p"]),
+        ];
         let leases = vec![owned(lease("p", &[]), "a")];
         let plan = discovery.plan(&shards, table(&leases, &HashSet::new()), Instant::now());
         assert_eq!(created(&plan), [vec!["c1", "c2"]]);
-        assert!(plan.creates[0].iter().all(|l| l.parents == [key("p")]), "{plan:?}");
+        assert!(
+            plan.creates[0].iter().all(|l| l.parents == [key("p")]),
+            "{plan:?}"
+        );
         // Without the option a closed shard with no lease is created, its children after it.
         let mut all = Discovery::new(Duration::from_secs(60));
         let plan = all.plan(&shards, table(&[], &HashSet::new()), Instant::now());

@@ -190,4 +190,8 @@ impl<S: ShardSource + ?Sized> ShardSource for Arc<S> {
     async fn list_shards(&self) -> Result<Vec<Shard>, SourceError> {
         (**self).list_shards().await
     }
+
+    fn skips_closed_ancestors(&self) -> bool {
+        (**self).skips_closed_ancestors()
+    }
 }

@@ -114,7 +114,10 @@ async fn a_grant_waiting_in_an_untaken_event_stream_is_reported_stalled() {
     assert_eq!(worker.held_leases(), [key("s"), key("t")]);
     assert_eq!(
         monitor.stalled_leases(),
-        [(key("s"), Stall::Undelivered), (key("t"), Stall::Undelivered)]
+        [
+            (key("s"), Stall::Undelivered),
+            (key("t"), Stall::Undelivered)
+        ]
     );
     assert!(!monitor.is_healthy());
     // Once the stream is taken the queued grants reach the application.
@@ -143,7 +146,10 @@ async fn an_abandoned_lease_whose_release_cannot_be_written_stays_stalled_until_
     let grant = next_grant(&mut events).await;
     faults.set_cut_off(true);
     drop(grant);
-    assert!(matches!(next(&mut events, "the abandonment").await, LeaseEvent::Abandoned { .. }));
+    assert!(matches!(
+        next(&mut events, "the abandonment").await,
+        LeaseEvent::Abandoned { .. }
+    ));
     tokio::time::sleep(Duration::from_millis(10)).await;
     assert_eq!(monitor.stalled_leases(), [(key("s"), Stall::Abandoned)]);
     assert!(worker.held_leases().is_empty(), "nobody may process it");
@@ -159,7 +165,10 @@ async fn a_grant_dropped_after_a_stop_request_still_finishes_the_handoff() {
     let store: Arc<dyn LeaseStore> = Arc::new(InMemoryStore::new());
     let mut a = start(Arc::clone(&store), "a", &["s", "t"]).await;
     let mut a_events = a.take_events().unwrap();
-    let mut grants = vec![next_grant(&mut a_events).await, next_grant(&mut a_events).await];
+    let mut grants = vec![
+        next_grant(&mut a_events).await,
+        next_grant(&mut a_events).await,
+    ];
     let mut b = start(Arc::clone(&store), "b", &["s", "t"]).await;
     let mut b_events = b.take_events().unwrap();
     // b asks for one of them; a's application drops the grant once asked.

@@ -128,9 +128,7 @@ enum Exit {
 /// One call of the processor, with its panic caught: a panicking processor must not end the
 /// record loop's task, which would leave the lease held with nobody reading it. (The
 /// `async_trait` calls are boxed futures already, so no dependency is needed to catch it.)
-async fn guarded<T>(
-    mut call: Pin<Box<dyn Future<Output = T> + Send + '_>>,
-) -> Result<T, String> {
+async fn guarded<T>(mut call: Pin<Box<dyn Future<Output = T> + Send + '_>>) -> Result<T, String> {
     std::future::poll_fn(|cx| {
         match std::panic::catch_unwind(AssertUnwindSafe(|| call.as_mut().poll(cx))) {
             Ok(Poll::Ready(value)) => Poll::Ready(Ok(value)),

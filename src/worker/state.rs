@@ -206,9 +206,10 @@ impl Shared {
             .map(|key| (key.clone(), Stall::Abandoned))
             .collect();
         if undelivered {
-            let reported = state.held.iter().filter(|(_, h)| {
-                h.valid_until > now && !matches!(h.phase, Phase::Waiting { .. })
-            });
+            let reported = state
+                .held
+                .iter()
+                .filter(|(_, h)| h.valid_until > now && !matches!(h.phase, Phase::Waiting { .. }));
             stalled.extend(reported.map(|(key, _)| (key.clone(), Stall::Undelivered)));
         }
         stalled.sort_by(|a, b| a.0.cmp(&b.0));
@@ -351,7 +352,7 @@ impl Shared {
             reason,
         });
         if app_done {
-            self.finish(key, tenure)
+            self.finish(key, tenure, LetGo::Finished)
         } else {
             None
         }
@@ -367,7 +368,8 @@ impl Shared {
         let mut state = self.lock();
         let held = state.held.get_mut(key).filter(|h| h.tenure == tenure)?;
         held.app_done = true;
-        let abandoned = matches!(held.phase, Phase::Active) && !held.ended && how != LetGo::Finished;
+        let abandoned =
+            matches!(held.phase, Phase::Active) && !held.ended && how != LetGo::Finished;
         let valid_until = held.valid_until;
         let finish = match (&held.phase, held.ended) {
             (Phase::Stopping(StopReason::Retired { .. }), _) => Finish::Retire { tenure },
@@ -415,7 +417,7 @@ impl Shared {
         let app_done = held.app_done;
         drop(state);
         if app_done {
-            self.finish(key, tenure)
+            self.finish(key, tenure, LetGo::Finished)
         } else {
             None
         }
