@@ -128,6 +128,7 @@ pub const MIN_MISSED_LISTINGS: u32 = 3;
 #[derive(Debug, Clone)]
 pub struct Discovery {
     retire_after: Duration,
+    skip_closed_ancestors: bool,
     known: HashMap<LeaseKey, Known>,
     missing: HashMap<LeaseKey, Missing>,
 }
@@ -154,9 +155,19 @@ impl Discovery {
     pub fn new(retire_after: Duration) -> Self {
         Self {
             retire_after,
+            skip_closed_ancestors: false,
             known: HashMap::new(),
             missing: HashMap::new(),
         }
+    }
+
+    /// Gives no lease to the shards that closed before the fleet first read the source, and
+    /// creates their children without them as parents; see
+    /// [`ShardSource::skips_closed_ancestors`](crate::source::ShardSource::skips_closed_ancestors).
+    #[must_use]
+    pub fn skipping_closed_ancestors(mut self, skip: bool) -> Self {
+        self.skip_closed_ancestors = skip;
+        self
     }
 
     /// Remembers the checkpoints of a table listing read at `now`, and forgets those of
@@ -215,9 +226,17 @@ impl Discovery {
         let mut plan = DiscoveryPlan::default();
 
         // New shards, parents first; a shard with a leased descendant was consumed already.
+        let skipped = if self.skip_closed_ancestors {
+            graph.closed_before_start(&self.known)
+        } else {
+            HashSet::new()
+        };
         let mut waves: BTreeMap<usize, Vec<NewLease>> = BTreeMap::new();
         for shard in graph.shards.values() {
-            if graph.leases.contains_key(&shard.key) || graph.consumed(&shard.key) {
+            if graph.leases.contains_key(&shard.key)
+                || graph.consumed(&shard.key)
+                || skipped.contains(&shard.key)
+            {
                 continue;
             }
             let related = !shard.parents.is_empty() || graph.children.contains_key(&shard.key);
@@ -228,7 +247,12 @@ impl Discovery {
                 tracing::warn!(lease_key = %shard.key, malformed = table.malformed, "not creating the lease of a shard with parents or children while the table has undecodable items");
                 continue;
             }
-            let mut lease = NewLease::new(shard.key.clone()).with_parents(shard.parents.clone());
+            let parents = shard
+                .parents
+                .iter()
+                .filter(|p| !(self.skip_closed_ancestors && graph.gone(p, &skipped)));
+            let mut lease =
+                NewLease::new(shard.key.clone()).with_parents(parents.cloned().collect());
             lease.checkpoint = self
                 .known
                 .get(&shard.key)
@@ -369,6 +393,35 @@ impl<'a> Graph<'a> {
         })
     }
 
+    /// True when `key` has no lease and is either not listed or in `skipped`.
+    fn gone(&self, key: &LeaseKey, skipped: &HashSet<&LeaseKey>) -> bool {
+        !self.leases.contains_key(key) && (!self.shards.contains_key(key) || skipped.contains(key))
+    }
+
+    /// The listed shards that closed before the fleet first read the source: closed, with no
+    /// lease, no checkpoint remembered and no leased descendant, whose parents are all gone
+    /// (no lease, and not listed or closed before the start themselves).
+    fn closed_before_start(
+        &self,
+        known: &HashMap<LeaseKey, Known>,
+    ) -> HashSet<&'a LeaseKey> {
+        let mut order: Vec<&'a Shard> = self.shards.values().copied().collect();
+        // Parents first, so a parent's verdict is known when its children are judged.
+        order.sort_by_key(|shard| self.depth(&shard.key));
+        let mut skipped = HashSet::new();
+        for shard in order {
+            if shard.closed
+                && !self.leases.contains_key(&shard.key)
+                && !known.contains_key(&shard.key)
+                && !self.consumed(&shard.key)
+                && shard.parents.iter().all(|p| self.gone(p, &skipped))
+            {
+                skipped.insert(&shard.key);
+            }
+        }
+        skipped
+    }
+
     /// The length of the longest chain of listed ancestors of `key`.
     fn depth(&self, key: &LeaseKey) -> usize {
         let mut depth = 0;
@@ -470,6 +523,58 @@ mod tests {
         assert_eq!(created(&plan), [vec!["a", "x"], vec!["b", "m"], vec!["c2"]]);
         assert_eq!(plan.creates[1][1].parents, [key("a"), key("x")]);
         assert!(plan.actions.is_empty());
+    }
+
+    #[test]
+    fn skipping_closed_ancestors_leases_only_what_is_open_at_the_first_start() {
+        let mut discovery = Discovery::new(Duration::from_secs(60)).skipping_closed_ancestors(true);
+        // Before the first start: p split into c1 and c2; c2 merged with q into m; r open.
+        let shards = vec![
+            shard("p", &[]).closed(),
+            shard("q", &[]).closed(),
+            shard("c1", &["p"]),
+            shard("c2", &["p"]).closed(),
+            shard("m", &["c2", "q"]),
+            shard("r", &[]),
+            shard("t", &["trimmed"]),
+        ];
+        let plan = discovery.plan(&shards, table(&[], &HashSet::new()), Instant::now());
+        assert_eq!(created(&plan), [vec!["r", "t"], vec!["c1"], vec!["m"]]);
+        assert!(
+            plan.creates.iter().flatten().all(|l| l.parents.is_empty()),
+            "{plan:?}"
+        );
+        // The next round: nothing more (the closed ones are consumed by their leased children).
+        let leases: Vec<Lease> = plan
+            .creates
+            .iter()
+            .flatten()
+            .map(|l| l.clone().into_lease())
+            .collect();
+        let plan = discovery.plan(&shards, table(&leases, &HashSet::new()), Instant::now());
+        assert!(plan.creates.is_empty(), "{plan:?}");
+    }
+
+    #[test]
+    fn skipping_closed_ancestors_still_reads_a_leased_parent_first_after_a_reshard() {
+        let mut discovery = Discovery::new(Duration::from_secs(60)).skipping_closed_ancestors(true);
+        // p was open and leased when the fleet started; it split into c1 and c2 since.
+        let shards = vec![
+            shard("p", &[]).closed(),
+            shard("c1", &["p"]),
+            shard("c2", &["p"]),
+        ];
+        let leases = vec![owned(lease("p", &[]), "a")];
+        let plan = discovery.plan(&shards, table(&leases, &HashSet::new()), Instant::now());
+        assert_eq!(created(&plan), [vec!["c1", "c2"]]);
+        assert!(
+            plan.creates[0].iter().all(|l| l.parents == [key("p")]),
+            "{plan:?}"
+        );
+        // Without the option a closed shard with no lease is created, its children after it.
+        let mut all = Discovery::new(Duration::from_secs(60));
+        let plan = all.plan(&shards, table(&[], &HashSet::new()), Instant::now());
+        assert_eq!(created(&plan), [vec!["p"], vec!["c1", "c2"]]);
     }
 
     #[test]

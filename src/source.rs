@@ -82,6 +82,17 @@ pub enum SourceError {
 pub trait ShardSource: Send + Sync + 'static {
     /// Every current shard.
     async fn list_shards(&self) -> Result<Vec<Shard>, SourceError>;
+
+    /// True when the application wants nothing written before the fleet first read the
+    /// source (a Kinesis consumer starting at `Latest`). The discoverer then gives no lease to
+    /// a closed shard that has none, whose descendants have none, and whose parents are gone
+    /// too (no lease, and not listed or skipped likewise): it closed before the fleet started.
+    /// Its children are created without it as a parent, so they start at the application's
+    /// initial position instead of replaying their whole retention. Default: false (every
+    /// listed shard gets a lease, parents first).
+    fn skips_closed_ancestors(&self) -> bool {
+        false
+    }
 }
 
 /// A shard list kept in memory and changed by the application: for a fixed set of work
@@ -178,5 +189,9 @@ impl ShardSource for StaticShardSource {
 impl<S: ShardSource + ?Sized> ShardSource for Arc<S> {
     async fn list_shards(&self) -> Result<Vec<Shard>, SourceError> {
         (**self).list_shards().await
+    }
+
+    fn skips_closed_ancestors(&self) -> bool {
+        (**self).skips_closed_ancestors()
     }
 }

@@ -314,18 +314,24 @@ async fn one_worker_keeps_ten_thousand_leases_at_ten_ms_a_call() {
 
 #[tokio::test(start_paused = true)]
 async fn a_listener_receives_the_events_of_a_graceful_handoff() {
-    use shardlease::worker::{LeaseGrant, LeaseListener, Worker};
+    use shardlease::worker::{LeaseGrant, LeaseListener, StopReason, Worker};
     use shardlease::{LeaseKey, WorkerId};
     use std::sync::Mutex;
 
+    // Keeps its grants and finishes each one when asked to stop (a grant dropped while
+    // active would abandon its lease).
     #[derive(Clone, Default)]
-    struct Log(Arc<Mutex<Vec<String>>>);
+    struct Log(Arc<Mutex<Vec<String>>>, Arc<Mutex<Vec<LeaseGrant>>>);
     impl LeaseListener for Log {
         fn on_acquired(&mut self, grant: LeaseGrant) {
             self.0
                 .lock()
                 .unwrap()
                 .push(format!("acquired {}", grant.key()));
+            self.1.lock().unwrap().push(grant);
+        }
+        fn on_stop_requested(&mut self, key: &LeaseKey, _reason: &StopReason) {
+            self.1.lock().unwrap().retain(|grant| grant.key() != key);
         }
         fn on_handed_off(&mut self, key: &LeaseKey, to: &WorkerId) {
             self.0.lock().unwrap().push(format!("handed {key} to {to}"));

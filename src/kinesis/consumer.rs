@@ -4,6 +4,9 @@
 use std::sync::Arc;
 use std::time::{Duration, SystemTime};
 
+use std::collections::HashMap;
+
+use async_trait::async_trait;
 use tokio::sync::mpsc;
 use tokio::task::JoinHandle;
 use tokio_util::task::TaskTracker;
@@ -14,6 +17,7 @@ use super::reader::{self, ReaderContext};
 use super::source::{KinesisShardSource, StreamError};
 use crate::config::WorkerConfig;
 use crate::lease::{LeaseKey, WorkerId};
+use crate::source::{Shard, ShardSource, SourceError};
 use crate::store::LeaseStore;
 use crate::worker::{LeaseEvent, StopReason, Worker, WorkerError};
 
@@ -34,8 +38,10 @@ pub enum InitialPosition {
 #[derive(Debug, Clone, PartialEq)]
 pub struct ConsumerConfig {
     /// Where a new shard with no parents starts. A child shard with no checkpoint starts at
-    /// its beginning whatever this says: its parents' data ran up to its first record.
-    /// Default: `Latest` (as KCL).
+    /// its beginning (its parents' data ran up to its first record), or at the moment of an
+    /// `AtTimestamp` position. With `Latest`, shards that closed before the consumer first
+    /// started get no lease and their children start at `Latest` too, so a stream resharded
+    /// within its retention period is not replayed. Default: `Latest` (as KCL).
     pub initial_position: InitialPosition,
     /// Most records per `GetRecords` call, 1 to 10,000. Default: 10,000 (the service's
     /// maximum, as KCL).
@@ -47,7 +53,8 @@ pub struct ConsumerConfig {
     /// `idleTimeBetweenReadsInMillis`).
     pub idle_time_between_reads: Duration,
     /// The longest wait after throttling or errors; the wait doubles from
-    /// `min_call_interval` with full jitter. Default: 10 s.
+    /// `min_call_interval` with full jitter. Also how long a lease whose processor panicked,
+    /// or that Kinesis refused to serve, is held before it is released. Default: 10 s.
     pub max_backoff: Duration,
 }
 
@@ -164,6 +171,25 @@ pub enum ConsumerEvent {
         /// The checkpoint.
         sequence_number: String,
     },
+    /// The processor panicked. The panic was caught: the processor is not called again, and
+    /// the lease is released after [`ConsumerConfig::max_backoff`] (at once if a stop comes
+    /// first) for the balance to place again, with a fresh processor, here or on a peer.
+    ProcessorPanicked {
+        /// The shard.
+        key: LeaseKey,
+        /// The panic's message.
+        message: String,
+    },
+    /// Kinesis refused to serve the shard (`GetShardIterator`, or `GetRecords` even with a
+    /// fresh iterator) with an error that retrying cannot fix: the stream was deleted, access
+    /// is denied, the checkpoint is not a sequence number of the shard. The record loop ends
+    /// and the lease is released after [`ConsumerConfig::max_backoff`], as after a panic.
+    ReadFailed {
+        /// The shard.
+        key: LeaseKey,
+        /// The call and the service's error code and message.
+        error: String,
+    },
 }
 
 pub(crate) type Observer = Arc<dyn Fn(ConsumerEvent) + Send + Sync>;
@@ -224,8 +250,12 @@ impl<F: ProcessorFactory> KinesisConsumerBuilder<F> {
     /// with a one-line [`ConsumerError::Stream`]), and starts the worker and its record loops.
     pub async fn start(self) -> Result<KinesisConsumer, ConsumerError> {
         self.config.validate()?;
-        let source = KinesisShardSource::new(self.client.clone(), self.stream.clone());
-        source.check().await?;
+        let shards = KinesisShardSource::new(self.client.clone(), self.stream.clone());
+        shards.check().await?;
+        let source = StreamSource {
+            shards,
+            latest: self.config.initial_position == InitialPosition::Latest,
+        };
         let mut worker = Worker::builder(self.store, self.id.clone())
             .config(self.worker_config)
             .source(source)
@@ -315,12 +345,35 @@ impl Drop for KinesisConsumer {
     }
 }
 
+/// The stream's shards for the discoverer, which also learns whether the shards that closed
+/// before the consumer first started are wanted: not at `Latest`.
+#[derive(Debug)]
+struct StreamSource {
+    shards: KinesisShardSource,
+    latest: bool,
+}
+
+#[async_trait]
+impl ShardSource for StreamSource {
+    async fn list_shards(&self) -> Result<Vec<Shard>, SourceError> {
+        self.shards.list_shards().await
+    }
+
+    fn skips_closed_ancestors(&self) -> bool {
+        self.latest
+    }
+}
+
+/// Starts a record loop for every lease acquired. A lease lost and acquired again here
+/// (a new tenure) while its previous loop is still inside a processor call waits for that loop
+/// to end first, so one process never has two loops on one shard.
 async fn dispatch<F: ProcessorFactory>(
     mut events: mpsc::UnboundedReceiver<LeaseEvent>,
     context: Arc<ReaderContext>,
     factory: F,
     readers: TaskTracker,
 ) {
+    let mut running: HashMap<LeaseKey, JoinHandle<()>> = HashMap::new();
     while let Some(event) = events.recv().await {
         let observed = match event {
             LeaseEvent::Acquired(grant) => {
@@ -330,9 +383,19 @@ async fn dispatch<F: ProcessorFactory>(
                     key: key.clone(),
                     checkpoint,
                 });
+                running.retain(|_, previous| !previous.is_finished());
+                let previous = running.remove(&key);
                 let processor = factory.create(&key);
+                let context = Arc::clone(&context);
                 let span = tracing::info_span!("record_loop", lease_key = %key);
-                readers.spawn(reader::run(Arc::clone(&context), grant, processor).instrument(span));
+                let record_loop = async move {
+                    if let Some(previous) = previous {
+                        tracing::info!("waiting for the previous record loop of this shard to end");
+                        let _ = previous.await;
+                    }
+                    reader::run(context, grant, processor).await;
+                };
+                running.insert(key, readers.spawn(record_loop.instrument(span)));
                 continue;
             }
             // The record loop reports it when it acts on it, so that a lease's events are in
@@ -346,6 +409,9 @@ async fn dispatch<F: ProcessorFactory>(
             // Not about one shard: the worker logs it at error level and counts it
             // (`shardlease_duplicate_worker_id_total`).
             LeaseEvent::DuplicateWorkerId { .. } => continue,
+            // A record loop finishes its grant on every path; the worker logs and counts an
+            // abandonment, should a loop's task end some other way.
+            LeaseEvent::Abandoned { .. } => continue,
         };
         (context.observer)(observed);
     }

@@ -1,8 +1,18 @@
 //! The record loop of one lease: an iterator from the checkpoint (or the initial position),
 //! `GetRecords` within the service limits, the processor's calls, the end of the shard, and a
 //! prompt stop when the lease's signal fires.
+//!
+//! A loop that cannot go on gives its lease back instead of holding it unprocessed: when the
+//! processor panics (the panic is caught, not the end of the task) or Kinesis refuses to serve
+//! the shard (stream deleted, access denied), it reports the failure, holds the lease for
+//! `max_backoff` (so a processor that panics on every batch does not make the fleet spin) and
+//! then releases it for the balance to place again.
 
+use std::future::Future;
+use std::panic::AssertUnwindSafe;
+use std::pin::Pin;
 use std::sync::Arc;
+use std::task::Poll;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use aws_sdk_kinesis::primitives::DateTime;
@@ -59,8 +69,13 @@ impl Backoff {
     }
 }
 
-/// Where a lease starts: its checkpoint, else the beginning for a child shard, else the
-/// configured initial position (a `Latest` start is checkpointed at once as a timestamp).
+/// Where a lease starts: its checkpoint, else the configured initial position (a `Latest`
+/// start is checkpointed at once as a timestamp); a child shard without a checkpoint starts at
+/// its beginning (its parents were read to their end) or, with an `AtTimestamp` initial
+/// position, at that moment (the records before it are not wanted, even in a child of shards
+/// that closed before it). Children of shards that closed before a `Latest` consumer first
+/// started are created without those parents (see `KinesisConsumerBuilder::start`), so they
+/// start at `Latest` too.
 async fn start_position(
     grant: &LeaseGrant,
     config: &ConsumerConfig,
@@ -78,24 +93,59 @@ async fn start_position(
         }
         tracing::warn!(lease_key = %grant.key(), checkpoint, "unknown reserved checkpoint; starting from the initial position");
     }
-    if !grant.parents().is_empty() {
-        return StartPosition::TrimHorizon;
-    }
-    match &config.initial_position {
-        InitialPosition::TrimHorizon => StartPosition::TrimHorizon,
-        InitialPosition::AtTimestamp(at) => StartPosition::AtTimestamp(*at),
-        InitialPosition::Latest => {
-            let at = SystemTime::now() - LATEST_MARGIN;
-            let millis = at
-                .duration_since(UNIX_EPOCH)
-                .unwrap_or_default()
-                .as_millis();
-            let marker = format!("{STARTED_AT_PREFIX}{millis}");
-            if let Err(err) = checkpointer.inner().checkpoint_reserved(&marker).await {
-                tracing::warn!(lease_key = %grant.key(), error = %err, "could not record where the lease started");
-            }
-            StartPosition::AtTimestamp(UNIX_EPOCH + Duration::from_millis(millis as u64))
+    let at = match &config.initial_position {
+        InitialPosition::AtTimestamp(at) => return StartPosition::AtTimestamp(*at),
+        InitialPosition::TrimHorizon => return StartPosition::TrimHorizon,
+        InitialPosition::Latest if !grant.parents().is_empty() => {
+            return StartPosition::TrimHorizon
         }
+        InitialPosition::Latest => SystemTime::now() - LATEST_MARGIN,
+    };
+    let millis = at
+        .duration_since(UNIX_EPOCH)
+        .unwrap_or_default()
+        .as_millis();
+    let marker = format!("{STARTED_AT_PREFIX}{millis}");
+    if let Err(err) = checkpointer.inner().checkpoint_reserved(&marker).await {
+        tracing::warn!(lease_key = %grant.key(), error = %err, "could not record where the lease started");
+    }
+    StartPosition::AtTimestamp(UNIX_EPOCH + Duration::from_millis(millis as u64))
+}
+
+/// Why a record loop ends.
+#[derive(Debug)]
+enum Exit {
+    /// The lease must stop: lost, handed over, shut down or retired.
+    Stop(StopReason),
+    /// The shard was read to its end and the end checkpointed.
+    Ended,
+    /// The processor panicked (the panic's message); it is not called again.
+    Panicked(String),
+    /// Kinesis refused to serve the shard (the error): a fresh iterator did not help.
+    Refused(String),
+}
+
+/// One call of the processor, with its panic caught: a panicking processor must not end the
+/// record loop's task, which would leave the lease held with nobody reading it. (The
+/// `async_trait` calls are boxed futures already, so no dependency is needed to catch it.)
+async fn guarded<T>(mut call: Pin<Box<dyn Future<Output = T> + Send + '_>>) -> Result<T, String> {
+    std::future::poll_fn(|cx| {
+        match std::panic::catch_unwind(AssertUnwindSafe(|| call.as_mut().poll(cx))) {
+            Ok(Poll::Ready(value)) => Poll::Ready(Ok(value)),
+            Ok(Poll::Pending) => Poll::Pending,
+            Err(payload) => Poll::Ready(Err(panic_message(payload.as_ref()))),
+        }
+    })
+    .await
+}
+
+fn panic_message(payload: &(dyn std::any::Any + Send)) -> String {
+    if let Some(text) = payload.downcast_ref::<&str>() {
+        (*text).to_owned()
+    } else if let Some(text) = payload.downcast_ref::<String>() {
+        text.clone()
+    } else {
+        "a panic without a message".to_owned()
     }
 }
 
@@ -114,70 +164,129 @@ pub(crate) async fn run<P: RecordProcessor>(
         parents: grant.parents().to_vec(),
     };
     tracing::info!(?position, "record loop starts");
-    processor.initialize(&start).await;
-    let reason = read(
-        &context,
-        &mut grant,
-        &mut processor,
-        &checkpointer,
-        &mut position,
-    )
-    .await;
-    match reason {
-        Some(StopReason::Lost) => processor.lease_lost().await,
-        Some(reason) => {
-            (context.observer)(ConsumerEvent::StopRequested {
-                key: key.clone(),
-                reason: reason.clone(),
-            });
-            let deadline = match &reason {
-                StopReason::Handoff { deadline, .. }
-                | StopReason::Shutdown { deadline }
-                | StopReason::Retired { deadline } => *deadline,
-                StopReason::Lost => unreachable!("handled above"),
-            };
-            let last_chance = processor.stop_requested(&reason, &checkpointer);
-            if tokio::time::timeout_at(deadline, last_chance)
-                .await
-                .is_err()
-            {
-                tracing::warn!(
-                    "the processor did not return from stop_requested before the deadline"
-                );
-            }
+    let exit = match guarded(processor.initialize(&start)).await {
+        Ok(()) => {
+            read(
+                &context,
+                &mut grant,
+                &mut processor,
+                &checkpointer,
+                &mut position,
+            )
+            .await
         }
-        None => {}
+        Err(message) => Exit::Panicked(message),
+    };
+    match exit {
+        Exit::Stop(reason) => stop(&context, &key, &mut processor, &checkpointer, reason).await,
+        Exit::Ended => {}
+        Exit::Panicked(message) => {
+            tracing::error!(panic = %message, "the processor panicked; the lease is released after a backoff");
+            (context.observer)(ConsumerEvent::ProcessorPanicked {
+                key: key.clone(),
+                message,
+            });
+            give_back(&context, &mut grant).await;
+        }
+        Exit::Refused(error) => {
+            tracing::error!(%error, "Kinesis refuses to serve the shard; the lease is released after a backoff");
+            (context.observer)(ConsumerEvent::ReadFailed {
+                key: key.clone(),
+                error,
+            });
+            give_back(&context, &mut grant).await;
+        }
     }
+    // Still active (a failure, not a stop): this releases the lease. After a stop request it
+    // hands it over, releases or retires it.
     grant.finish();
     tracing::info!("record loop ended");
     (context.observer)(ConsumerEvent::Stopped { key });
 }
 
-/// Reads until the lease must stop (the reason) or its shard ended and the end was
-/// checkpointed (`None`).
+/// The processor's last call: `lease_lost`, or `stop_requested` until the reason's deadline.
+async fn stop<P: RecordProcessor>(
+    context: &ReaderContext,
+    key: &LeaseKey,
+    processor: &mut P,
+    checkpointer: &RecordCheckpointer,
+    reason: StopReason,
+) {
+    let deadline = match &reason {
+        StopReason::Handoff { deadline, .. }
+        | StopReason::Shutdown { deadline }
+        | StopReason::Retired { deadline } => *deadline,
+        StopReason::Lost => {
+            if let Err(message) = guarded(processor.lease_lost()).await {
+                tracing::error!(panic = %message, "the processor panicked in lease_lost");
+                (context.observer)(ConsumerEvent::ProcessorPanicked {
+                    key: key.clone(),
+                    message,
+                });
+            }
+            return;
+        }
+    };
+    (context.observer)(ConsumerEvent::StopRequested {
+        key: key.clone(),
+        reason: reason.clone(),
+    });
+    let last_chance = guarded(processor.stop_requested(&reason, checkpointer));
+    match tokio::time::timeout_at(deadline, last_chance).await {
+        Ok(Ok(())) => {}
+        Ok(Err(message)) => {
+            tracing::error!(panic = %message, "the processor panicked in stop_requested");
+            (context.observer)(ConsumerEvent::ProcessorPanicked {
+                key: key.clone(),
+                message,
+            });
+        }
+        Err(_) => {
+            tracing::warn!("the processor did not return from stop_requested before the deadline");
+        }
+    }
+}
+
+/// Holds a lease whose loop failed for `max_backoff` before it is released (at once if a stop
+/// comes first), so that a lease failing on every worker moves at most that often.
+async fn give_back(context: &ReaderContext, grant: &mut LeaseGrant) {
+    tokio::select! {
+        biased;
+        reason = grant.stopped() => tracing::info!(?reason, "stopped while backing off"),
+        _ = tokio::time::sleep(context.config.max_backoff) => {}
+    }
+}
+
+/// Reads until the lease must stop, its shard ended and the end was checkpointed, the
+/// processor panicked, or Kinesis refused the shard.
 async fn read<P: RecordProcessor>(
     context: &ReaderContext,
     grant: &mut LeaseGrant,
     processor: &mut P,
     checkpointer: &RecordCheckpointer,
     position: &mut StartPosition,
-) -> Option<StopReason> {
+) -> Exit {
     let config = &context.config;
     let key = grant.key().clone();
     let mut backoff = Backoff::new(config.min_call_interval, config.max_backoff);
     let mut iterator: Option<String> = None;
     let mut next_call = Instant::now();
+    // `GetRecords` was refused since the last answer: the next refusal ends the loop.
+    let mut refused = false;
     loop {
         tokio::select! {
            biased;
-            reason = grant.stopped() => return Some(reason),
+            reason = grant.stopped() => return Exit::Stop(reason),
             _ = tokio::time::sleep_until(next_call) => {}
         }
         let current = match iterator.take() {
             Some(current) => current,
             None => match shard_iterator(context, &key, position).await {
                 Ok(fresh) => fresh,
-                Err(failure) => {
+                Err((Failure::Fatal, error)) => {
+                    return Exit::Refused(format!("GetShardIterator: {error}"))
+                }
+                Err((failure, _)) => {
                     next_call = Instant::now() + pause(failure, &mut backoff, config);
                     continue;
                 }
@@ -192,7 +301,7 @@ async fn read<P: RecordProcessor>(
             .send();
         let answer = tokio::select! {
            biased;
-            reason = grant.stopped() => return Some(reason),
+            reason = grant.stopped() => return Exit::Stop(reason),
             answer = request => answer,
         };
         let output = match answer {
@@ -205,11 +314,15 @@ async fn read<P: RecordProcessor>(
                         tracing::info!(error = %text, "shard iterator expired; getting a fresh one");
                         next_call = Instant::now();
                     }
+                    Failure::Fatal if refused => {
+                        return Exit::Refused(format!("GetRecords: {text}"));
+                    }
                     Failure::Fatal => {
-                        // The iterator itself may be what is wrong: start over from the last
-                        // record handed to the processor, slowly.
-                        tracing::error!(error = %text, "GetRecords refused; retrying with a fresh iterator");
-                        next_call = Instant::now() + config.max_backoff;
+                        // The iterator itself may be what is wrong: try once more with a fresh
+                        // one from the last record handed to the processor.
+                        tracing::warn!(error = %text, "GetRecords refused; trying once more with a fresh iterator");
+                        refused = true;
+                        next_call = Instant::now() + config.min_call_interval;
                     }
                     _ => {
                         let wait = pause(failure, &mut backoff, config);
@@ -222,13 +335,16 @@ async fn read<P: RecordProcessor>(
             }
         };
         backoff.reset();
+        refused = false;
         let records: Vec<KinesisRecord> = output.records().iter().map(to_record).collect();
         let empty = records.is_empty();
         if let Some(last) = records.last() {
             *position = StartPosition::AfterSequenceNumber(last.sequence_number.clone());
         }
         if !empty {
-            processor.process_records(records, checkpointer).await;
+            if let Err(message) = guarded(processor.process_records(records, checkpointer)).await {
+                return Exit::Panicked(message);
+            }
         }
         match output.next_shard_iterator() {
             Some(next) => {
@@ -252,17 +368,19 @@ async fn end_of_shard<P: RecordProcessor>(
     grant: &mut LeaseGrant,
     processor: &mut P,
     checkpointer: &RecordCheckpointer,
-) -> Option<StopReason> {
+) -> Exit {
     tracing::info!("end of shard reached");
     loop {
-        processor.shard_ended(checkpointer).await;
+        if let Err(message) = guarded(processor.shard_ended(checkpointer)).await {
+            return Exit::Panicked(message);
+        }
         if checkpointer.is_ended() {
-            return None;
+            return Exit::Ended;
         }
         tracing::warn!("the processor did not checkpoint the end of the shard; its children wait");
         tokio::select! {
             biased;
-            reason = grant.stopped() => return Some(reason),
+            reason = grant.stopped() => return Exit::Stop(reason),
             _ = tokio::time::sleep(context.config.idle_time_between_reads) => {}
         }
     }
@@ -275,11 +393,12 @@ fn pause(failure: Failure, backoff: &mut Backoff, config: &ConsumerConfig) -> Du
     }
 }
 
+/// A fresh iterator at `position`, or why not (with the error's text).
 async fn shard_iterator(
     context: &ReaderContext,
     key: &LeaseKey,
     position: &StartPosition,
-) -> Result<String, Failure> {
+) -> Result<String, (Failure, String)> {
     let request = context
         .client
         .get_shard_iterator()
@@ -297,12 +416,13 @@ async fn shard_iterator(
     match request.send().await {
         Ok(output) => output.shard_iterator().map(str::to_owned).ok_or_else(|| {
             tracing::warn!("GetShardIterator returned no iterator");
-            Failure::Transient
+            (Failure::Transient, "no iterator in the answer".to_owned())
         }),
         Err(err) => {
             let failure = classify(&err);
-            tracing::warn!(error = %describe(&err), ?failure, "GetShardIterator failed");
-            Err(failure)
+            let text = describe(&err);
+            tracing::warn!(error = %text, ?failure, "GetShardIterator failed");
+            Err((failure, text))
         }
     }
 }

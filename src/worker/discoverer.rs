@@ -79,7 +79,8 @@ pub(crate) async fn run(
 ) {
     let config = shared.config.clone();
     let mut views = shared.view.subscribe();
-    let mut discovery = Discovery::new(config.retire_after);
+    let mut discovery = Discovery::new(config.retire_after)
+        .skipping_closed_ancestors(source.skips_closed_ancestors());
     let mut role = Role::Idle;
     let mut next_call = shared.now();
     let mut failures: u32 = 0;

@@ -8,7 +8,7 @@ use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 use tracing::Instrument;
 
-use super::grant::{LeaseEvent, StopReason};
+use super::grant::{Finished, LeaseEvent, StopReason};
 use super::metrics;
 use super::state::{Finish, Phase, Shared};
 use crate::lease::LeaseKey;
@@ -69,7 +69,12 @@ async fn finish_now(shared: &Shared, key: LeaseKey, finish: Finish) {
 /// the end.
 async fn release(shared: &Shared, key: LeaseKey, tenure: u64, ended: bool, deadline: Instant) {
     let me = &shared.id;
-    match shared.store.release(&key, me, tenure, deadline).await {
+    let outcome = shared.store.release(&key, me, tenure, deadline).await;
+    if outcome.is_ok() {
+        // An abandoned lease is no longer held here by nobody.
+        shared.release_answered(&key);
+    }
+    match outcome {
         Ok(Outcome::Done(_)) if ended => {
             tracing::info!(lease_key = %key, "lease of a finished shard released");
             shared.emit(LeaseEvent::ShardEnded { key });
@@ -138,7 +143,7 @@ async fn retire(shared: &Shared, key: &LeaseKey, tenure: u64, deadline: Instant)
 /// acts on grants the application finished.
 pub(crate) async fn control(
     shared: Arc<Shared>,
-    mut finished: mpsc::UnboundedReceiver<(LeaseKey, u64)>,
+    mut finished: mpsc::UnboundedReceiver<Finished>,
     cancel: CancellationToken,
 ) {
     loop {
@@ -194,8 +199,8 @@ pub(crate) async fn control(
             _ = shared.changed.notified() => {}
             _ = sleep => {}
             message = finished.recv() => {
-                let Some((key, tenure)) = message else { return };
-                if let Some(finish) = shared.finish(&key, tenure) {
+                let Some((key, tenure, how)) = message else { return };
+                if let Some(finish) = shared.finish(&key, tenure, how) {
                     spawn_finish(&shared, key, finish);
                 }
             }

@@ -92,6 +92,16 @@ pub enum LeaseEvent {
         /// This worker's id.
         worker: WorkerId,
     },
+    /// The application dropped the lease's grant while it was active, without calling
+    /// [`LeaseGrant::finish`] and without a stop request (a task that panicked, or forgot the
+    /// grant). Nobody processes the lease here any more, so it is released at once (a
+    /// [`Released`](Self::Released) event follows once the release is written) and the
+    /// balance places it again, here or on a peer. Counted in
+    /// [`LEASES_ABANDONED`](super::metrics::LEASES_ABANDONED) and logged as a warning.
+    Abandoned {
+        /// The lease.
+        key: LeaseKey,
+    },
 }
 
 /// Why a checkpoint was refused.
@@ -238,17 +248,39 @@ impl Checkpointer {
     }
 }
 
-/// Tells the worker, once, that the application has finished with a lease.
+/// How the application let go of a grant.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum LetGo {
+    /// [`LeaseGrant::finish`]: done with the lease.
+    Finished,
+    /// The grant was dropped without `finish`.
+    Dropped,
+    /// The grant was dropped while its thread unwound a panic.
+    Panicked,
+}
+
+/// A grant let go of: the lease, the tenure of the grant, and how.
+pub(crate) type Finished = (LeaseKey, u64, LetGo);
+
+/// Tells the worker, once, that the application has let go of a grant, and how.
 #[derive(Debug)]
 pub(crate) struct FinishGuard {
     pub(crate) key: LeaseKey,
     pub(crate) tenure: u64,
-    pub(crate) tx: mpsc::UnboundedSender<(LeaseKey, u64)>,
+    pub(crate) tx: mpsc::UnboundedSender<Finished>,
+    pub(crate) finished: bool,
 }
 
 impl Drop for FinishGuard {
     fn drop(&mut self) {
-        let _ = self.tx.send((self.key.clone(), self.tenure));
+        let how = if self.finished {
+            LetGo::Finished
+        } else if std::thread::panicking() {
+            LetGo::Panicked
+        } else {
+            LetGo::Dropped
+        };
+        let _ = self.tx.send((self.key.clone(), self.tenure, how));
     }
 }
 
@@ -256,9 +288,14 @@ impl Drop for FinishGuard {
 /// checkpointer.
 ///
 /// Keep the grant while working on the lease. When [`stopped`](Self::stopped) fires with a
-/// handoff or shutdown, checkpoint and call [`finish`](Self::finish): the worker then hands the
-/// lease over (or releases it) at once. Dropping the grant counts as finishing: a lease whose
-/// grant was dropped is handed over as soon as it is asked for.
+/// handoff or shutdown, checkpoint and call [`finish`](Self::finish) (or drop the grant): the
+/// worker then hands the lease over (or releases it) at once.
+///
+/// A grant let go of while the lease is active, with no stop requested, gives the lease back
+/// to the fleet at once: [`finish`](Self::finish) releases it (the application is done with
+/// it); dropping the grant without `finish` (a panicking or forgotten task) abandons it: it is
+/// released too, and reported ([`LeaseEvent::Abandoned`], a metric and a warning). Either way
+/// the balance places the lease again, possibly back here with a new grant.
 #[derive(Debug)]
 pub struct LeaseGrant {
     key: LeaseKey,
@@ -267,7 +304,7 @@ pub struct LeaseGrant {
     parents: Vec<LeaseKey>,
     stop: watch::Receiver<Option<StopReason>>,
     checkpointer: Checkpointer,
-    _finish: FinishGuard,
+    finish: FinishGuard,
 }
 
 impl LeaseGrant {
@@ -278,7 +315,7 @@ impl LeaseGrant {
         checkpoint: Option<String>,
         parents: Vec<LeaseKey>,
         stop: watch::Receiver<Option<StopReason>>,
-        finished: mpsc::UnboundedSender<(LeaseKey, u64)>,
+        finished: mpsc::UnboundedSender<Finished>,
     ) -> Self {
         Self {
             checkpointer: Checkpointer {
@@ -286,10 +323,11 @@ impl LeaseGrant {
                 key: key.clone(),
                 tenure,
             },
-            _finish: FinishGuard {
+            finish: FinishGuard {
                 key: key.clone(),
                 tenure,
                 tx: finished,
+                finished: false,
             },
             key,
             tenure,
@@ -360,6 +398,10 @@ impl LeaseGrant {
         self.checkpointer.end_of_shard().await
     }
 
-    /// The application has finished with the lease: hand it over or release it now.
-    pub fn finish(self) {}
+    /// The application has finished with the lease: hand it over or release it now (after a
+    /// stop request: as the request says; while active: release it for the balance to place
+    /// again, reported as [`LeaseEvent::Released`], not as an abandonment).
+    pub fn finish(mut self) {
+        self.finish.finished = true;
+    }
 }

@@ -5,15 +5,15 @@ use tokio::sync::mpsc;
 use super::grant::{LeaseEvent, LeaseGrant, StopReason};
 use crate::lease::{LeaseKey, WorkerId};
 
-/// Callbacks for lease events; every method defaults to doing nothing. Methods run on the
-/// listener's own task, one event at a time, and must return quickly: spawn the processing
-/// of a lease onto a task of its own.
+/// Callbacks for lease events; every method but [`on_acquired`](Self::on_acquired) defaults
+/// to doing nothing. Methods run on the listener's own task, one event at a time, and must
+/// return quickly: spawn the processing of a lease onto a task of its own.
 pub trait LeaseListener: Send + 'static {
-    /// A lease was acquired. Keep the grant while working on it; dropping it (the default)
-    /// lets the worker hand the lease over at once when asked.
-    fn on_acquired(&mut self, grant: LeaseGrant) {
-        drop(grant);
-    }
+    /// A lease was acquired. Keep the grant while working on it, and finish (or drop) it once
+    /// asked to stop. There is no default: a grant dropped while its lease is active abandons
+    /// the lease (it is released and reported, see [`LeaseEvent::Abandoned`]), so a listener
+    /// that ignored its grants would hold no lease for long, and do so noisily.
+    fn on_acquired(&mut self, grant: LeaseGrant);
 
     /// The application must stop working on `key` (the grant's signal fires too).
     fn on_stop_requested(&mut self, _key: &LeaseKey, _reason: &StopReason) {}
@@ -36,6 +36,10 @@ pub trait LeaseListener: Send + 'static {
     /// Another live process uses this worker's id `worker` (see
     /// [`LeaseEvent::DuplicateWorkerId`]).
     fn on_duplicate_worker_id(&mut self, _worker: &WorkerId) {}
+
+    /// `key`'s grant was dropped while active, without a finish or a stop request; the lease
+    /// is being released.
+    fn on_abandoned(&mut self, _key: &LeaseKey) {}
 }
 
 /// Feeds `events` to `listener` until the stream ends (when the worker stops).
@@ -53,6 +57,7 @@ pub(crate) async fn dispatch(
             LeaseEvent::ShardEnded { key } => listener.on_shard_ended(&key),
             LeaseEvent::Retired { key } => listener.on_retired(&key),
             LeaseEvent::DuplicateWorkerId { worker } => listener.on_duplicate_worker_id(&worker),
+            LeaseEvent::Abandoned { key } => listener.on_abandoned(&key),
         }
     }
 }

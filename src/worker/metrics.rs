@@ -18,6 +18,9 @@ pub const LEASES_HANDED_OFF: &str = "shardlease_leases_handed_off_total";
 /// ended: after a handoff the owner did not finish in time, a policy's steal, a lease of another
 /// process with this worker's id, or a take whose answer was lost.
 pub const LEASES_STOLEN: &str = "shardlease_leases_stolen_total";
+/// Counter: leases whose grant the application dropped while active, without finishing it or
+/// being asked to stop (a panicking or forgotten task); each is released at once.
+pub const LEASES_ABANDONED: &str = "shardlease_leases_abandoned_total";
 /// Counter: leases lost (taken over, deleted, or expired locally).
 pub const LEASES_LOST: &str = "shardlease_leases_lost_total";
 /// Histogram: seconds one successful renewal took.
@@ -57,6 +60,10 @@ pub(crate) fn handed_off(id: &WorkerId) {
 
 pub(crate) fn stolen(id: &WorkerId) {
     metrics::counter!(LEASES_STOLEN, &worker(id)).increment(1);
+}
+
+pub(crate) fn abandoned(id: &WorkerId) {
+    metrics::counter!(LEASES_ABANDONED, &worker(id)).increment(1);
 }
 
 pub(crate) fn lost(id: &WorkerId) {

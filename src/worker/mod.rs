@@ -56,6 +56,7 @@ use tracing::Instrument;
 
 pub use self::grant::{CheckpointError, Checkpointer, LeaseEvent, LeaseGrant, StopReason};
 pub use self::listener::LeaseListener;
+pub use self::state::Stall;
 
 use self::finish::spawn_finish;
 use self::state::{Phase, Shared};
@@ -246,7 +247,8 @@ impl std::fmt::Debug for Worker {
     }
 }
 
-/// Reads a worker's held leases from anywhere; see [`Worker::monitor`].
+/// Reads a worker's held leases, and whether any of them is stalled, from anywhere; see
+/// [`Worker::monitor`]. [`is_healthy`](Self::is_healthy) is meant for a readiness probe.
 #[derive(Clone)]
 pub struct WorkerMonitor {
     shared: Arc<Shared>,
@@ -261,6 +263,28 @@ impl WorkerMonitor {
     /// As [`Worker::held_leases`].
     pub fn held_leases(&self) -> Vec<LeaseKey> {
         self.shared.held_now()
+    }
+
+    /// The leases this worker holds in the table that nobody processes, with the reason, in
+    /// key order. A lease is stalled when:
+    ///
+    /// - [`Stall::Undelivered`]: it was reported to the application (it is active, or asked
+    ///   to stop) but the application has not taken the event stream, so its grant waits in
+    ///   the worker's queue while the lease is renewed;
+    /// - [`Stall::Abandoned`]: its grant was dropped while active, without `finish` or a stop
+    ///   request, and its release is not answered yet; if the release fails, until the
+    ///   validity the lease had here ends (then peers may take it).
+    ///
+    /// A lease whose grant the application holds counts as processed: the worker cannot see
+    /// inside the application (a task stuck in a loop while keeping its grant is not
+    /// detected here; the Kinesis consumer catches its processors' panics and releases).
+    pub fn stalled_leases(&self) -> Vec<(LeaseKey, Stall)> {
+        self.shared.stalled()
+    }
+
+    /// True when no lease is stalled ([`stalled_leases`](Self::stalled_leases) is empty).
+    pub fn is_healthy(&self) -> bool {
+        self.stalled_leases().is_empty()
     }
 }
 
@@ -298,16 +322,26 @@ impl Worker {
     }
 
     /// The event stream (once; `None` after the first call). It ends when the worker stops.
-    /// Without a receiver, grants are dropped at once, which lets handoffs complete without
-    /// waiting for the application.
+    ///
+    /// Take it right after [`start`](WorkerBuilder::start): until it is taken, events queue
+    /// in the worker (unbounded) and the leases the worker acquires are held and renewed
+    /// while their grants wait unread; [`WorkerMonitor::stalled_leases`] reports them as
+    /// [`Stall::Undelivered`] (so a readiness probe on
+    /// [`is_healthy`](WorkerMonitor::is_healthy) fails) and they reach the application once
+    /// the stream is taken. Once the stream is taken, the worker cannot tell whether it is
+    /// read: read it promptly. If the receiver is dropped, later grants are dropped with
+    /// their events: each is abandoned ([`LeaseEvent::Abandoned`]) and its lease released.
     pub fn take_events(&mut self) -> Option<mpsc::UnboundedReceiver<LeaseEvent>> {
-        self.events.take()
+        let events = self.events.take()?;
+        self.shared.mark_events_taken();
+        Some(events)
     }
 
     /// Delivers the events to `listener` on a task of its own instead of the stream. Returns
     /// `None` if the event stream was already taken.
     pub fn listen(&mut self, listener: impl LeaseListener) -> Option<tokio::task::JoinHandle<()>> {
         let events = self.events.take()?;
+        self.shared.mark_events_taken();
         Some(tokio::spawn(listener::dispatch(events, listener)))
     }
 
@@ -316,8 +350,8 @@ impl Worker {
         self.shared.held_now()
     }
 
-    /// A cheap, cloneable handle that reads this worker's held leases (for health checks and
-    /// tests); it does not keep the worker running.
+    /// A cheap, cloneable handle that reads this worker's held and stalled leases (for health
+    /// and readiness checks, and tests); it does not keep the worker running.
     pub fn monitor(&self) -> WorkerMonitor {
         WorkerMonitor {
             shared: Arc::clone(&self.shared),

@@ -6,6 +6,7 @@
 //! only in the `Active` and `Stopping` phases, and only while `now < valid_until`.
 
 use std::collections::{BTreeMap, HashSet};
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 
 use tokio::sync::{mpsc, watch, Notify};
@@ -13,12 +14,28 @@ use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 
-use super::grant::{LeaseEvent, LeaseGrant, StopReason};
+use super::grant::{Finished, LeaseEvent, LeaseGrant, LetGo, StopReason};
 use super::metrics;
 use crate::clock::Clock;
 use crate::config::WorkerConfig;
 use crate::lease::{Incarnation, Lease, LeaseKey, WorkerId, SHARD_END};
 use crate::store::LeaseStore;
+
+/// Why a lease held here is processed by nobody; see
+/// [`WorkerMonitor::stalled_leases`](super::WorkerMonitor::stalled_leases).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum Stall {
+    /// Reported to the application, but the application has not taken the event stream
+    /// ([`Worker::take_events`](super::Worker::take_events) or
+    /// [`Worker::listen`](super::Worker::listen)): its grant waits in the worker's queue while
+    /// the lease is renewed.
+    Undelivered,
+    /// Its grant was dropped while active (without `finish` or a stop request) and its
+    /// release is not answered yet; if the release fails, until the lease's validity here ends
+    /// (then peers may take it).
+    Abandoned,
+}
 
 /// Where a held lease is in its life at this worker.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -59,6 +76,9 @@ pub(crate) struct State {
     // replay the same order of store calls.
     pub held: BTreeMap<LeaseKey, Held>,
     pub pending: BTreeMap<LeaseKey, Pending>,
+    /// Leases whose grant was abandoned, until their release is answered (or, if it fails,
+    /// until the validity they had here ends), by that validity.
+    pub abandoned: BTreeMap<LeaseKey, Instant>,
     pub shutting_down: bool,
 }
 
@@ -85,11 +105,13 @@ pub(crate) struct Shared {
     pub view: watch::Sender<Option<Arc<TableView>>>,
     /// Taken (closing the application's stream) when the worker stops.
     events: Mutex<Option<mpsc::UnboundedSender<LeaseEvent>>>,
-    finished: mpsc::UnboundedSender<(LeaseKey, u64)>,
     /// Workers that asked for a handoff and had no fresh membership record in the taker's
     /// last round, which saw their request: they left or died. A handoff is not completed to
     /// them.
     departed_requesters: Mutex<HashSet<WorkerId>>,
+    /// The application took the event stream (`take_events` or `listen`): grants reach it.
+    events_taken: AtomicBool,
+    finished: mpsc::UnboundedSender<Finished>,
     /// Handoff completions and releases in flight.
     pub jobs: TaskTracker,
     /// Cancelled when the worker stops (shutdown or drop).
@@ -138,7 +160,7 @@ impl Shared {
         config: WorkerConfig,
         discovering: bool,
         events: mpsc::UnboundedSender<LeaseEvent>,
-        finished: mpsc::UnboundedSender<(LeaseKey, u64)>,
+        finished: mpsc::UnboundedSender<Finished>,
     ) -> Self {
         Self {
             id,
@@ -153,6 +175,7 @@ impl Shared {
             released: Notify::new(),
             view: watch::Sender::new(None),
             events: Mutex::new(Some(events)),
+            events_taken: AtomicBool::new(false),
             finished,
             departed_requesters: Mutex::default(),
             jobs: TaskTracker::new(),
@@ -172,7 +195,9 @@ impl Shared {
     }
 
     pub fn emit(&self, event: LeaseEvent) {
-        // No receiver: the application does not listen; grants dropped here count as finished.
+        // Until the application takes the stream, events queue in the receiver the worker
+        // keeps. Once the receiver is dropped, sending fails and the grant is dropped here:
+        // an abandoned grant, released like any other.
         let events = self.events.lock().unwrap_or_else(|e| e.into_inner());
         if let Some(events) = events.as_ref() {
             let _ = events.send(event);
@@ -204,6 +229,39 @@ impl Shared {
             .lock()
             .unwrap_or_else(|e| e.into_inner())
             .contains(worker)
+    }
+
+    /// The application took the event stream.
+    pub fn mark_events_taken(&self) {
+        self.events_taken.store(true, Ordering::SeqCst);
+    }
+
+    /// The leases held here that nobody processes, and why; see
+    /// [`WorkerMonitor::stalled_leases`](super::WorkerMonitor::stalled_leases).
+    pub fn stalled(&self) -> Vec<(LeaseKey, Stall)> {
+        let now = self.now();
+        let undelivered = !self.events_taken.load(Ordering::SeqCst);
+        let mut state = self.lock();
+        state.abandoned.retain(|_, valid_until| *valid_until > now);
+        let mut stalled: Vec<(LeaseKey, Stall)> = state
+            .abandoned
+            .keys()
+            .map(|key| (key.clone(), Stall::Abandoned))
+            .collect();
+        if undelivered {
+            let reported = state
+                .held
+                .iter()
+                .filter(|(_, h)| h.valid_until > now && !matches!(h.phase, Phase::Waiting { .. }));
+            stalled.extend(reported.map(|(key, _)| (key.clone(), Stall::Undelivered)));
+        }
+        stalled.sort_by(|a, b| a.0.cmp(&b.0));
+        stalled
+    }
+
+    /// The release of an abandoned lease was answered: it is no longer stalled here.
+    pub fn release_answered(&self, key: &LeaseKey) {
+        self.lock().abandoned.remove(key);
     }
 
     /// Ends the application's event stream.
@@ -263,6 +321,7 @@ impl Shared {
         let (stop, _) = watch::channel(None);
         let mut state = self.lock();
         state.pending.remove(&key);
+        state.abandoned.remove(&key);
         state.held.insert(
             key.clone(),
             Held {
@@ -336,19 +395,25 @@ impl Shared {
             reason,
         });
         if app_done {
-            self.finish(key, tenure)
+            self.finish(key, tenure, LetGo::Finished)
         } else {
             None
         }
     }
 
-    /// The application finished with `key` in `tenure`. If it was asked to stop, or its shard
-    /// ended, the lease leaves `held` now (so this worker no longer considers it held) and the
-    /// caller hands it over, releases or deletes it.
-    pub fn finish(&self, key: &LeaseKey, tenure: u64) -> Option<Finish> {
+    /// The application let go of its grant of `key` in `tenure` (`how`). Unless the lease is
+    /// still waiting to be reported, it leaves `held` now (so this worker no longer considers
+    /// it held) and the caller hands it over, releases or deletes it: as the stop request
+    /// says; at its shard's end; and, while active with no stop requested, released for the
+    /// balance to place again (an abandonment when the grant was dropped without `finish`:
+    /// reported, counted and logged).
+    pub fn finish(&self, key: &LeaseKey, tenure: u64, how: LetGo) -> Option<Finish> {
         let mut state = self.lock();
         let held = state.held.get_mut(key).filter(|h| h.tenure == tenure)?;
         held.app_done = true;
+        let abandoned =
+            matches!(held.phase, Phase::Active) && !held.ended && how != LetGo::Finished;
+        let valid_until = held.valid_until;
         let finish = match (&held.phase, held.ended) {
             (Phase::Stopping(StopReason::Retired { .. }), _) => Finish::Retire { tenure },
             (Phase::Active | Phase::Stopping(_), true) => Finish::Release {
@@ -359,17 +424,31 @@ impl Shared {
                 tenure,
                 to: to.clone(),
             },
-            (Phase::Stopping(StopReason::Shutdown { .. }), false) => Finish::Release {
-                tenure,
-                ended: false,
-            },
+            (Phase::Stopping(StopReason::Shutdown { .. }) | Phase::Active, false) => {
+                Finish::Release {
+                    tenure,
+                    ended: false,
+                }
+            }
             _ => return None,
         };
+        let active = matches!(held.phase, Phase::Active);
         state.held.remove(key);
+        if abandoned {
+            state.abandoned.insert(key.clone(), valid_until);
+        }
         self.released.notify_waiters();
         let count = state.held.len();
         drop(state);
         metrics::held(&self.id, count);
+        if abandoned {
+            metrics::abandoned(&self.id);
+            let panicked = how == LetGo::Panicked;
+            tracing::warn!(lease_key = %key, owner = %self.id, tenure, panicked, "grant dropped while active without finish or stop request; nobody processes the lease here: releasing it");
+            self.emit(LeaseEvent::Abandoned { key: key.clone() });
+        } else if active && !matches!(finish, Finish::Release { ended: true, .. }) {
+            tracing::info!(lease_key = %key, tenure, "the application finished an active lease; releasing it");
+        }
         Some(finish)
     }
 
@@ -382,7 +461,7 @@ impl Shared {
         let app_done = held.app_done;
         drop(state);
         if app_done {
-            self.finish(key, tenure)
+            self.finish(key, tenure, LetGo::Finished)
         } else {
             None
         }

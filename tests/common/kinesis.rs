@@ -5,7 +5,7 @@
 #![allow(dead_code)]
 
 use std::collections::{BTreeMap, HashMap};
-use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -64,6 +64,24 @@ pub fn unique_stream(test: &str) -> String {
     let seq = SEQ.fetch_add(1, Ordering::Relaxed);
     let id = uuid::Uuid::new_v4().simple().to_string();
     format!("{test}-{seq}-{}", &id[..8])
+}
+
+/// Splits the first shard of a stream in two halves and waits until the stream is active;
+/// returns the parent's id.
+pub async fn split_first(client: &Client, name: &str) -> String {
+    let shards = shards(client, name).await;
+    let (first, start_key, end_key, _) = shards[0].clone();
+    let middle = start_key + (end_key - start_key) / 2 + 1;
+    client
+        .split_shard()
+        .stream_name(name)
+        .shard_to_split(&first)
+        .new_starting_hash_key(middle.to_string())
+        .send()
+        .await
+        .unwrap();
+    wait_active(client, name).await;
+    first
 }
 
 /// Creates a stream and waits until it is active.
@@ -296,6 +314,35 @@ impl RecordProcessor for TestProcessor {
     async fn stop_requested(&mut self, _reason: &StopReason, _checkpointer: &RecordCheckpointer) {}
 }
 
+/// A [`TestProcessor`] that panics in `process_records` while `armed` is set (once: the
+/// panic disarms it), as a processor meeting a poison record does.
+pub struct PanicOnce {
+    pub inner: TestProcessor,
+    pub armed: Arc<AtomicBool>,
+}
+
+#[async_trait]
+impl RecordProcessor for PanicOnce {
+    async fn initialize(&mut self, start: &ShardStart) {
+        self.inner.initialize(start).await;
+    }
+
+    async fn process_records(
+        &mut self,
+        records: Vec<KinesisRecord>,
+        checkpointer: &RecordCheckpointer,
+    ) {
+        if self.armed.swap(false, Ordering::SeqCst) {
+            panic!("poison record in {}", self.inner.shard);
+        }
+        self.inner.process_records(records, checkpointer).await;
+    }
+
+    async fn shard_ended(&mut self, checkpointer: &RecordCheckpointer) {
+        self.inner.shard_ended(checkpointer).await;
+    }
+}
+
 /// A factory of [`TestProcessor`]s for one worker.
 pub fn processors(
     worker: &str,
@@ -320,10 +367,12 @@ impl Storable for Inject {
 }
 
 /// Replaces one `GetRecords` answer in `every` with an error, alternating throttling and
-/// expired iterators. The request reached the server; only its answer is replaced.
+/// expired iterators, and while `deny` is set every `GetRecords` and `GetShardIterator` answer
+/// with `AccessDeniedException`. The request reached the server; only its answer is replaced.
 #[derive(Debug, Clone, Default)]
 pub struct InjectErrors {
     every: u32,
+    pub deny: Arc<AtomicBool>,
     seen: Arc<AtomicU32>,
     pub throttled: Arc<AtomicU32>,
     pub expired: Arc<AtomicU32>,
@@ -349,6 +398,12 @@ impl Intercept for InjectErrors {
             .unwrap_or_default();
         if target.ends_with("GetShardIterator") {
             self.iterators.fetch_add(1, Ordering::SeqCst);
+        }
+        let reads = target.ends_with("GetRecords") || target.ends_with("GetShardIterator");
+        if reads && self.deny.load(Ordering::SeqCst) {
+            cfg.interceptor_state()
+                .store_put(Inject("AccessDeniedException"));
+            return Ok(());
         }
         if !target.ends_with("GetRecords") || self.every == 0 {
             return Ok(());
