@@ -401,10 +401,7 @@ impl<'a> Graph<'a> {
     /// The listed shards that closed before the fleet first read the source: closed, with no
     /// lease, no checkpoint remembered and no leased descendant, whose parents are all gone
     /// (no lease, and not listed or closed before the start themselves).
-    fn closed_before_start(
-        &self,
-        known: &HashMap<LeaseKey, Known>,
-    ) -> HashSet<&'a LeaseKey> {
+    fn closed_before_start(&self, known: &HashMap<LeaseKey, Known>) -> HashSet<&'a LeaseKey> {
         let mut order: Vec<&'a Shard> = self.shards.values().copied().collect();
         // Parents first, so a parent's verdict is known when its children are judged.
         order.sort_by_key(|shard| self.depth(&shard.key));

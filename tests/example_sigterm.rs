@@ -15,37 +15,21 @@ use shardlease::store::LeaseStore;
 
 const SHARDS: usize = 4;
 
-/// Builds the example with the features this test was built with, and returns its path.
-fn build_example(name: &str) -> PathBuf {
-    let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
-    let mut command = Command::new(cargo);
-    command.current_dir(env!("CARGO_MANIFEST_DIR")).args([
-        "build",
-        "--quiet",
-        "--message-format=json",
-        "--example",
-        name,
-    ]);
-    if cfg!(feature = "kinesis") {
-        command.args(["--features", "kinesis"]);
-    }
-    let output = command.output().expect("run cargo build");
+/// The example's executable, built by `cargo build --all-features --examples` (the test
+/// command, `scripts/test.sh`, does that first: `cargo test` builds examples only as test
+/// harnesses, and a build from inside a test would wait on the build lock of the test run).
+fn example_binary(name: &str) -> PathBuf {
+    let target = std::env::var_os("CARGO_TARGET_DIR")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("target"));
+    let binary = target.join("debug").join("examples").join(name);
     assert!(
-        output.status.success(),
-        "cargo build --example {name} failed:\n{}",
-        String::from_utf8_lossy(&output.stderr)
+        binary.is_file(),
+        "{} is missing: build it first with `cargo build --all-features --examples` \
+         (scripts/test.sh does)",
+        binary.display()
     );
-    // One JSON message per line; the artifact of the example carries its executable's path.
-    let stdout = String::from_utf8_lossy(&output.stdout);
-    let artifact = stdout
-        .lines()
-        .filter(|line| line.contains(r#""reason":"compiler-artifact""#))
-        .find(|line| line.contains(&format!(r#""name":"{name}""#)))
-        .expect("the example's artifact message");
-    let field = r#""executable":""#;
-    let start = artifact.find(field).expect("an executable") + field.len();
-    let end = start + artifact[start..].find('"').expect("a closing quote");
-    PathBuf::from(&artifact[start..end])
+    binary
 }
 
 fn lease_worker(binary: &PathBuf, endpoint: &str, table: &str, log: &PathBuf) -> Child {
@@ -108,7 +92,7 @@ fn wait_exit(child: &mut Child, limit: Duration) -> ExitStatus {
 
 #[test]
 fn lease_worker_checkpoints_releases_and_exits_0_on_sigterm() {
-    let binary = build_example("lease_worker");
+    let binary = example_binary("lease_worker");
     let emulator = dynamo::Emulator::dynalite();
     let table = dynamo::unique_table("sigterm");
     let log = std::env::temp_dir().join(format!("{table}.jsonl"));
@@ -151,7 +135,7 @@ fn lease_worker_checkpoints_releases_and_exits_0_on_sigterm() {
 
 #[test]
 fn lease_worker_names_an_endpoint_where_nothing_listens_and_exits_1() {
-    let binary = build_example("lease_worker");
+    let binary = example_binary("lease_worker");
     let port = std::net::TcpListener::bind("127.0.0.1:0")
         .and_then(|l| l.local_addr())
         .expect("a free port")
