@@ -24,7 +24,7 @@ if [ -z "${SHARDLEASE_DYNALITE_ENDPOINT:-}" ]; then
   scripts/emulators.sh start
 fi
 dynamo=${SHARDLEASE_DYNALITE_ENDPOINT:-http://127.0.0.1:${DYNALITE_PORT:-4567}}
-cargo build --quiet --example lease_worker
+cargo build --quiet --all-features --example lease_worker
 export AWS_REGION=us-east-1 AWS_ACCESS_KEY_ID=test AWS_SECRET_ACCESS_KEY=test
 python3 scripts/chaos.py --binary target/debug/examples/lease_worker \
   --upstream "${dynamo#http://}" --seconds "$seconds" --seed "$seed" "$@"

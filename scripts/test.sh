@@ -20,4 +20,7 @@ fi
 cargo build --all-features --examples
 cargo test --all-features --all-targets "$@"
 cargo test --all-features --doc "$@"
+# Real processes under faults for 60 s: lease_worker processes on dynalite behind fault
+# proxies, killed, frozen, partitioned, slowed and restarted (BENCHMARKS.md has 10 minutes).
+scripts/chaos.sh 60 7
 echo "conformance targets run: in-memory (conformance_memory), dynalite (conformance_dynalite), moto (conformance_moto)"

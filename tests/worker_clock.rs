@@ -7,7 +7,7 @@ use std::time::Duration;
 use shardlease::clock::{Clock, Sleep};
 use shardlease::store::fault::FaultyStore;
 use shardlease::store::memory::InMemoryStore;
-use shardlease::{LeaseKey, Worker, WorkerId};
+use shardlease::{LeaseEvent, LeaseKey, Worker, WorkerId};
 use tokio::time::Instant;
 
 /// A clock that runs `rate` times as fast as tokio's.
@@ -48,7 +48,15 @@ async fn a_cut_off_worker_stops_by_its_own_clock() {
         .await
         .unwrap();
     let mut events = worker.take_events().unwrap();
-    tokio::spawn(async move { while let Some(_event) = events.recv().await {} });
+    // The application keeps every grant (a dropped grant would abandon its lease).
+    tokio::spawn(async move {
+        let mut grants = Vec::new();
+        while let Some(event) = events.recv().await {
+            if let LeaseEvent::Acquired(grant) = event {
+                grants.push(grant);
+            }
+        }
+    });
     let held = async {
         while worker.held_leases().is_empty() {
             tokio::time::sleep(Duration::from_millis(10)).await;
