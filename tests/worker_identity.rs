@@ -235,3 +235,27 @@ async fn a_restart_with_the_same_id_after_a_crash_gets_its_leases_back_a_lease_d
     fleet.assert_safe();
     fleet.shutdown_all().await;
 }
+
+/// Found by the fault campaign (schedule 15783217669541765203): a second process with a's id
+/// takes a's live leases as forced takes (to be reported a lease duration later) and leaves at
+/// once. Its shutdown must not release them: a#1 may still be processing them until its next
+/// renewal fails, and a released lease is taken and started at once by anybody.
+#[tokio::test(start_paused = true)]
+async fn a_twin_that_leaves_before_its_forced_takes_are_reported_does_not_release_them() {
+    let mut fleet = fleet_with(8, WorkerConfig::default());
+    fleet
+        .start_as("a#1", "a", QUICK, fleet.config.clone())
+        .await;
+    fleet.until(secs(30), |f| f.counts() == [8]).await;
+    fleet
+        .start_as("a#2", "a", QUICK, fleet.config.clone())
+        .await;
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    fleet.leave("a#2").await;
+    fleet.start("b", QUICK).await;
+    fleet.idle(secs(40)).await;
+    fleet.assert_safe();
+    fleet.until(secs(60), |f| f.counts() == [4, 4]).await;
+    fleet.assert_safe();
+    fleet.shutdown_all().await;
+}

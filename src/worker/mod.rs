@@ -384,13 +384,23 @@ impl Worker {
         tracing::info!(worker = %shared.id, leases = leases.len(), "shutting down");
         for (key, tenure, phase) in leases {
             let finish = match phase {
-                // Never reported: nothing to finish, release at once.
-                Phase::Waiting { .. } => {
+                // Never reported: nothing to finish here. Released at once only when its
+                // report time has come (a quiet period): a forced take (a handoff timeout, a
+                // steal, another process of this id, an unanswered take) waits for the
+                // previous holder's validity to end, and that holder may still be processing;
+                // a released lease is started at once by whoever takes it. Such a lease is left
+                // to expire instead, which no peer acts on before that validity has ended.
+                Phase::Waiting { report_at } => {
                     shared.lock().held.remove(&key);
-                    Some(state::Finish::Release {
-                        tenure,
-                        ended: false,
-                    })
+                    if report_at <= shared.now() {
+                        Some(state::Finish::Release {
+                            tenure,
+                            ended: false,
+                        })
+                    } else {
+                        tracing::info!(lease_key = %key, "taken by force and not yet reported; left to expire rather than released");
+                        None
+                    }
                 }
                 Phase::Active => {
                     shared.request_stop(&key, tenure, StopReason::Shutdown { deadline })
