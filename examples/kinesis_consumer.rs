@@ -125,21 +125,6 @@ struct EventLog {
     file: Option<Arc<Mutex<std::fs::File>>>,
 }
 
-fn json_string(value: &str) -> String {
-    let mut out = String::with_capacity(value.len() + 2);
-    out.push('"');
-    for c in value.chars() {
-        match c {
-            '"' => out.push_str("\\\""),
-            '\\' => out.push_str("\\\\"),
-            c if (c as u32) < 0x20 => out.push_str(&format!("\\u{:04x}", c as u32)),
-            c => out.push(c),
-        }
-    }
-    out.push('"');
-    out
-}
-
 impl EventLog {
     fn write(&self, lease: &LeaseKey, event: &str, extra: &[(&str, String)]) {
         let Some(file) = &self.file else { return };
@@ -149,12 +134,16 @@ impl EventLog {
             .as_nanos();
         let mut line = format!(
             "{{\"ts_unix_nanos\":{nanos},\"worker\":{},\"lease\":{},\"event\":{}",
-            json_string(&self.worker),
-            json_string(lease.as_str()),
-            json_string(event)
+            common::json_string(&self.worker),
+            common::json_string(lease.as_str()),
+            common::json_string(event)
         );
         for (name, value) in extra {
-            line.push_str(&format!(",{}:{}", json_string(name), json_string(value)));
+            line.push_str(&format!(
+                ",{}:{}",
+                common::json_string(name),
+                common::json_string(value)
+            ));
         }
         line.push_str("}\n");
         let mut file = file.lock().unwrap_or_else(|e| e.into_inner());

@@ -108,33 +108,20 @@ impl EventLog {
         let nanos = SystemTime::now()
             .duration_since(UNIX_EPOCH)
             .map_or(0, |d| d.as_nanos());
-        let error = error.map_or(String::new(), |e| format!(",\"error\":{}", json_string(e)));
+        let error = error.map_or(String::new(), |e| {
+            format!(",\"error\":{}", common::json_string(e))
+        });
         let line = format!(
             "{{\"ts_unix_nanos\":{nanos},\"worker\":{},\"lease\":{},\"event\":{}{error}}}\n",
-            json_string(&self.worker),
-            json_string(lease.as_str()),
-            json_string(event)
+            common::json_string(&self.worker),
+            common::json_string(lease.as_str()),
+            common::json_string(event)
         );
         let mut file = file.lock().unwrap_or_else(|e| e.into_inner());
         if let Err(err) = file.write_all(line.as_bytes()) {
             tracing::warn!(error = %err, "cannot write the events log");
         }
     }
-}
-
-fn json_string(value: &str) -> String {
-    let mut out = String::with_capacity(value.len() + 2);
-    out.push('"');
-    for c in value.chars() {
-        match c {
-            '"' => out.push_str("\\\""),
-            '\\' => out.push_str("\\\\"),
-            c if (c as u32) < 0x20 => out.push_str(&format!("\\u{:04x}", c as u32)),
-            c => out.push(c),
-        }
-    }
-    out.push('"');
-    out
 }
 
 /// The application's part of a lease: wait until it must stop; unless it was lost,
