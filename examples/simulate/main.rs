@@ -222,7 +222,28 @@ fn campaign(options: sim::campaign::Options) -> ExitCode {
     ExitCode::SUCCESS
 }
 
+/// Stamps log lines with simulated time: seconds since the first line, on the paused runtime's
+/// clock (the same time `--trace` prints).
+struct SimTime;
+
+impl tracing_subscriber::fmt::time::FormatTime for SimTime {
+    fn format_time(&self, w: &mut tracing_subscriber::fmt::format::Writer<'_>) -> std::fmt::Result {
+        static START: std::sync::OnceLock<tokio::time::Instant> = std::sync::OnceLock::new();
+        let start = *START.get_or_init(tokio::time::Instant::now);
+        write!(w, "{:10.3}", start.elapsed().as_secs_f64())
+    }
+}
+
 fn main() -> ExitCode {
+    // The library's own log lines, when asked for (`RUST_LOG=shardlease=debug`): with
+    // `--schedule` and `--trace`, they show why a worker did what the trace shows.
+    if let Ok(filter) = tracing_subscriber::EnvFilter::try_from_default_env() {
+        tracing_subscriber::fmt()
+            .with_env_filter(filter)
+            .with_timer(SimTime)
+            .with_writer(std::io::stderr)
+            .init();
+    }
     let all: Vec<String> = std::env::args().skip(1).collect();
     let help = all.iter().any(|a| a == "--help" || a == "-h");
     match sim::campaign::parse(&all) {
