@@ -1,6 +1,7 @@
 //! A store wrapper that injects faults, for tests: a worker cut off from the table, requests
-//! that are never answered (a half-open connection), a fixed latency per call, and a take
-//! whose answer is lost after it landed. (The simulator in `examples/simulate` has a richer network model:
+//! that are never answered (a half-open connection), a fixed latency per call, requests that
+//! land late whether or not their caller still waits (a slow link), and a take whose answer
+//! is lost after it landed. (The simulator in `examples/simulate` has a richer network model:
 //! latency distributions, throttles, lost answers, pauses.)
 
 use std::collections::HashSet;
@@ -19,6 +20,7 @@ use crate::lease::{Incarnation, Lease, LeaseKey, Member, NewLease, WorkerId};
 pub struct Faults {
     cut_off: Arc<AtomicBool>,
     latency_micros: Arc<AtomicU64>,
+    late_micros: Arc<AtomicU64>,
     calls: Arc<AtomicU64>,
     hang: Arc<Mutex<Hang>>,
     hung: Arc<AtomicU64>,
@@ -44,6 +46,14 @@ impl Faults {
     pub fn set_latency(&self, latency: Duration) {
         let micros = u64::try_from(latency.as_micros()).unwrap_or(u64::MAX);
         self.latency_micros.store(micros, Ordering::SeqCst);
+    }
+
+    /// Makes every request sent from now on reach the store `delay` late (zero: on time), as
+    /// over a slow link: it is applied then even if its caller gave up on it in between (a
+    /// request already sent is not called back), and answered at once when applied.
+    pub fn set_late(&self, delay: Duration) {
+        let micros = u64::try_from(delay.as_micros()).unwrap_or(u64::MAX);
+        self.late_micros.store(micros, Ordering::SeqCst);
     }
 
     /// Makes every request sent from now on go unanswered (as on a connection the server
@@ -115,7 +125,7 @@ impl Faults {
 /// Wraps a store and applies [`Faults`] to every call.
 #[derive(Debug, Clone)]
 pub struct FaultyStore<S> {
-    inner: S,
+    inner: Arc<S>,
     faults: Faults,
 }
 
@@ -125,7 +135,7 @@ impl<S: LeaseStore> FaultyStore<S> {
         let faults = Faults::default();
         (
             Self {
-                inner,
+                inner: Arc::new(inner),
                 faults: faults.clone(),
             },
             faults,
@@ -152,23 +162,47 @@ impl<S: LeaseStore> FaultyStore<S> {
         }
         Ok(())
     }
+
+    /// Runs `call` on the wrapped store now, or, when requests land late, in a task of its
+    /// own after the delay: it lands even if the caller stops waiting.
+    async fn land<T, F, Fut>(&self, call: F) -> StoreResult<T>
+    where
+        T: Send + 'static,
+        F: FnOnce(Arc<S>) -> Fut + Send + 'static,
+        Fut: std::future::Future<Output = StoreResult<T>> + Send + 'static,
+    {
+        let late = Duration::from_micros(self.faults.late_micros.load(Ordering::SeqCst));
+        if late.is_zero() {
+            return call(Arc::clone(&self.inner)).await;
+        }
+        let inner = Arc::clone(&self.inner);
+        let landing = tokio::spawn(async move {
+            tokio::time::sleep(late).await;
+            call(inner).await
+        });
+        landing.await.expect("a late request does not panic")
+    }
 }
 
 #[async_trait]
 impl<S: LeaseStore> LeaseStore for FaultyStore<S> {
     async fn create(&self, lease: NewLease, deadline: Instant) -> StoreResult<Outcome<Lease>> {
         self.gate("create", lease.key.as_str(), deadline).await?;
-        self.inner.create(lease, deadline).await
+        self.land(move |inner| async move { inner.create(lease, deadline).await })
+            .await
     }
 
     async fn get(&self, key: &LeaseKey, deadline: Instant) -> StoreResult<Option<Lease>> {
         self.gate("get", key.as_str(), deadline).await?;
-        self.inner.get(key, deadline).await
+        let key = key.clone();
+        self.land(move |inner| async move { inner.get(&key, deadline).await })
+            .await
     }
 
     async fn list_page(&self, from: Option<PageToken>, deadline: Instant) -> StoreResult<Page> {
         self.gate("scan", "", deadline).await?;
-        self.inner.list_page(from, deadline).await
+        self.land(move |inner| async move { inner.list_page(from, deadline).await })
+            .await
     }
 
     async fn renew(
@@ -180,7 +214,11 @@ impl<S: LeaseStore> LeaseStore for FaultyStore<S> {
         deadline: Instant,
     ) -> StoreResult<Outcome<Lease>> {
         self.gate("renew", key.as_str(), deadline).await?;
-        self.inner.renew(key, owner, tenure, load, deadline).await
+        let (key, owner) = (key.clone(), owner.clone());
+        self.land(
+            move |inner| async move { inner.renew(&key, &owner, tenure, load, deadline).await },
+        )
+        .await
     }
 
     async fn take(
@@ -192,9 +230,13 @@ impl<S: LeaseStore> LeaseStore for FaultyStore<S> {
         deadline: Instant,
     ) -> StoreResult<Outcome<Lease>> {
         self.gate("take", key.as_str(), deadline).await?;
+        let (owned_key, taker) = (key.clone(), taker.clone());
         let outcome = self
-            .inner
-            .take(key, taker, incarnation, observed_counter, deadline)
+            .land(move |inner| async move {
+                inner
+                    .take(&owned_key, &taker, incarnation, observed_counter, deadline)
+                    .await
+            })
             .await?;
         if outcome.is_done() && self.faults.lose_take_answer.swap(false, Ordering::SeqCst) {
             self.faults.lost_answers.fetch_add(1, Ordering::SeqCst);
@@ -217,9 +259,13 @@ impl<S: LeaseStore> LeaseStore for FaultyStore<S> {
         deadline: Instant,
     ) -> StoreResult<Outcome<Lease>> {
         self.gate("request_handoff", key.as_str(), deadline).await?;
-        self.inner
-            .request_handoff(key, owner, tenure, requester, deadline)
-            .await
+        let (key, owner, requester) = (key.clone(), owner.clone(), requester.clone());
+        self.land(move |inner| async move {
+            inner
+                .request_handoff(&key, &owner, tenure, &requester, deadline)
+                .await
+        })
+        .await
     }
 
     async fn complete_handoff(
@@ -232,9 +278,13 @@ impl<S: LeaseStore> LeaseStore for FaultyStore<S> {
     ) -> StoreResult<Outcome<Lease>> {
         self.gate("complete_handoff", key.as_str(), deadline)
             .await?;
-        self.inner
-            .complete_handoff(key, owner, tenure, to, deadline)
-            .await
+        let (key, owner, to) = (key.clone(), owner.clone(), to.clone());
+        self.land(move |inner| async move {
+            inner
+                .complete_handoff(&key, &owner, tenure, &to, deadline)
+                .await
+        })
+        .await
     }
 
     async fn release(
@@ -245,7 +295,9 @@ impl<S: LeaseStore> LeaseStore for FaultyStore<S> {
         deadline: Instant,
     ) -> StoreResult<Outcome<Lease>> {
         self.gate("release", key.as_str(), deadline).await?;
-        self.inner.release(key, owner, tenure, deadline).await
+        let (key, owner) = (key.clone(), owner.clone());
+        self.land(move |inner| async move { inner.release(&key, &owner, tenure, deadline).await })
+            .await
     }
 
     async fn checkpoint(
@@ -257,9 +309,13 @@ impl<S: LeaseStore> LeaseStore for FaultyStore<S> {
         deadline: Instant,
     ) -> StoreResult<Outcome<Lease>> {
         self.gate("checkpoint", key.as_str(), deadline).await?;
-        self.inner
-            .checkpoint(key, owner, tenure, checkpoint, deadline)
-            .await
+        let (key, owner, checkpoint) = (key.clone(), owner.clone(), checkpoint.to_owned());
+        self.land(move |inner| async move {
+            inner
+                .checkpoint(&key, &owner, tenure, &checkpoint, deadline)
+                .await
+        })
+        .await
     }
 
     async fn delete(
@@ -270,9 +326,13 @@ impl<S: LeaseStore> LeaseStore for FaultyStore<S> {
         deadline: Instant,
     ) -> StoreResult<Outcome<Lease>> {
         self.gate("delete", key.as_str(), deadline).await?;
-        self.inner
-            .delete(key, observed_counter, observed_tenure, deadline)
-            .await
+        let key = key.clone();
+        self.land(move |inner| async move {
+            inner
+                .delete(&key, observed_counter, observed_tenure, deadline)
+                .await
+        })
+        .await
     }
 
     async fn heartbeat(
@@ -284,9 +344,13 @@ impl<S: LeaseStore> LeaseStore for FaultyStore<S> {
         deadline: Instant,
     ) -> StoreResult<Outcome<Member>> {
         self.gate("heartbeat", worker.as_str(), deadline).await?;
-        self.inner
-            .heartbeat(worker, incarnation, load, capacity, deadline)
-            .await
+        let worker = worker.clone();
+        self.land(move |inner| async move {
+            inner
+                .heartbeat(&worker, incarnation, load, capacity, deadline)
+                .await
+        })
+        .await
     }
 
     async fn remove_member(
@@ -297,8 +361,12 @@ impl<S: LeaseStore> LeaseStore for FaultyStore<S> {
     ) -> StoreResult<Outcome<Member>> {
         self.gate("remove_member", worker.as_str(), deadline)
             .await?;
-        self.inner
-            .remove_member(worker, observed_heartbeat, deadline)
-            .await
+        let worker = worker.clone();
+        self.land(move |inner| async move {
+            inner
+                .remove_member(&worker, observed_heartbeat, deadline)
+                .await
+        })
+        .await
     }
 }

@@ -62,6 +62,27 @@ async fn finish_now(shared: &Shared, key: LeaseKey, finish: Finish) {
         }
         Finish::Release { tenure, ended } => release(shared, key, tenure, ended, deadline).await,
         Finish::Retire { tenure } => retire(shared, &key, tenure, deadline).await,
+        Finish::GiveUp { tenure } => give_up(shared, key, tenure, deadline).await,
+    }
+}
+
+/// Releases a lease lost here because its validity ended unrenewed, once the application let
+/// go of it: its peers take it at their next round instead of after its expiry, which late
+/// renewals may push back. Conditional on this owner and tenure, so it never touches the lease
+/// once somebody else has taken it.
+async fn give_up(shared: &Shared, key: LeaseKey, tenure: u64, deadline: Instant) {
+    let me = &shared.id;
+    match shared.store.release(&key, me, tenure, deadline).await {
+        Ok(Outcome::Done(_)) => {
+            tracing::info!(lease_key = %key, tenure, "lease lost here given up in the table");
+        }
+        Ok(Outcome::LostRace { .. }) => {
+            tracing::info!(lease_key = %key, tenure, "lease lost here had moved on already");
+        }
+        Err(err) => {
+            metrics::store_error(me, "release");
+            tracing::warn!(lease_key = %key, error = %err, "could not give up a lease lost here; it will expire instead");
+        }
     }
 }
 
@@ -170,11 +191,7 @@ pub(crate) async fn control(
             next = Some(next.map_or(wake, |n| n.min(wake)));
         }
         for (key, tenure) in expired {
-            shared.lose(
-                &key,
-                Some(tenure),
-                "validity ended without a successful renewal",
-            );
+            shared.expire(&key, tenure);
         }
         for key in due {
             shared.report(&key);

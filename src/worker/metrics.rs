@@ -37,6 +37,9 @@ pub const STORE_ERRORS: &str = "shardlease_store_errors_total";
 /// Counter: times this worker found another live process using its worker id (a
 /// [`LeaseEvent::DuplicateWorkerId`](crate::worker::LeaseEvent::DuplicateWorkerId) each).
 pub const DUPLICATE_WORKER_ID: &str = "shardlease_duplicate_worker_id_total";
+/// Gauge: 1 while this worker's store round trips are too slow to hold leases (it takes
+/// none and publishes capacity 0), else 0.
+pub const SLOW_STORE: &str = "shardlease_slow_store";
 
 fn worker(id: &WorkerId) -> [(&'static str, String); 1] {
     [("worker", id.to_string())]
@@ -95,4 +98,8 @@ pub(crate) fn source_error(id: &WorkerId, kind: &'static str) {
 
 pub(crate) fn duplicate_worker_id(id: &WorkerId) {
     metrics::counter!(DUPLICATE_WORKER_ID, &worker(id)).increment(1);
+}
+
+pub(crate) fn slow_store(id: &WorkerId, slow: bool) {
+    metrics::gauge!(SLOW_STORE, &worker(id)).set(if slow { 1.0 } else { 0.0 });
 }

@@ -40,6 +40,7 @@ mod bounded;
 mod discoverer;
 mod finish;
 mod grant;
+mod health;
 mod identity;
 mod listener;
 pub mod metrics;
@@ -191,14 +192,15 @@ impl WorkerBuilder {
         ));
         let loops = TaskTracker::new();
         let taker_cancel = shared.cancel.child_token();
+        let heartbeat_cancel = shared.cancel.child_token();
         let span = |task: &'static str| tracing::info_span!("shardlease", worker = %self.id, task);
         loops.spawn(
             renewer::run(Arc::clone(&shared), shared.cancel.clone()).instrument(span("renewer")),
         );
-        // Stops when the worker starts leaving, so that no heartbeat re-creates the membership
-        // record `shutdown` removes.
+        // Goes on while the worker leaves (publishing capacity 0), and stops before `shutdown`
+        // removes the membership record, so that no heartbeat re-creates it.
         loops.spawn(
-            renewer::heartbeats(Arc::clone(&shared), taker_cancel.clone())
+            renewer::heartbeats(Arc::clone(&shared), heartbeat_cancel.clone())
                 .instrument(span("heartbeat")),
         );
         loops.spawn(
@@ -221,6 +223,7 @@ impl WorkerBuilder {
             shared,
             loops,
             taker_cancel,
+            heartbeat_cancel,
             events: Some(events_rx),
             stopped: false,
         })
@@ -234,6 +237,7 @@ pub struct Worker {
     shared: Arc<Shared>,
     loops: TaskTracker,
     taker_cancel: CancellationToken,
+    heartbeat_cancel: CancellationToken,
     events: Option<mpsc::UnboundedReceiver<LeaseEvent>>,
     stopped: bool,
 }
@@ -382,6 +386,9 @@ impl Worker {
                 .collect()
         };
         tracing::info!(worker = %shared.id, leases = leases.len(), "shutting down");
+        // Tell the peers at once that this worker takes nothing more (a heartbeat with capacity
+        // 0), so that they take the leases it releases instead of leaving them to it.
+        shared.beat_now.notify_one();
         for (key, tenure, phase) in leases {
             let finish = match phase {
                 // Never reported: nothing to finish here. Released at once only when its
@@ -420,6 +427,7 @@ impl Worker {
                 "the application did not finish before the shutdown timeout; left to expire",
             );
         }
+        self.heartbeat_cancel.cancel();
         shared.jobs.close();
         let store_deadline = shared.now().min(deadline) + shared.config.store_timeout;
         let remove_member = async {

@@ -20,7 +20,7 @@ use super::metrics;
 use super::state::{Phase, Shared};
 use crate::clock::timeout_at;
 use crate::lease::LeaseKey;
-use crate::store::Outcome;
+use crate::store::{Outcome, StoreError};
 
 pub(crate) async fn run(shared: Arc<Shared>, cancel: CancellationToken) {
     let limit = Arc::new(Semaphore::new(shared.config.max_concurrent_renewals));
@@ -77,14 +77,16 @@ pub(crate) async fn run(shared: Arc<Shared>, cancel: CancellationToken) {
     }
 }
 
-/// Refreshes the membership record every `renew_interval`, one heartbeat at a time, each
-/// bounded by the next one's start: a heartbeat the store never answers delays nothing else.
+/// Refreshes the membership record every `renew_interval` (and at once when `beat_now` is
+/// notified), one heartbeat at a time, each bounded by the next one's start: a heartbeat the
+/// store never answers delays nothing else.
 pub(crate) async fn heartbeats(shared: Arc<Shared>, cancel: CancellationToken) {
     let mut next = shared.now();
     loop {
         tokio::select! {
             biased;
             _ = cancel.cancelled() => return,
+            _ = shared.beat_now.notified() => {}
             _ = shared.clock.sleep_until(next) => {}
         }
         next = next.max(shared.now()) + shared.config.renew_interval;
@@ -97,12 +99,24 @@ pub(crate) async fn heartbeats(shared: Arc<Shared>, cancel: CancellationToken) {
 }
 
 async fn heartbeat(shared: &Shared, deadline: Instant) {
-    let capacity = shared.config.published_capacity();
-    if let Err(err) = shared
+    let capacity = shared.published_capacity();
+    let start = shared.now();
+    let result = shared
         .store
         .heartbeat(&shared.id, shared.incarnation, None, capacity, deadline)
-        .await
-    {
+        .await;
+    // A heartbeat unanswered by the next one's start (its deadline) was too slow; one that
+    // failed otherwise says nothing of the latency.
+    let took = match &result {
+        Ok(_) => Some(Some(shared.now().saturating_duration_since(start))),
+        Err(err) if err.is_ambiguous() => Some(None),
+        Err(_) => None,
+    };
+    if let Some(took) = took {
+        let budget = shared.config.renew_interval;
+        shared.health.record(&shared.id, start, took, budget);
+    }
+    if let Err(err) = result {
         metrics::store_error(&shared.id, "heartbeat");
         tracing::warn!(error = %err, "membership heartbeat failed");
     }
@@ -118,7 +132,15 @@ async fn renew_one(shared: &Arc<Shared>, key: LeaseKey, tenure: u64, valid_until
     let renewal = shared
         .store
         .renew(&key, &shared.id, tenure, None, valid_until);
-    match timeout_at(&*shared.clock, valid_until, renewal).await {
+    let result = timeout_at(&*shared.clock, valid_until, renewal).await;
+    let took = match &result {
+        Ok(Ok(_)) => Some(shared.now().saturating_duration_since(start)),
+        Ok(Err(err)) if !err.is_ambiguous() => return failed(shared, &key, err),
+        _ => None,
+    };
+    let budget = shared.config.renew_interval;
+    shared.health.record(&shared.id, start, took, budget);
+    match result {
         Ok(Ok(Outcome::Done(lease))) => {
             metrics::renewal(&shared.id, start.elapsed());
             let asked = lease.handoff_to.filter(|to| *to != shared.id);
@@ -140,15 +162,17 @@ async fn renew_one(shared: &Arc<Shared>, key: LeaseKey, tenure: u64, valid_until
             };
             shared.lose(&key, Some(tenure), &why);
         }
-        Ok(Err(err)) => {
-            metrics::store_error(&shared.id, "renew");
-            tracing::warn!(lease_key = %key, error = %err, "renewal failed; retrying next round");
-        }
+        Ok(Err(err)) => failed(shared, &key, &err),
         Err(_) => {
             metrics::store_error(&shared.id, "renew");
             tracing::warn!(lease_key = %key, "renewal unanswered until the lease's validity ended");
         }
     }
+}
+
+fn failed(shared: &Shared, key: &LeaseKey, err: &StoreError) {
+    metrics::store_error(&shared.id, "renew");
+    tracing::warn!(lease_key = %key, error = %err, "renewal failed; retrying next round");
 }
 
 /// Records a successful renewal: extends the validity, and starts a handoff if one was asked.

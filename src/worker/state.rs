@@ -15,6 +15,7 @@ use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 
 use super::grant::{Finished, LeaseEvent, LeaseGrant, LetGo, StopReason};
+use super::health::Health;
 use super::metrics;
 use crate::clock::Clock;
 use crate::config::WorkerConfig;
@@ -79,6 +80,10 @@ pub(crate) struct State {
     /// Leases whose grant was abandoned, until their release is answered (or, if it fails,
     /// until the validity they had here ends), by that validity.
     pub abandoned: BTreeMap<LeaseKey, Instant>,
+    /// Leases lost here because their validity ended unrenewed (not refused), by tenure:
+    /// given up in the table once the application lets go of the grant (see
+    /// [`Shared::expire`]).
+    pub unrenewed: BTreeMap<LeaseKey, u64>,
     pub shutting_down: bool,
 }
 
@@ -90,6 +95,8 @@ pub(crate) struct Shared {
     pub store: Arc<dyn LeaseStore>,
     /// The clock every lease decision of this worker reads.
     pub clock: Arc<dyn Clock>,
+    /// Whether the store's round trips are fast enough to hold leases.
+    pub health: Health,
     pub config: WorkerConfig,
     /// The worker has a shard source: the taker publishes its view for the discoverer.
     pub discovering: bool,
@@ -98,6 +105,8 @@ pub(crate) struct Shared {
     pub changed: Notify,
     /// Wakes the taker for a round now (the discoverer changed the table).
     pub rescan: Notify,
+    /// Wakes the heartbeat loop for a heartbeat now (the worker began to leave).
+    pub beat_now: Notify,
     /// Wakes `shutdown` when a lease leaves `held`.
     released: Notify,
     /// The taker's latest reading of the table, for the discoverer (only published when the
@@ -132,6 +141,11 @@ pub(crate) enum Finish {
     },
     /// Delete the lease: its shard left the source.
     Retire {
+        tenure: u64,
+    },
+    /// Release the lease, lost here because its validity ended unrenewed: the application
+    /// was told it is lost and has let go.
+    GiveUp {
         tenure: u64,
     },
 }
@@ -169,9 +183,11 @@ impl Shared {
             clock,
             config,
             discovering,
+            health: Health::default(),
             state: Mutex::default(),
             changed: Notify::new(),
             rescan: Notify::new(),
+            beat_now: Notify::new(),
             released: Notify::new(),
             view: watch::Sender::new(None),
             events: Mutex::new(Some(events)),
@@ -229,6 +245,18 @@ impl Shared {
             .lock()
             .unwrap_or_else(|e| e.into_inner())
             .contains(worker)
+    }
+
+    /// The capacity this worker publishes in its membership record: none once it is shutting
+    /// down or while its store round trips are too slow to hold leases, so that peers plan
+    /// without it (a worker still counted would be given the leases it releases or loses, and
+    /// nobody would take them).
+    pub fn published_capacity(&self) -> Option<u32> {
+        if self.lock().shutting_down || self.health.is_slow() {
+            Some(0)
+        } else {
+            self.config.published_capacity()
+        }
     }
 
     /// The application took the event stream.
@@ -322,6 +350,7 @@ impl Shared {
         let mut state = self.lock();
         state.pending.remove(&key);
         state.abandoned.remove(&key);
+        state.unrenewed.remove(&key);
         state.held.insert(
             key.clone(),
             Held {
@@ -409,6 +438,10 @@ impl Shared {
     /// reported, counted and logged).
     pub fn finish(&self, key: &LeaseKey, tenure: u64, how: LetGo) -> Option<Finish> {
         let mut state = self.lock();
+        if state.unrenewed.get(key) == Some(&tenure) {
+            state.unrenewed.remove(key);
+            return Some(Finish::GiveUp { tenure });
+        }
         let held = state.held.get_mut(key).filter(|h| h.tenure == tenure)?;
         held.app_done = true;
         let abandoned =
@@ -489,6 +522,28 @@ impl Shared {
         }
         tracing::warn!(lease_key = %key, owner = %self.id, tenure = held.tenure, why, "lease lost");
         self.emit(LeaseEvent::Lost { key: key.clone() });
+    }
+
+    /// `key`'s validity here ended in `tenure` without a successful renewal: its renewals
+    /// went unanswered or failed, none was refused. It is lost; but the table may still name
+    /// this worker its owner, and renewals still on their way may keep it looking alive to the
+    /// peers for a while, so it is also given up in the table (a release, conditional on this
+    /// owner and tenure) once nobody here can still be processing it: when the application
+    /// lets go of its grant. A lease never reported is left to expire instead: it may be a
+    /// forced take whose previous holder is still processing it.
+    pub fn expire(&self, key: &LeaseKey, tenure: u64) {
+        let reported = match self.lock().held.get(key) {
+            Some(held) if held.tenure == tenure => !matches!(held.phase, Phase::Waiting { .. }),
+            _ => return,
+        };
+        self.lose(
+            key,
+            Some(tenure),
+            "validity ended without a successful renewal",
+        );
+        if reported {
+            self.lock().unrenewed.insert(key.clone(), tenure);
+        }
     }
 
     /// Completes once no lease is held here any more (finished, handed over, released or

@@ -157,8 +157,16 @@ impl Taker {
 
     /// This worker has the smallest id among the live ones: it does the fleet's chores
     /// (membership clean-up, discovery).
+    /// This worker's rank by id among the live workers that are not leaving (a leaving
+    /// worker publishes capacity 0 and has stopped its taker and discoverer).
+    fn rank(&self, live: &HashMap<WorkerId, Option<u32>>) -> usize {
+        live.iter()
+            .filter(|(id, capacity)| **id < self.shared.id && **capacity != Some(0))
+            .count()
+    }
+
     fn is_smallest(&self, live: &HashMap<WorkerId, Option<u32>>) -> bool {
-        live.keys().min() == Some(&self.shared.id)
+        self.rank(live) == 0
     }
 
     /// Hands this round's reading of the table to the discoverer, if there is one.
@@ -179,7 +187,7 @@ impl Taker {
             .filter(|(l, at)| alive(l, **at, now))
             .map(|(l, _)| l.key.clone())
             .collect();
-        let rank = live.keys().filter(|id| **id < self.shared.id).count();
+        let rank = self.rank(live);
         let view = TableView {
             leases: snapshot.leases,
             owner_alive,
@@ -393,6 +401,17 @@ impl Taker {
         by_key: &HashMap<&LeaseKey, &Lease>,
         now: Instant,
     ) {
+        // Too slow to hold leases (see `health.rs`): whatever it took now it would lose again,
+        // while its late writes kept the leases looking alive to the peers.
+        if self.shared.health.is_slow() {
+            if !actions.is_empty() || !moves.is_empty() {
+                tracing::info!(
+                    skipped = actions.len() + moves.len(),
+                    "store round trips too slow: taking nothing this round"
+                );
+            }
+            return;
+        }
         let limit = Arc::new(Semaphore::new(self.shared.config.max_concurrent_renewals));
         let mut jobs = JoinSet::new();
         let mut spawn = |job: Job| {

@@ -28,6 +28,27 @@ pub enum App {
     FinishAfter(Duration),
     /// Never finishes (a stuck processor): handoffs must be forced.
     NeverFinish,
+    /// Finishes the leases whose key ends in an odd digit after `fast`, the others after
+    /// `slow` (some partitions take longer to wind down than others).
+    Uneven { fast: Duration, slow: Duration },
+}
+
+impl App {
+    /// How long the application takes to finish `key` once asked to stop; `None`: never.
+    fn finish_after(self, key: &str) -> Option<Duration> {
+        match self {
+            App::FinishAfter(delay) => Some(delay),
+            App::NeverFinish => None,
+            App::Uneven { fast, slow } => {
+                let odd = key
+                    .chars()
+                    .last()
+                    .and_then(|c| c.to_digit(10))
+                    .is_some_and(|d| d % 2 == 1);
+                Some(if odd { fast } else { slow })
+            }
+        }
+    }
 }
 
 /// What happened, in order, for assertions.
@@ -365,6 +386,19 @@ impl Fleet {
         let _ = member.app.await;
     }
 
+    /// Begins the graceful shutdown of one worker in the background; the safety sampler
+    /// watches it until the shutdown has returned.
+    pub fn begin_leave(&mut self, name: &str) -> JoinHandle<()> {
+        let member = self.members.remove(name).expect("running");
+        let monitors = Arc::clone(&self.monitors);
+        let name = name.to_owned();
+        tokio::spawn(async move {
+            member.worker.shutdown().await;
+            monitors.lock().unwrap().remove(&name);
+            let _ = member.app.await;
+        })
+    }
+
     pub fn held(&self) -> BTreeMap<String, Vec<LeaseKey>> {
         self.members
             .iter()
@@ -624,7 +658,7 @@ async fn run_app(
                         return;
                     };
                     if reason != StopReason::Lost {
-                        if let App::FinishAfter(delay) = behaviour.app {
+                        if let Some(delay) = behaviour.app.finish_after(&key) {
                             tokio::select! {
                                 _ = tokio::time::sleep(delay) => {
                                     let _ = grant.checkpoint_at(&format!("{name}-done")).await;

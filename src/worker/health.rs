@@ -1,0 +1,67 @@
+//! Whether this worker's store round trips are fast enough to hold leases.
+//!
+//! A worker whose requests are answered, but late, renews its leases too late for itself (its
+//! local validity runs out) and in time for its peers (the late renewals still move the
+//! counters they watch): its leases would stay alive in the table and processed by nobody. So
+//! the renewer and the heartbeat report every round trip here, and while the last ones were
+//! slow (longer than `renew_interval`, or never answered) the worker takes nothing and
+//! publishes capacity 0, so that its peers plan without it; the leases it loses are given up
+//! in the table (see `Shared::expire`). The first round trip that starts after the latest slow
+//! one and is answered in time ends it.
+
+use std::sync::Mutex;
+use std::time::Duration;
+
+use tokio::time::Instant;
+
+use super::metrics;
+use crate::lease::WorkerId;
+
+#[derive(Debug, Default)]
+pub(crate) struct Health {
+    /// The start of the latest slow round trip since the worker was last healthy.
+    slow_since: Mutex<Option<Instant>>,
+}
+
+impl Health {
+    /// Records one round trip, started at `started`, that took `took` (`None`: never
+    /// answered, or failed in a way that says nothing of the latency); `budget`: the most a
+    /// round trip may take for the worker to hold leases.
+    pub fn record(
+        &self,
+        worker: &WorkerId,
+        started: Instant,
+        took: Option<Duration>,
+        budget: Duration,
+    ) {
+        let mut slow_since = self.slow_since.lock().unwrap_or_else(|e| e.into_inner());
+        match took {
+            Some(took) if took <= budget => {
+                if slow_since.is_some_and(|since| started >= since) {
+                    *slow_since = None;
+                    drop(slow_since);
+                    metrics::slow_store(worker, false);
+                    tracing::info!(took = ?took, "store round trips are fast again; taking leases again");
+                }
+            }
+            _ => {
+                if slow_since.is_none() {
+                    *slow_since = Some(started);
+                    drop(slow_since);
+                    metrics::slow_store(worker, true);
+                    tracing::warn!(took = ?took, ?budget, "store round trips too slow to hold leases: taking none and publishing capacity 0 until one is fast again");
+                } else if slow_since.is_some_and(|since| started > since) {
+                    *slow_since = Some(started);
+                }
+            }
+        }
+    }
+
+    /// The last round trips were too slow to hold leases.
+    pub fn is_slow(&self) -> bool {
+        self.slow_since
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .is_some()
+    }
+}
