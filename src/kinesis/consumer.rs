@@ -56,6 +56,12 @@ pub struct ConsumerConfig {
     /// `min_call_interval` with full jitter. Also how long a lease whose processor panicked,
     /// or that Kinesis refused to serve, is held before it is released. Default: 10 s.
     pub max_backoff: Duration,
+    /// The longest a `GetRecords` or `GetShardIterator` call may go unanswered: then it is
+    /// abandoned as a transient failure and retried after a backoff (a connection that
+    /// accepted the request and never answers would otherwise stall the shard for good).
+    /// Default: 10 s (`GetRecords` answers in well under a second, and the SDK's own timeouts
+    /// bound only the connect).
+    pub call_timeout: Duration,
 }
 
 impl Default for ConsumerConfig {
@@ -66,6 +72,7 @@ impl Default for ConsumerConfig {
             min_call_interval: Duration::from_millis(200),
             idle_time_between_reads: Duration::from_secs(1),
             max_backoff: Duration::from_secs(10),
+            call_timeout: Duration::from_secs(10),
         }
     }
 }
@@ -82,6 +89,7 @@ impl ConsumerConfig {
         for (name, value) in [
             ("min_call_interval", self.min_call_interval),
             ("idle_time_between_reads", self.idle_time_between_reads),
+            ("call_timeout", self.call_timeout),
         ] {
             if value.is_zero() {
                 return Err(ConsumerError::Config(format!("{name} must be non-zero")));

@@ -281,16 +281,32 @@ async fn read<P: RecordProcessor>(
         }
         let current = match iterator.take() {
             Some(current) => current,
-            None => match shard_iterator(context, &key, position).await {
-                Ok(fresh) => fresh,
-                Err((Failure::Fatal, error)) => {
-                    return Exit::Refused(format!("GetShardIterator: {error}"))
+            None => {
+                let fresh = tokio::select! {
+                    biased;
+                    reason = grant.stopped() => return Exit::Stop(reason),
+                    fresh = tokio::time::timeout(
+                        config.call_timeout,
+                        shard_iterator(context, &key, position),
+                    ) => fresh,
+                };
+                match fresh {
+                    Ok(Ok(fresh)) => fresh,
+                    Ok(Err((Failure::Fatal, error))) => {
+                        return Exit::Refused(format!("GetShardIterator: {error}"))
+                    }
+                    Ok(Err((failure, _))) => {
+                        next_call = Instant::now() + pause(failure, &mut backoff, config);
+                        continue;
+                    }
+                    Err(_) => {
+                        let wait = pause(Failure::Transient, &mut backoff, config);
+                        tracing::warn!(timeout = ?config.call_timeout, ?wait, "GetShardIterator unanswered; backing off");
+                        next_call = Instant::now() + wait;
+                        continue;
+                    }
                 }
-                Err((failure, _)) => {
-                    next_call = Instant::now() + pause(failure, &mut backoff, config);
-                    continue;
-                }
-            },
+            }
         };
         let called = Instant::now();
         let request = context
@@ -302,7 +318,14 @@ async fn read<P: RecordProcessor>(
         let answer = tokio::select! {
            biased;
             reason = grant.stopped() => return Exit::Stop(reason),
-            answer = request => answer,
+            answer = tokio::time::timeout(config.call_timeout, request) => answer,
+        };
+        let Ok(answer) = answer else {
+            let wait = pause(Failure::Transient, &mut backoff, config);
+            tracing::warn!(timeout = ?config.call_timeout, ?wait, "GetRecords unanswered; backing off");
+            iterator = Some(current);
+            next_call = Instant::now() + wait;
+            continue;
         };
         let output = match answer {
             Ok(output) => output,
