@@ -1,6 +1,8 @@
-//! A handoff whose requester left before the owner's application let go of the lease is not
-//! completed to it: the owner releases the lease instead, so it is processed again at once
-//! rather than after a lease duration owned by nobody alive (paused time, in-memory store).
+//! Handoffs whose other side goes away (paused time, in-memory store): a handoff whose
+//! requester left before the owner's application let go of the lease is not completed to it
+//! (the owner releases the lease instead, so it is processed again at once rather than after a
+//! lease duration owned by nobody alive); and a lease whose owner dies mid-handoff is taken by
+//! the requester when it expires, not a lease duration after the handoff timeout.
 
 #[path = "common/fleet.rs"]
 mod fleet;
@@ -82,4 +84,64 @@ async fn a_handoff_is_not_completed_to_a_requester_that_left() {
     assert_eq!(lease.owner.as_ref().map(|o| o.as_str()), Some("a"));
     fleet.assert_safe();
     fleet.shutdown_all().await;
+}
+
+/// The owner dies while it winds a requested lease down: the requester takes it when it
+/// expires, as any expired lease, and does not wait for the handoff timeout and then a further
+/// lease duration (found by the fault campaign, schedule 737443435314715779: the twin holding
+/// the lease was stopped mid-handoff, and the requester's forced take at the handoff timeout
+/// came 20 ms before the expiry and waited a whole lease duration more).
+#[tokio::test(start_paused = true)]
+async fn a_handoff_whose_owner_dies_is_taken_when_the_lease_expires() {
+    let config = WorkerConfig::default().handoff_timeout(secs(12));
+    let (lease, taker) = (config.lease_duration, config.taker_interval);
+    let mut fleet = Fleet::new(Arc::new(InMemoryStore::new()), config, 2);
+    // a's application never finishes a handoff in time.
+    fleet.start("a", App::FinishAfter(secs(600))).await;
+    fleet.until(secs(30), |f| f.counts() == [2]).await;
+    fleet
+        .start("b", App::FinishAfter(Duration::from_millis(100)))
+        .await;
+    let key = 'asked: loop {
+        for key in &fleet.shards {
+            let lease = fleet
+                .store
+                .get(key, Instant::now() + secs(5))
+                .await
+                .unwrap();
+            if lease.is_some_and(|l| l.handoff_to.as_ref().map(|t| t.as_str()) == Some("b")) {
+                break 'asked key.clone();
+            }
+        }
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    };
+    // Let the request reach a at a renewal (it asks its application to stop), then a dies.
+    fleet
+        .idle(WorkerConfig::default().renew_interval + secs(1))
+        .await;
+    fleet.crash("a");
+    let crashed = Instant::now();
+    let took = fleet
+        .until(secs(60), |f| {
+            f.first_start("b", Some(key.as_str())).is_some()
+        })
+        .await;
+    Fleet::figure(
+        "handoff: owner died mid-handoff, from its death until processed again",
+        took,
+    );
+    assert!(
+        took <= lease + taker,
+        "processed again {took:?} after its owner died (expiry: {lease:?} after its last renewal)"
+    );
+    assert!(
+        Instant::now() - crashed >= lease - config_drift(),
+        "taken before it expired"
+    );
+    fleet.assert_safe();
+    fleet.shutdown_all().await;
+}
+
+fn config_drift() -> Duration {
+    WorkerConfig::default().drift_allowance
 }

@@ -67,8 +67,11 @@ enum Report {
     /// expired on this worker's clock, ours, or handed over after its owner finished).
     Quiet,
     /// A lease duration after the take started: the previous holder may still be working
-    /// until its last renewal's validity ends, and that renewal started before the take.
-    Forced,
+    /// until its last renewal's validity ends, and that renewal started before the take. Or,
+    /// if earlier, when the lease expires on this worker's clock (the `Instant`): the take is
+    /// conditioned on the counter observed, so if it lands, the renewal that wrote that counter
+    /// was the previous holder's last, and its validity ends before that expiry.
+    Forced(Option<Instant>),
     /// A lease duration after an earlier take of the lease whose answer was lost started:
     /// that take may have landed while the previous holder was still working.
     ForcedSince(Instant),
@@ -303,10 +306,14 @@ impl Taker {
                     // Our take of it landed (a forced take, or an adoption, whose answer was
                     // lost).
                     Ownership::Ours if !held_here => actions.push(Action::Resume(lease.clone())),
+                    // Not handed over in time, or its owner died meanwhile (its lease
+                    // expired): take it (reported at once if expired, see `execute`).
                     _ if lease.owner.as_ref() == Some(&pending.from)
                         && lease.handoff_to.as_ref() == Some(me) =>
                     {
-                        if now >= pending.since + config.handoff_timeout {
+                        if now >= pending.since + config.handoff_timeout
+                            || self.leases.is_expired(&lease.key, now)
+                        {
                             actions.push(Action::Force(lease.clone()));
                         } else {
                             still_pending.insert(lease.key.clone(), pending.clone());
@@ -441,14 +448,19 @@ impl Taker {
                     let report = if expired {
                         Report::Quiet
                     } else {
-                        Report::Forced
+                        Report::Forced(self.leases.expires_at(&lease.key))
                     };
                     Job::Take { lease, report }
                 }
-                Action::Force(lease) => Job::Take {
-                    lease,
-                    report: Report::Forced,
-                },
+                // Its owner's validity has surely ended if the lease expired: no wait.
+                Action::Force(lease) => {
+                    let report = if self.leases.is_expired(&lease.key, now) {
+                        Report::Quiet
+                    } else {
+                        Report::Forced(self.leases.expires_at(&lease.key))
+                    };
+                    Job::Take { lease, report }
+                }
                 Action::Adopt(lease) => Job::Adopt(lease),
             });
         }
@@ -465,10 +477,15 @@ impl Taker {
             // reported only once its validity has certainly ended, as after a forced handoff.
             let steal =
                 self.identity.ownership(&lease) != Ownership::Ours && self.owner_alive(&lease, now);
+            let expires = self.leases.expires_at(&lease.key);
             spawn(match step {
                 Move::Take(_) => Job::Take {
                     lease,
-                    report: if steal { Report::Forced } else { Report::Quiet },
+                    report: if steal {
+                        Report::Forced(expires)
+                    } else {
+                        Report::Quiet
+                    },
                 },
                 Move::RequestHandoff { from, .. } => Job::Request { lease, from },
             });
@@ -714,7 +731,7 @@ async fn take(shared: &Arc<Shared>, lease: Lease, report: Report, start: Instant
             tracing::warn!(lease_key = %lease.key, error = %err, "take unanswered; if it landed, the lease is reported as a forced take");
             let since = match report {
                 Report::ForcedSince(since) => since,
-                Report::Quiet | Report::Forced => start,
+                Report::Quiet | Report::Forced(_) => start,
             };
             return Answer::Unanswered {
                 key: lease.key,
@@ -728,7 +745,10 @@ async fn take(shared: &Arc<Shared>, lease: Lease, report: Report, start: Instant
     let quiet = start + config.quiet_period;
     let report_at = match report {
         Report::Quiet => quiet,
-        Report::Forced => quiet.max(start + config.lease_duration),
+        Report::Forced(expires) => {
+            let validity_ended = start + config.lease_duration;
+            quiet.max(expires.map_or(validity_ended, |at| at.min(validity_ended)))
+        }
         Report::ForcedSince(since) => quiet.max(since + config.lease_duration),
     };
     let forced = report != Report::Quiet;
