@@ -313,9 +313,11 @@ def audit(args, procs, t0_ns, end_ns, heal_ns):
     return by_lease, overlaps, margins, uncovered, uncovered_healthy, span
 
 
-def first_acquire_after(by_lease, lease, after_ns, exclude):
+def first_acquire_after(by_lease, lease, after_ns, exclude, killed_run):
+    """When `lease` was next acquired after `after_ns` by anyone but the run `killed_run` of
+    process `exclude` (its own restart counts: it takes its leases back)."""
     return min((a for (a, b, pid, run) in by_lease.get(lease, [])
-                if a > after_ns and pid != exclude), default=None)
+                if a > after_ns and (pid != exclude or run > killed_run)), default=None)
 
 
 def pct(xs, q):
@@ -423,16 +425,18 @@ def main():
             if what not in ("kill", "term"):
                 continue
             held = set()
+            killed_run = None
             for run, popen, log in p.runs:
                 for e in read_log(log):
                     if e["ts_unix_nanos"] > ns:
                         continue
+                    killed_run = run
                     if e["event"] == "acquired":
                         held.add(e["lease"])
                     elif e["event"] in STOPS:
                         held.discard(e["lease"])
             for lease in held:
-                at = first_acquire_after(by_lease, lease, ns, p.id)
+                at = first_acquire_after(by_lease, lease, ns, p.id, killed_run)
                 if at is not None:
                     (failovers if what == "kill" else leaves).append((at - ns) / 1e9)
     if failovers:
