@@ -12,11 +12,33 @@ use std::time::Duration;
 
 use fleet::{App, Fleet, Record};
 use shardlease::store::memory::InMemoryStore;
-use shardlease::WorkerConfig;
+use shardlease::{LeaseKey, WorkerConfig};
 use tokio::time::Instant;
 
 fn secs(s: u64) -> Duration {
     Duration::from_secs(s)
+}
+
+/// Waits (30 s at most) until `requester` has asked for a handoff of one lease; returns it.
+async fn asked_for(fleet: &Fleet, requester: &str) -> LeaseKey {
+    let started = Instant::now();
+    loop {
+        assert!(
+            Instant::now() - started < secs(30),
+            "{requester} asked for nothing"
+        );
+        for key in &fleet.shards {
+            let lease = fleet
+                .store
+                .get(key, Instant::now() + secs(5))
+                .await
+                .unwrap();
+            if lease.is_some_and(|l| l.handoff_to.as_ref().map(|t| t.as_str()) == Some(requester)) {
+                return key.clone();
+            }
+        }
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
 }
 
 #[tokio::test(start_paused = true)]
@@ -30,21 +52,7 @@ async fn a_handoff_is_not_completed_to_a_requester_that_left() {
         .await;
 
     // b asks a for one of its leases...
-    let started = Instant::now();
-    let key = 'asked: loop {
-        assert!(Instant::now() - started < secs(30), "b asked for nothing");
-        for key in &fleet.shards {
-            let lease = fleet
-                .store
-                .get(key, Instant::now() + secs(5))
-                .await
-                .unwrap();
-            if lease.is_some_and(|l| l.handoff_to.as_ref().map(|t| t.as_str()) == Some("b")) {
-                break 'asked key.clone();
-            }
-        }
-        tokio::time::sleep(Duration::from_millis(10)).await;
-    };
+    let key = asked_for(&fleet, "b").await;
     // ...and leaves before a's application has let go of it.
     fleet.leave("b").await;
     let left = Instant::now();
@@ -102,19 +110,7 @@ async fn a_handoff_whose_owner_dies_is_taken_when_the_lease_expires() {
     fleet
         .start("b", App::FinishAfter(Duration::from_millis(100)))
         .await;
-    let key = 'asked: loop {
-        for key in &fleet.shards {
-            let lease = fleet
-                .store
-                .get(key, Instant::now() + secs(5))
-                .await
-                .unwrap();
-            if lease.is_some_and(|l| l.handoff_to.as_ref().map(|t| t.as_str()) == Some("b")) {
-                break 'asked key.clone();
-            }
-        }
-        tokio::time::sleep(Duration::from_millis(10)).await;
-    };
+    let key = asked_for(&fleet, "b").await;
     // Let the request reach a at a renewal (it asks its application to stop), then a dies.
     fleet
         .idle(WorkerConfig::default().renew_interval + secs(1))
