@@ -21,7 +21,10 @@ within two taker intervals of the heal; slow, its leases are processed >= 90 % o
 Where an overlap is judged: a process is processing a lease from its "acquired" event to the
 first "stopped", "lost", "handed_off" or "released" event of that lease, or until it was killed
 with SIGKILL; a process frozen by SIGSTOP processes nothing while frozen, so the frozen time is
-cut out of its intervals.
+cut out of its intervals; and a thawed process whose first act for a lease is to report it
+"lost" (its fence: the lease was taken while it was frozen) did not process it after the thaw,
+if it did so within 100 ms of SIGCONT (the time to be scheduled again; the largest such delay is
+reported as thaw_fence_max_secs, and a slower fence counts as processing).
 """
 
 import argparse
@@ -233,6 +236,15 @@ def run_schedule(args, procs, steps, t0, rng):
             p.set_mode(arg)
 
 
+# Intervals that ended with the process's own fence ("lost"): (proc id, run, end ns).
+FENCED = set()
+# How long a process took, after SIGCONT, to report a lease lost while it was frozen (s).
+THAW_REACTIONS = []
+# The most a thawed process may take to report such a lease lost, its first act after the
+# thaw, before the time counts as processing: it has to be scheduled to run at all.
+THAW_REACTION_LIMIT_NS = 100_000_000
+
+
 def intervals(procs, end_ns):
     """Processing intervals per lease: (start, end, proc id, run)."""
     by_lease = {}
@@ -244,12 +256,17 @@ def intervals(procs, end_ns):
             death = next((k for k in kills if first is None or k >= first), None) \
                 if popen.returncode == -signal.SIGKILL else None
             open_ = {}
-            for e in events:
+            for i, e in enumerate(events):
                 lease, ts = e["lease"], e["ts_unix_nanos"]
                 if e["event"] == "acquired":
                     open_[lease] = ts
                 elif e["event"] in STOPS and lease in open_:
                     by_lease.setdefault(lease, []).append((open_.pop(lease), ts, p.id, run))
+                    # The fence: "lost", or the application's "stopped" with "lost" the next
+                    # event of that lease (the two are written in either order).
+                    after = next((x["event"] for x in events[i + 1:] if x["lease"] == lease), None)
+                    if e["event"] == "lost" or (e["event"] == "stopped" and after == "lost"):
+                        FENCED.add((p.id, run, ts))
             for lease, start in open_.items():
                 stop = death if death is not None and death >= start else end_ns
                 by_lease.setdefault(lease, []).append((start, stop, p.id, run))
@@ -257,12 +274,16 @@ def intervals(procs, end_ns):
 
 
 def cut_frozen(ivs, procs):
-    """Removes the frozen windows of each process from its intervals."""
+    """Removes the frozen windows of each process from its intervals, and the moment after a
+    thaw in which a process reports lost a lease it held when frozen (its fence, as the first
+    thing it does for that lease, within THAW_REACTION_LIMIT_NS: the time it takes to be
+    scheduled again; a slower fence counts as processing)."""
     frozen = {(p.id, run): [(a, b) for (r, a, b) in p.frozen if r == run] for p in procs
               for run, _, _ in p.runs}
     out = []
     for (a, b, pid, run) in ivs:
         pieces = [(a, b)]
+        thawed = None
         for (fa, fb) in frozen.get((pid, run), []):
             nxt = []
             for (x, y) in pieces:
@@ -273,7 +294,13 @@ def cut_frozen(ivs, procs):
                     nxt.append((x, fa))
                 if fb < y:
                     nxt.append((fb, y))
+                    thawed = fb
             pieces = nxt
+        if thawed is not None and (pid, run, b) in FENCED and pieces and pieces[-1][0] == thawed:
+            reaction = b - thawed
+            THAW_REACTIONS.append(reaction / 1e9)
+            if reaction <= THAW_REACTION_LIMIT_NS:
+                pieces.pop()
         out += [(x, y, pid, run) for (x, y) in pieces if y > x]
     return out
 
@@ -409,6 +436,7 @@ def main():
         "margin_min_secs": round(min(margins), 3) if margins else None,
         "margin_p50_secs": round(pct(margins, 0.5), 3) if margins else None,
         "handovers": len(margins),
+        "thaw_fence_max_secs": round(max(THAW_REACTIONS), 4) if THAW_REACTIONS else None,
         "unprocessed_lease_secs": round(uncovered, 1),
         "unprocessed_fraction": round(uncovered / (span * args.shards), 4),
         "unprocessed_after_heal_lease_secs": round(uncovered_healthy, 1),
