@@ -17,43 +17,54 @@ use tokio::time::Instant;
 use super::metrics;
 use crate::lease::WorkerId;
 
-#[derive(Debug, Default)]
+#[derive(Debug)]
 pub(crate) struct Health {
+    /// The most a round trip may take for the worker to hold leases (`renew_interval`).
+    budget: Duration,
     /// The start of the latest slow round trip since the worker was last healthy.
     slow_since: Mutex<Option<Instant>>,
 }
 
 impl Health {
-    /// Records one round trip, started at `started`, that took `took` (`None`: never
-    /// answered, or failed in a way that says nothing of the latency); `budget`: the most a
-    /// round trip may take for the worker to hold leases.
-    pub fn record(
-        &self,
-        worker: &WorkerId,
-        started: Instant,
-        took: Option<Duration>,
-        budget: Duration,
-    ) {
+    pub fn new(budget: Duration) -> Self {
+        Self {
+            budget,
+            slow_since: Mutex::new(None),
+        }
+    }
+
+    /// Records a round trip started at `started` and answered at `now`.
+    pub fn answered(&self, worker: &WorkerId, started: Instant, now: Instant) {
+        let took = now.saturating_duration_since(started);
+        if took > self.budget {
+            return self.slow(worker, started, Some(took));
+        }
         let mut slow_since = self.slow_since.lock().unwrap_or_else(|e| e.into_inner());
-        match took {
-            Some(took) if took <= budget => {
-                if slow_since.is_some_and(|since| started >= since) {
-                    *slow_since = None;
-                    drop(slow_since);
-                    metrics::slow_store(worker, false);
-                    tracing::info!(took = ?took, "store round trips are fast again; taking leases again");
-                }
+        if slow_since.is_some_and(|since| started >= since) {
+            *slow_since = None;
+            drop(slow_since);
+            metrics::slow_store(worker, false);
+            tracing::info!(took = ?took, "store round trips are fast again; taking leases again");
+        }
+    }
+
+    /// Records a round trip started at `started` that got no answer in time. (A failure
+    /// that was answered says nothing of the latency: it is not recorded.)
+    pub fn unanswered(&self, worker: &WorkerId, started: Instant) {
+        self.slow(worker, started, None);
+    }
+
+    fn slow(&self, worker: &WorkerId, started: Instant, took: Option<Duration>) {
+        let mut slow_since = self.slow_since.lock().unwrap_or_else(|e| e.into_inner());
+        match *slow_since {
+            None => {
+                *slow_since = Some(started);
+                drop(slow_since);
+                metrics::slow_store(worker, true);
+                tracing::warn!(took = ?took, budget = ?self.budget, "store round trips too slow to hold leases: taking none and publishing capacity 0 until one is fast again");
             }
-            _ => {
-                if slow_since.is_none() {
-                    *slow_since = Some(started);
-                    drop(slow_since);
-                    metrics::slow_store(worker, true);
-                    tracing::warn!(took = ?took, ?budget, "store round trips too slow to hold leases: taking none and publishing capacity 0 until one is fast again");
-                } else if slow_since.is_some_and(|since| started > since) {
-                    *slow_since = Some(started);
-                }
-            }
+            Some(since) if started > since => *slow_since = Some(started),
+            Some(_) => {}
         }
     }
 

@@ -105,16 +105,11 @@ async fn heartbeat(shared: &Shared, deadline: Instant) {
         .store
         .heartbeat(&shared.id, shared.incarnation, None, capacity, deadline)
         .await;
-    // A heartbeat unanswered by the next one's start (its deadline) was too slow; one that
-    // failed otherwise says nothing of the latency.
-    let took = match &result {
-        Ok(_) => Some(Some(shared.now().saturating_duration_since(start))),
-        Err(err) if err.is_ambiguous() => Some(None),
-        Err(_) => None,
-    };
-    if let Some(took) = took {
-        let budget = shared.config.renew_interval;
-        shared.health.record(&shared.id, start, took, budget);
+    // A heartbeat unanswered by the next one's start (its deadline) was too slow.
+    match &result {
+        Ok(_) => shared.health.answered(&shared.id, start, shared.now()),
+        Err(err) if err.is_ambiguous() => shared.health.unanswered(&shared.id, start),
+        Err(_) => {}
     }
     if let Err(err) = result {
         metrics::store_error(&shared.id, "heartbeat");
@@ -133,13 +128,11 @@ async fn renew_one(shared: &Arc<Shared>, key: LeaseKey, tenure: u64, valid_until
         .store
         .renew(&key, &shared.id, tenure, None, valid_until);
     let result = timeout_at(&*shared.clock, valid_until, renewal).await;
-    let took = match &result {
-        Ok(Ok(_)) => Some(shared.now().saturating_duration_since(start)),
+    match &result {
+        Ok(Ok(_)) => shared.health.answered(&shared.id, start, shared.now()),
         Ok(Err(err)) if !err.is_ambiguous() => return failed(shared, &key, err),
-        _ => None,
-    };
-    let budget = shared.config.renew_interval;
-    shared.health.record(&shared.id, start, took, budget);
+        _ => shared.health.unanswered(&shared.id, start),
+    }
     match result {
         Ok(Ok(Outcome::Done(lease))) => {
             metrics::renewal(&shared.id, start.elapsed());

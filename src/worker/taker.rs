@@ -42,7 +42,7 @@ enum Action {
     /// unreachable, or the answer of its take was lost. Take it back in a new tenure.
     Resume(Lease),
     /// Owned by this worker's id but by another process (see [`Identity`]): take it.
-    Foreign { lease: Lease, expired: bool },
+    Foreign(Lease),
     /// A handoff we asked for was completed: start it.
     Adopt(Lease),
     /// A handoff we asked for was not completed in time: take it anyway.
@@ -53,7 +53,7 @@ impl Action {
     fn key(&self) -> &LeaseKey {
         match self {
             Action::Resume(lease)
-            | Action::Foreign { lease, .. }
+            | Action::Foreign(lease)
             | Action::Adopt(lease)
             | Action::Force(lease) => &lease.key,
         }
@@ -250,6 +250,18 @@ impl Taker {
             .emit(LeaseEvent::DuplicateWorkerId { worker: me.clone() });
     }
 
+    /// How to report a take of a lease someone else may still be working on (a forced
+    /// handoff, a steal, a lease of another process with this id): at once if it has expired
+    /// here (its owner's validity has surely ended), else as a forced take bounded by that
+    /// expiry.
+    fn forced_report(&self, key: &LeaseKey, now: Instant) -> Report {
+        if self.leases.is_expired(key, now) {
+            Report::Quiet
+        } else {
+            Report::Forced(self.leases.expires_at(key))
+        }
+    }
+
     fn owner_alive(&self, lease: &Lease, now: Instant) -> bool {
         lease.owner.is_some() && !self.leases.is_expired(&lease.key, now)
     }
@@ -334,16 +346,12 @@ impl Taker {
             let action = match ownership {
                 Ownership::Ours => Action::Resume(lease.clone()),
                 Ownership::Foreign => {
-                    let expired = self.leases.is_expired(&lease.key, now);
                     // Another live process with this id works on it: leave it until it
                     // expires, or the two would take their leases back and forth.
-                    if twin && !expired {
+                    if twin && !self.leases.is_expired(&lease.key, now) {
                         continue;
                     }
-                    Action::Foreign {
-                        lease: lease.clone(),
-                        expired,
-                    }
+                    Action::Foreign(lease.clone())
                 }
                 Ownership::Other => continue,
             };
@@ -444,21 +452,8 @@ impl Taker {
                     };
                     Job::Take { lease, report }
                 }
-                Action::Foreign { lease, expired } => {
-                    let report = if expired {
-                        Report::Quiet
-                    } else {
-                        Report::Forced(self.leases.expires_at(&lease.key))
-                    };
-                    Job::Take { lease, report }
-                }
-                // Its owner's validity has surely ended if the lease expired: no wait.
-                Action::Force(lease) => {
-                    let report = if self.leases.is_expired(&lease.key, now) {
-                        Report::Quiet
-                    } else {
-                        Report::Forced(self.leases.expires_at(&lease.key))
-                    };
+                Action::Foreign(lease) | Action::Force(lease) => {
+                    let report = self.forced_report(&lease.key, now);
                     Job::Take { lease, report }
                 }
                 Action::Adopt(lease) => Job::Adopt(lease),
@@ -477,16 +472,13 @@ impl Taker {
             // reported only once its validity has certainly ended, as after a forced handoff.
             let steal =
                 self.identity.ownership(&lease) != Ownership::Ours && self.owner_alive(&lease, now);
-            let expires = self.leases.expires_at(&lease.key);
+            let report = if steal {
+                self.forced_report(&lease.key, now)
+            } else {
+                Report::Quiet
+            };
             spawn(match step {
-                Move::Take(_) => Job::Take {
-                    lease,
-                    report: if steal {
-                        Report::Forced(expires)
-                    } else {
-                        Report::Quiet
-                    },
-                },
+                Move::Take(_) => Job::Take { lease, report },
                 Move::RequestHandoff { from, .. } => Job::Request { lease, from },
             });
         }
