@@ -4,6 +4,7 @@
 //! values of these types, and every change to them goes through a
 //! [`LeaseStore`](crate::store::LeaseStore) conditional write.
 
+use std::collections::BTreeSet;
 use std::fmt;
 use std::sync::Arc;
 
@@ -349,6 +350,9 @@ pub struct Member {
     pub load: Option<f64>,
     /// How many leases the worker may hold at most, if it declares a limit.
     pub capacity: Option<u32>,
+    /// What other workers asked this session to look at (lease keys, or markers), until its
+    /// owner names them as seen in a [`beat`](crate::store::LeaseStore::beat).
+    pub notices: BTreeSet<String>,
 }
 
 /// Everything in the lease table at one moment: leases, members, and how many items could not

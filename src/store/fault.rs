@@ -369,4 +369,103 @@ impl<S: LeaseStore> LeaseStore for FaultyStore<S> {
         })
         .await
     }
+
+    async fn give(
+        &self,
+        key: &LeaseKey,
+        to: &WorkerId,
+        observed_counter: u64,
+        deadline: Instant,
+    ) -> StoreResult<Outcome<Lease>> {
+        self.gate("give", key.as_str(), deadline).await?;
+        let key = key.clone();
+        let to = to.clone();
+        self.land(
+            move |inner| async move { inner.give(&key, &to, observed_counter, deadline).await },
+        )
+        .await
+    }
+
+    async fn get_member(
+        &self,
+        worker: &WorkerId,
+        consistent: bool,
+        deadline: Instant,
+    ) -> StoreResult<Option<Member>> {
+        self.gate("get_member", worker.as_str(), deadline).await?;
+        let worker = worker.clone();
+        self.land(move |inner| async move { inner.get_member(&worker, consistent, deadline).await })
+            .await
+    }
+
+    async fn open_session(
+        &self,
+        worker: &WorkerId,
+        incarnation: Incarnation,
+        capacity: Option<u32>,
+        replacing: Option<&Member>,
+        deadline: Instant,
+    ) -> StoreResult<Outcome<Member>> {
+        self.gate("open_session", worker.as_str(), deadline).await?;
+        let worker = worker.clone();
+        let replacing = replacing.cloned();
+        self.land(move |inner| async move {
+            inner
+                .open_session(&worker, incarnation, capacity, replacing.as_ref(), deadline)
+                .await
+        })
+        .await
+    }
+
+    async fn beat(
+        &self,
+        worker: &WorkerId,
+        incarnation: Incarnation,
+        capacity: Option<u32>,
+        seen: &[String],
+        deadline: Instant,
+    ) -> StoreResult<Outcome<Member>> {
+        self.gate("beat", worker.as_str(), deadline).await?;
+        let worker = worker.clone();
+        let seen = seen.to_vec();
+        self.land(move |inner| async move {
+            inner
+                .beat(&worker, incarnation, capacity, &seen, deadline)
+                .await
+        })
+        .await
+    }
+
+    async fn end_session(
+        &self,
+        worker: &WorkerId,
+        incarnation: Incarnation,
+        observed_heartbeat: u64,
+        deadline: Instant,
+    ) -> StoreResult<Outcome<Member>> {
+        self.gate("end_session", worker.as_str(), deadline).await?;
+        let worker = worker.clone();
+        self.land(move |inner| async move {
+            inner
+                .end_session(&worker, incarnation, observed_heartbeat, deadline)
+                .await
+        })
+        .await
+    }
+
+    async fn notify(
+        &self,
+        worker: &WorkerId,
+        incarnation: Incarnation,
+        notices: &[String],
+        deadline: Instant,
+    ) -> StoreResult<Outcome<Member>> {
+        self.gate("notify", worker.as_str(), deadline).await?;
+        let worker = worker.clone();
+        let notices = notices.to_vec();
+        self.land(move |inner| async move {
+            inner.notify(&worker, incarnation, &notices, deadline).await
+        })
+        .await
+    }
 }

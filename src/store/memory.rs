@@ -82,6 +82,28 @@ impl InMemoryStore {
     }
 }
 
+impl InMemoryStore {
+    /// Applies `change` to `worker`'s membership record if it is `incarnation`'s session.
+    fn update_session(
+        &self,
+        worker: &WorkerId,
+        incarnation: Incarnation,
+        change: impl FnOnce(&mut Member),
+    ) -> Outcome<Member> {
+        let mut items = self.lock();
+        match items.get_mut(&member_key(worker)) {
+            Some(Item::Member(member)) if member.incarnation == Some(incarnation) => {
+                change(member);
+                Outcome::Done(member.clone())
+            }
+            Some(Item::Member(member)) => Outcome::LostRace {
+                current: Some(member.clone()),
+            },
+            _ => Outcome::LostRace { current: None },
+        }
+    }
+}
+
 fn held(lease: &Lease, owner: &WorkerId, tenure: u64) -> bool {
     lease.is_owned_by(owner) && lease.tenure == tenure
 }
@@ -286,6 +308,7 @@ impl LeaseStore for InMemoryStore {
                 incarnation: None,
                 load: None,
                 capacity: None,
+                notices: Default::default(),
             })
         });
         Ok(match item {
@@ -320,5 +343,122 @@ impl LeaseStore for InMemoryStore {
             },
             _ => Outcome::LostRace { current: None },
         })
+    }
+
+    async fn give(
+        &self,
+        key: &LeaseKey,
+        to: &WorkerId,
+        observed_counter: u64,
+        _deadline: Instant,
+    ) -> StoreResult<Outcome<Lease>> {
+        Ok(self.update_lease(
+            key,
+            |lease| lease.counter == observed_counter,
+            |lease| change_owner(lease, Some(to.clone()), None),
+        ))
+    }
+
+    async fn get_member(
+        &self,
+        worker: &WorkerId,
+        _consistent: bool,
+        _deadline: Instant,
+    ) -> StoreResult<Option<Member>> {
+        Ok(match self.lock().get(&member_key(worker)) {
+            Some(Item::Member(member)) => Some(member.clone()),
+            _ => None,
+        })
+    }
+
+    async fn open_session(
+        &self,
+        worker: &WorkerId,
+        incarnation: Incarnation,
+        capacity: Option<u32>,
+        replacing: Option<&Member>,
+        _deadline: Instant,
+    ) -> StoreResult<Outcome<Member>> {
+        let mut items = self.lock();
+        let key = member_key(worker);
+        let heartbeat = match (items.get(&key), replacing) {
+            (None, _) => 1,
+            (Some(Item::Member(current)), Some(seen))
+                if current.incarnation == seen.incarnation
+                    && current.heartbeat == seen.heartbeat =>
+            {
+                current.heartbeat + 1
+            }
+            (Some(Item::Member(current)), _) => {
+                return Ok(Outcome::LostRace {
+                    current: Some(current.clone()),
+                })
+            }
+            (Some(Item::Lease(_)), _) => return Ok(Outcome::LostRace { current: None }),
+        };
+        let member = Member {
+            worker: worker.clone(),
+            heartbeat,
+            incarnation: Some(incarnation),
+            load: None,
+            capacity,
+            notices: Default::default(),
+        };
+        items.insert(key, Item::Member(member.clone()));
+        Ok(Outcome::Done(member))
+    }
+
+    async fn beat(
+        &self,
+        worker: &WorkerId,
+        incarnation: Incarnation,
+        capacity: Option<u32>,
+        seen: &[String],
+        _deadline: Instant,
+    ) -> StoreResult<Outcome<Member>> {
+        Ok(self.update_session(worker, incarnation, |member| {
+            member.heartbeat += 1;
+            member.capacity = capacity;
+            for notice in seen {
+                member.notices.remove(notice);
+            }
+        }))
+    }
+
+    async fn end_session(
+        &self,
+        worker: &WorkerId,
+        incarnation: Incarnation,
+        observed_heartbeat: u64,
+        _deadline: Instant,
+    ) -> StoreResult<Outcome<Member>> {
+        let mut items = self.lock();
+        let key = member_key(worker);
+        Ok(match items.get(&key) {
+            Some(Item::Member(m))
+                if m.incarnation == Some(incarnation) && m.heartbeat == observed_heartbeat =>
+            {
+                match items.remove(&key) {
+                    Some(Item::Member(member)) => Outcome::Done(member),
+                    _ => Outcome::LostRace { current: None },
+                }
+            }
+            Some(Item::Member(m)) => Outcome::LostRace {
+                current: Some(m.clone()),
+            },
+            _ => Outcome::LostRace { current: None },
+        })
+    }
+
+    async fn notify(
+        &self,
+        worker: &WorkerId,
+        incarnation: Incarnation,
+        notices: &[String],
+        _deadline: Instant,
+    ) -> StoreResult<Outcome<Member>> {
+        Ok(self.update_session(worker, incarnation, |member| {
+            member.notices.extend(notices.iter().cloned());
+        }))
     }
 }

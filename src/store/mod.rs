@@ -18,6 +18,19 @@
 //! | [`delete`](LeaseStore::delete) | counter and tenure as observed | item removed |
 //! | [`heartbeat`](LeaseStore::heartbeat) | absent or a membership record | heartbeat + 1, incarnation, load and capacity set |
 //! | [`remove_member`](LeaseStore::remove_member) | a membership record (with the observed heartbeat, if given) | item removed |
+//! | [`give`](LeaseStore::give) | counter = observed | owner := to, no owner incarnation, counter + 1, tenure + 1, switches + 1, no handoff |
+//! | [`open_session`](LeaseStore::open_session) | no item, or the record as observed (incarnation and heartbeat) | a fresh record: incarnation := mine, heartbeat + 1, no notices |
+//! | [`beat`](LeaseStore::beat) | a membership record of my incarnation | heartbeat + 1, capacity set, the notices seen removed |
+//! | [`end_session`](LeaseStore::end_session) | a membership record of that incarnation at the observed heartbeat | item removed |
+//! | [`notify`](LeaseStore::notify) | a membership record of that incarnation | notices added |
+//!
+//! The last four are the session protocol (see `docs/ARCHITECTURE.md`, "Sessions"): a worker's
+//! membership record is its session, kept alive by `beat`; a session ends only by
+//! `end_session` (its owner leaving, or an observer that saw it expire) or by another process of
+//! the id replacing it with `open_session`, and a session that has ended never beats again. Its
+//! notices are how other workers tell it to look at a lease (a handoff asked for, a lease given
+//! to it, a lease changed by hand): they are returned by every `beat` until the owner names
+//! them as seen.
 //!
 //! The owner's [`Incarnation`] (which process of the owner's id took the lease) is written by
 //! `take` and cleared by every other change of owner; no condition reads it. Workers use it to
@@ -56,7 +69,12 @@
 //! - `release`: either way the caller no longer owns the lease.
 //! - `request_handoff`: applied if `handoff_to` names the requester.
 //! - `create`: the lease exists either way; compare its fields if it matters.
-//! - `delete`, `remove_member`: gone either way, unless someone re-created it.
+//! - `delete`, `remove_member`, `end_session`: gone either way, unless someone re-created it.
+//! - `give`: applied if the lease is now owned by `to` with `tenure` one more than observed
+//!   and no owner incarnation (the stored token tells, as for `take`).
+//! - `open_session`: applied if the record now names the caller's incarnation (no other
+//!   process draws the same incarnation).
+//! - `beat`, `notify`: conditioned on the incarnation only: send them again.
 
 mod error;
 pub mod fault;
@@ -233,6 +251,75 @@ pub trait LeaseStore: Send + Sync + 'static {
         &self,
         worker: &WorkerId,
         observed_heartbeat: Option<u64>,
+        deadline: Instant,
+    ) -> StoreResult<Outcome<Member>>;
+
+    /// Gives a lease whose counter the caller observed as `observed_counter` to `to`, not yet
+    /// taken: like a completed handoff, the owner incarnation is left empty and `to`'s process
+    /// starts it with a [`take`](Self::take) of its own. For leases whose owner's session has
+    /// ended, leases a leaving worker hands on, and leases nobody holds.
+    async fn give(
+        &self,
+        key: &LeaseKey,
+        to: &WorkerId,
+        observed_counter: u64,
+        deadline: Instant,
+    ) -> StoreResult<Outcome<Lease>>;
+
+    /// Reads `worker`'s membership record; `None` when there is none. With `consistent` false
+    /// the read may be stale (on DynamoDB, an eventually consistent read at half the cost):
+    /// fit for watching a heartbeat, since every action taken on what it shows is conditioned
+    /// on the values it showed.
+    async fn get_member(
+        &self,
+        worker: &WorkerId,
+        consistent: bool,
+        deadline: Instant,
+    ) -> StoreResult<Option<Member>>;
+
+    /// Opens a session of `worker`'s process `incarnation`: writes a fresh membership record
+    /// (heartbeat one more than the record it replaces, no notices) if there is none or, with
+    /// `replacing`, if the record is still exactly as observed (same incarnation and
+    /// heartbeat). Replacing a record ends the session it held.
+    async fn open_session(
+        &self,
+        worker: &WorkerId,
+        incarnation: Incarnation,
+        capacity: Option<u32>,
+        replacing: Option<&Member>,
+        deadline: Instant,
+    ) -> StoreResult<Outcome<Member>>;
+
+    /// Keeps the session of `worker`'s process `incarnation` alive: heartbeat + 1 and the
+    /// capacity set, if the record is still that incarnation's; removes the notices named in
+    /// `seen`. `Done` carries the record as written, with the notices still pending.
+    async fn beat(
+        &self,
+        worker: &WorkerId,
+        incarnation: Incarnation,
+        capacity: Option<u32>,
+        seen: &[String],
+        deadline: Instant,
+    ) -> StoreResult<Outcome<Member>>;
+
+    /// Ends the session of `worker`'s process `incarnation` by deleting its record, if that
+    /// record is still the incarnation's at `observed_heartbeat`. `Done` carries the record
+    /// removed.
+    async fn end_session(
+        &self,
+        worker: &WorkerId,
+        incarnation: Incarnation,
+        observed_heartbeat: u64,
+        deadline: Instant,
+    ) -> StoreResult<Outcome<Member>>;
+
+    /// Adds `notices` to the record of `worker`'s session `incarnation`, if that session is
+    /// still open. `Done` carries the record as written.
+    async fn notify(
+        &self,
+        worker: &WorkerId,
+        incarnation: Incarnation,
+        notices: &[String],
         deadline: Instant,
     ) -> StoreResult<Outcome<Member>>;
 

@@ -130,4 +130,73 @@ impl<S: LeaseStore + ?Sized> LeaseStore for Arc<S> {
             .remove_member(worker, observed_heartbeat, deadline)
             .await
     }
+
+    async fn give(
+        &self,
+        key: &LeaseKey,
+        to: &WorkerId,
+        observed_counter: u64,
+        deadline: Instant,
+    ) -> StoreResult<Outcome<Lease>> {
+        (**self).give(key, to, observed_counter, deadline).await
+    }
+
+    async fn get_member(
+        &self,
+        worker: &WorkerId,
+        consistent: bool,
+        deadline: Instant,
+    ) -> StoreResult<Option<Member>> {
+        (**self).get_member(worker, consistent, deadline).await
+    }
+
+    async fn open_session(
+        &self,
+        worker: &WorkerId,
+        incarnation: Incarnation,
+        capacity: Option<u32>,
+        replacing: Option<&Member>,
+        deadline: Instant,
+    ) -> StoreResult<Outcome<Member>> {
+        (**self)
+            .open_session(worker, incarnation, capacity, replacing, deadline)
+            .await
+    }
+
+    async fn beat(
+        &self,
+        worker: &WorkerId,
+        incarnation: Incarnation,
+        capacity: Option<u32>,
+        seen: &[String],
+        deadline: Instant,
+    ) -> StoreResult<Outcome<Member>> {
+        (**self)
+            .beat(worker, incarnation, capacity, seen, deadline)
+            .await
+    }
+
+    async fn end_session(
+        &self,
+        worker: &WorkerId,
+        incarnation: Incarnation,
+        observed_heartbeat: u64,
+        deadline: Instant,
+    ) -> StoreResult<Outcome<Member>> {
+        (**self)
+            .end_session(worker, incarnation, observed_heartbeat, deadline)
+            .await
+    }
+
+    async fn notify(
+        &self,
+        worker: &WorkerId,
+        incarnation: Incarnation,
+        notices: &[String],
+        deadline: Instant,
+    ) -> StoreResult<Outcome<Member>> {
+        (**self)
+            .notify(worker, incarnation, notices, deadline)
+            .await
+    }
 }

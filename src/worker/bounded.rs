@@ -186,6 +186,82 @@ impl LeaseStore for Bounded {
             .await
     }
 
+    async fn give(
+        &self,
+        key: &LeaseKey,
+        to: &WorkerId,
+        observed_counter: u64,
+        deadline: Instant,
+    ) -> StoreResult<Outcome<Lease>> {
+        let call = self.inner.give(key, to, observed_counter, deadline);
+        self.bound("give", key.as_str(), deadline, call).await
+    }
+
+    async fn get_member(
+        &self,
+        worker: &WorkerId,
+        consistent: bool,
+        deadline: Instant,
+    ) -> StoreResult<Option<Member>> {
+        let call = self.inner.get_member(worker, consistent, deadline);
+        self.bound("get_member", worker.as_str(), deadline, call)
+            .await
+    }
+
+    async fn open_session(
+        &self,
+        worker: &WorkerId,
+        incarnation: Incarnation,
+        capacity: Option<u32>,
+        replacing: Option<&Member>,
+        deadline: Instant,
+    ) -> StoreResult<Outcome<Member>> {
+        let call = self
+            .inner
+            .open_session(worker, incarnation, capacity, replacing, deadline);
+        self.bound("open_session", worker.as_str(), deadline, call)
+            .await
+    }
+
+    async fn beat(
+        &self,
+        worker: &WorkerId,
+        incarnation: Incarnation,
+        capacity: Option<u32>,
+        seen: &[String],
+        deadline: Instant,
+    ) -> StoreResult<Outcome<Member>> {
+        let call = self
+            .inner
+            .beat(worker, incarnation, capacity, seen, deadline);
+        self.bound("beat", worker.as_str(), deadline, call).await
+    }
+
+    async fn end_session(
+        &self,
+        worker: &WorkerId,
+        incarnation: Incarnation,
+        observed_heartbeat: u64,
+        deadline: Instant,
+    ) -> StoreResult<Outcome<Member>> {
+        let call = self
+            .inner
+            .end_session(worker, incarnation, observed_heartbeat, deadline);
+        self.bound("end_session", worker.as_str(), deadline, call)
+            .await
+    }
+
+    async fn notify(
+        &self,
+        worker: &WorkerId,
+        incarnation: Incarnation,
+        notices: &[String],
+        deadline: Instant,
+    ) -> StoreResult<Outcome<Member>> {
+        let call = self.inner.notify(worker, incarnation, notices, deadline);
+        self.bound("notify", worker.as_str(), deadline, call).await
+    }
+
     async fn snapshot(&self, deadline: Instant) -> StoreResult<Snapshot> {
         // The inner store's own listing (it may read the table its own way), as one bounded
         // call.

@@ -188,6 +188,7 @@ mod tests {
                 incarnation: member,
                 load: None,
                 capacity: None,
+                notices: Default::default(),
             }],
             malformed: 0,
         }

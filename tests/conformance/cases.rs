@@ -768,3 +768,338 @@ pub async fn sixteen_concurrent_takers_have_exactly_one_winner<T: Target>(target
         assert_eq!(lease.tenure, round + 1);
     }
 }
+
+/// The notices as a sorted list, for comparisons.
+fn notices(member: &shardlease::Member) -> Vec<&str> {
+    member.notices.iter().map(String::as_str).collect()
+}
+
+fn texts(names: &[&str]) -> Vec<String> {
+    names.iter().map(|n| (*n).to_owned()).collect()
+}
+
+pub async fn give_is_conditional_on_the_observed_counter<T: Target>(target: &T, test: &str) {
+    let store = target.store(test).await;
+    let (a, b) = (worker("a"), worker("b"));
+    let held = held_by(&store, "k", &a).await;
+    let asked = done(
+        store
+            .request_handoff(&held.key, &a, held.tenure, &worker("c"), deadline())
+            .await
+            .unwrap(),
+        "request handoff",
+    );
+    let current = lost(
+        store
+            .give(&held.key, &b, held.counter - 1, deadline())
+            .await
+            .unwrap(),
+        "give at a stale counter",
+    );
+    assert_eq!(current, Some(asked.clone()));
+    let given = done(
+        store
+            .give(&held.key, &b, held.counter, deadline())
+            .await
+            .unwrap(),
+        "give",
+    );
+    assert_eq!(given.owner.as_ref(), Some(&b));
+    assert_eq!(given.owner_incarnation, None, "given, not yet taken");
+    assert_eq!(
+        (
+            given.counter,
+            given.tenure,
+            given.owner_switches_since_checkpoint
+        ),
+        (
+            held.counter + 1,
+            held.tenure + 1,
+            held.owner_switches_since_checkpoint + 1
+        )
+    );
+    assert_eq!(given.handoff_to, None, "a pending handoff is cleared");
+    // The old owner is fenced; the new one's process starts it with a take of its own.
+    lost(
+        store
+            .checkpoint(&held.key, &a, held.tenure, "late", deadline())
+            .await
+            .unwrap(),
+        "checkpoint of the old tenure",
+    );
+    let taken = done(
+        store
+            .take(&held.key, &b, PROCESS, given.counter, deadline())
+            .await
+            .unwrap(),
+        "take what was given",
+    );
+    assert!(taken.is_owned_by_incarnation(&b, PROCESS));
+    assert_eq!(store.get(&held.key, deadline()).await.unwrap(), Some(taken));
+    let missing = lost(
+        store
+            .give(&key("nothing"), &b, 0, deadline())
+            .await
+            .unwrap(),
+        "give a missing lease",
+    );
+    assert_eq!(missing, None);
+}
+
+pub async fn a_session_opens_once_and_is_replaced_only_as_observed<T: Target>(
+    target: &T,
+    test: &str,
+) {
+    let store = target.store(test).await;
+    let a = worker("a");
+    let (first, second) = (Incarnation::new(7), Incarnation::new(8));
+    assert_eq!(store.get_member(&a, true, deadline()).await.unwrap(), None);
+    let opened = done(
+        store
+            .open_session(&a, first, Some(3), None, deadline())
+            .await
+            .unwrap(),
+        "open",
+    );
+    assert_eq!(
+        (opened.heartbeat, opened.incarnation, opened.capacity),
+        (1, Some(first), Some(3))
+    );
+    assert!(opened.notices.is_empty());
+    for consistent in [true, false] {
+        assert_eq!(
+            store.get_member(&a, consistent, deadline()).await.unwrap(),
+            Some(opened.clone()),
+            "read (consistent: {consistent})"
+        );
+    }
+    // Another process of the id cannot open over it without naming what it replaces.
+    let current = lost(
+        store
+            .open_session(&a, second, None, None, deadline())
+            .await
+            .unwrap(),
+        "open over an open session",
+    );
+    assert_eq!(current, Some(opened.clone()));
+    let beaten = done(
+        store
+            .beat(&a, first, Some(3), &[], deadline())
+            .await
+            .unwrap(),
+        "beat",
+    );
+    assert_eq!(beaten.heartbeat, 2);
+    // Replacing needs the record exactly as it is now: incarnation and heartbeat.
+    let current = lost(
+        store
+            .open_session(&a, second, None, Some(&opened), deadline())
+            .await
+            .unwrap(),
+        "replace a record that has beaten since",
+    );
+    assert_eq!(current, Some(beaten.clone()));
+    let mut other = beaten.clone();
+    other.incarnation = Some(Incarnation::new(99));
+    lost(
+        store
+            .open_session(&a, second, None, Some(&other), deadline())
+            .await
+            .unwrap(),
+        "replace naming another incarnation",
+    );
+    done(
+        store
+            .notify(&a, first, &texts(&["k1"]), deadline())
+            .await
+            .unwrap(),
+        "notify the first session",
+    );
+    let noticed = store
+        .get_member(&a, true, deadline())
+        .await
+        .unwrap()
+        .unwrap();
+    let replaced = done(
+        store
+            .open_session(&a, second, None, Some(&noticed), deadline())
+            .await
+            .unwrap(),
+        "replace",
+    );
+    assert_eq!(
+        (replaced.heartbeat, replaced.incarnation, replaced.capacity),
+        (3, Some(second), None)
+    );
+    assert!(replaced.notices.is_empty(), "the old session's notices go");
+    // The replaced session never beats again.
+    let current = lost(
+        store
+            .beat(&a, first, Some(3), &[], deadline())
+            .await
+            .unwrap(),
+        "beat of the replaced session",
+    );
+    assert_eq!(current, Some(replaced));
+}
+
+pub async fn beats_return_notices_until_they_are_seen<T: Target>(target: &T, test: &str) {
+    let store = target.store(test).await;
+    let (a, b) = (worker("a"), worker("b"));
+    let me = Incarnation::new(5);
+    done(
+        store
+            .open_session(&a, me, None, None, deadline())
+            .await
+            .unwrap(),
+        "open",
+    );
+    let noticed = done(
+        store
+            .notify(&a, me, &texts(&["k1", "k2"]), deadline())
+            .await
+            .unwrap(),
+        "notify",
+    );
+    assert_eq!(notices(&noticed), ["k1", "k2"]);
+    let current = lost(
+        store
+            .notify(&a, Incarnation::new(6), &texts(&["k9"]), deadline())
+            .await
+            .unwrap(),
+        "notify another session",
+    );
+    assert_eq!(current.as_ref().map(notices), Some(vec!["k1", "k2"]));
+    let current = lost(
+        store
+            .notify(&b, me, &texts(&["k9"]), deadline())
+            .await
+            .unwrap(),
+        "notify a worker with no session",
+    );
+    assert_eq!(current, None);
+    let beaten = done(
+        store.beat(&a, me, Some(4), &[], deadline()).await.unwrap(),
+        "beat",
+    );
+    assert_eq!(notices(&beaten), ["k1", "k2"]);
+    assert_eq!(beaten.capacity, Some(4));
+    done(
+        store
+            .notify(&a, me, &texts(&["k2", "k3"]), deadline())
+            .await
+            .unwrap(),
+        "notify again",
+    );
+    let beaten = done(
+        store
+            .beat(&a, me, None, &texts(&["k1", "k2"]), deadline())
+            .await
+            .unwrap(),
+        "beat naming what was seen",
+    );
+    assert_eq!(
+        notices(&beaten),
+        ["k3"],
+        "a notice seen is gone, even if sent twice"
+    );
+    assert_eq!(beaten.capacity, None);
+    let empty = done(
+        store.notify(&a, me, &[], deadline()).await.unwrap(),
+        "notify nothing",
+    );
+    assert_eq!(notices(&empty), ["k3"]);
+    let beaten = done(
+        store
+            .beat(&a, me, None, &texts(&["k3", "never-sent"]), deadline())
+            .await
+            .unwrap(),
+        "beat naming the rest",
+    );
+    assert!(beaten.notices.is_empty());
+    assert_eq!(beaten.heartbeat, 4);
+    let snapshot = store.snapshot(deadline()).await.unwrap();
+    assert_eq!(snapshot.members, vec![beaten]);
+}
+
+pub async fn end_session_is_conditional_on_incarnation_and_heartbeat<T: Target>(
+    target: &T,
+    test: &str,
+) {
+    let store = target.store(test).await;
+    let a = worker("a");
+    let me = Incarnation::new(11);
+    let opened = done(
+        store
+            .open_session(&a, me, None, None, deadline())
+            .await
+            .unwrap(),
+        "open",
+    );
+    let beaten = done(
+        store.beat(&a, me, None, &[], deadline()).await.unwrap(),
+        "beat",
+    );
+    let current = lost(
+        store
+            .end_session(&a, me, opened.heartbeat, deadline())
+            .await
+            .unwrap(),
+        "end at a stale heartbeat",
+    );
+    assert_eq!(current, Some(beaten.clone()));
+    let current = lost(
+        store
+            .end_session(&a, Incarnation::new(12), beaten.heartbeat, deadline())
+            .await
+            .unwrap(),
+        "end another incarnation's session",
+    );
+    assert_eq!(current, Some(beaten.clone()));
+    let ended = done(
+        store
+            .end_session(&a, me, beaten.heartbeat, deadline())
+            .await
+            .unwrap(),
+        "end",
+    );
+    assert_eq!(ended, beaten);
+    // An ended session is gone for good: it cannot beat or be notified, and its owner must
+    // open a new one.
+    assert_eq!(
+        lost(
+            store.beat(&a, me, None, &[], deadline()).await.unwrap(),
+            "beat after the end"
+        ),
+        None
+    );
+    assert_eq!(
+        lost(
+            store
+                .notify(&a, me, &texts(&["k"]), deadline())
+                .await
+                .unwrap(),
+            "notify after the end"
+        ),
+        None
+    );
+    assert_eq!(store.get_member(&a, true, deadline()).await.unwrap(), None);
+    assert_eq!(
+        lost(
+            store
+                .end_session(&a, me, beaten.heartbeat, deadline())
+                .await
+                .unwrap(),
+            "end twice"
+        ),
+        None
+    );
+    let reopened = done(
+        store
+            .open_session(&a, Incarnation::new(13), None, None, deadline())
+            .await
+            .unwrap(),
+        "open anew",
+    );
+    assert_eq!(reopened.heartbeat, 1);
+}

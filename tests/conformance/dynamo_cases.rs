@@ -46,6 +46,7 @@ macro_rules! dynamo_suite {
             a_write_whose_answer_was_lost_is_recognised_as_ours,
             an_ambiguous_error_is_recoverable_with_a_read,
             a_take_whose_answer_was_lost_is_ours_though_a_handoff_was_requested_since,
+            session_writes_whose_answer_was_lost_are_recognised_as_ours,
             an_unreachable_endpoint_is_a_retryable_error,
             a_request_nobody_answers_ends_at_its_deadline_as_ambiguous,
             the_read_after_a_failed_condition_cannot_hang,
@@ -337,6 +338,93 @@ pub async fn a_write_whose_answer_was_lost_is_recognised_as_ours(emulator: &Emul
         .unwrap();
     assert!(outcome.is_done(), "release: {outcome:?}");
     assert_eq!(lose.lost(), 6);
+}
+
+/// The session protocol's writes after a lost answer: `open_session` and `give` by their
+/// token, `beat`, `notify` and `end_session` by being safe to send again.
+pub async fn session_writes_whose_answer_was_lost_are_recognised_as_ours(
+    emulator: &Emulator,
+    test: &str,
+) {
+    let (client, lose) = emulator.lossy_client();
+    let store = emulator
+        .store_with(client, DynamoConfig::new(unique_table(test)))
+        .await;
+    let (me, you) = (WorkerId::new("me").unwrap(), WorkerId::new("you").unwrap());
+    let mine = Incarnation::new(21);
+
+    lose.arm(1);
+    let opened = store
+        .open_session(&me, mine, Some(2), None, deadline())
+        .await
+        .unwrap();
+    assert_eq!(lose.lost(), 1);
+    match &opened {
+        Outcome::Done(member) => {
+            assert_eq!((member.heartbeat, member.incarnation), (1, Some(mine)))
+        }
+        other => panic!("an open whose answer was lost must read as done: {other:?}"),
+    }
+    let notices = vec!["k".to_owned()];
+    lose.arm(1);
+    let noticed = store.notify(&me, mine, &notices, deadline()).await.unwrap();
+    assert!(noticed.is_done(), "notify: {noticed:?}");
+    lose.arm(1);
+    let beaten = store
+        .beat(&me, mine, Some(2), &[], deadline())
+        .await
+        .unwrap();
+    match &beaten {
+        Outcome::Done(member) => {
+            assert!(member.notices.contains("k"), "{member:?}");
+            assert!(member.heartbeat >= 2, "{member:?}");
+        }
+        other => panic!("a beat whose answer was lost must read as done: {other:?}"),
+    }
+    assert_eq!(lose.lost(), 3);
+
+    let lease = match store
+        .create(NewLease::new(key("g")), deadline())
+        .await
+        .unwrap()
+    {
+        Outcome::Done(lease) => lease,
+        other => panic!("create: {other:?}"),
+    };
+    lose.arm(1);
+    let given = store
+        .give(&lease.key, &you, lease.counter, deadline())
+        .await
+        .unwrap();
+    assert_eq!(lose.lost(), 4);
+    match given {
+        Outcome::Done(given) => assert_eq!(
+            (given.owner.as_ref(), given.owner_incarnation, given.tenure),
+            (Some(&you), None, lease.tenure + 1)
+        ),
+        other => panic!("a give whose answer was lost must read as done: {other:?}"),
+    }
+
+    let now = store
+        .get_member(&me, true, deadline())
+        .await
+        .unwrap()
+        .unwrap();
+    lose.arm(1);
+    let ended = store
+        .end_session(&me, mine, now.heartbeat, deadline())
+        .await
+        .unwrap();
+    assert_eq!(lose.lost(), 5);
+    // Gone either way: the retry finds no record.
+    assert!(
+        matches!(
+            ended,
+            Outcome::LostRace { current: None } | Outcome::Done(_)
+        ),
+        "{ended:?}"
+    );
+    assert_eq!(store.get_member(&me, true, deadline()).await.unwrap(), None);
 }
 
 pub async fn an_ambiguous_error_is_recoverable_with_a_read(emulator: &Emulator, test: &str) {

@@ -89,6 +89,10 @@ macro_rules! conformance_suite {
             listing_pages_through_many_small_pages,
             listing_separates_leases_from_members,
             sixteen_concurrent_takers_have_exactly_one_winner,
+            give_is_conditional_on_the_observed_counter,
+            a_session_opens_once_and_is_replaced_only_as_observed,
+            beats_return_notices_until_they_are_seen,
+            end_session_is_conditional_on_incarnation_and_heartbeat,
         );
     };
     (@cases $target:expr; $($case:ident),* $(,)?) => {

@@ -90,8 +90,9 @@ pub struct Usage {
     pub reads: u64,
     /// Requests that write (conditional writes, failed conditions included).
     pub writes: u64,
-    /// Read capacity units (strongly consistent: 1 per 4 KB, a scan page by its total size).
-    pub rcu: u64,
+    /// Read capacity units (strongly consistent: 1 per 4 KB, a scan page by its total size;
+    /// eventually consistent: half that).
+    pub rcu: f64,
     /// Write capacity units (1 per 1 KB of the item; a failed condition costs the same).
     pub wcu: u64,
     /// Requests answered with an injected throttle.
@@ -189,8 +190,20 @@ impl Link {
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum Kind {
     Read,
+    /// An eventually consistent `GetItem`: half the capacity units of a strongly consistent one.
+    StaleRead,
     Scan,
     Write,
+}
+
+/// Read capacity units of a read of `size` bytes.
+fn read_units(kind: Kind, size: usize) -> f64 {
+    let units = size.div_ceil(4096).max(1) as f64;
+    if kind == Kind::StaleRead {
+        units / 2.0
+    } else {
+        units
+    }
 }
 
 /// One worker's connection to the table.
@@ -228,7 +241,7 @@ impl SimStore {
 
     fn latency(&self, kind: Kind) -> Duration {
         let latency = match kind {
-            Kind::Read => self.net.latency.read,
+            Kind::Read | Kind::StaleRead => self.net.latency.read,
             Kind::Scan => self.net.latency.scan,
             Kind::Write => self.net.latency.write,
         };
@@ -314,9 +327,9 @@ impl SimStore {
                 }
                 let (answer, size) = apply();
                 self.net.count(|u| match kind {
-                    Kind::Read | Kind::Scan => {
+                    Kind::Read | Kind::StaleRead | Kind::Scan => {
                         u.reads += 1;
-                        u.rcu += size.div_ceil(4096).max(1) as u64;
+                        u.rcu += read_units(kind, size);
                     }
                     Kind::Write => {
                         u.writes += 1;
@@ -614,6 +627,130 @@ impl LeaseStore for SimStore {
         )
         .await
     }
+
+    async fn give(
+        &self,
+        key: &LeaseKey,
+        to: &WorkerId,
+        observed_counter: u64,
+        deadline: Instant,
+    ) -> StoreResult<Outcome<Lease>> {
+        self.call("give", key.as_str(), Kind::Write, deadline, || {
+            self.write(self.net.table.give(key, to, observed_counter, deadline))
+        })
+        .await
+    }
+
+    async fn get_member(
+        &self,
+        worker: &WorkerId,
+        consistent: bool,
+        deadline: Instant,
+    ) -> StoreResult<Option<Member>> {
+        let kind = if consistent {
+            Kind::Read
+        } else {
+            Kind::StaleRead
+        };
+        self.call("get_member", worker.as_str(), kind, deadline, || {
+            let member = flat(now_or_never(
+                self.net.table.get_member(worker, consistent, deadline),
+            ));
+            let size = member.as_ref().map_or(0, member_item_size);
+            (member, size)
+        })
+        .await
+    }
+
+    async fn open_session(
+        &self,
+        worker: &WorkerId,
+        incarnation: Incarnation,
+        capacity: Option<u32>,
+        replacing: Option<&Member>,
+        deadline: Instant,
+    ) -> StoreResult<Outcome<Member>> {
+        self.call(
+            "open_session",
+            worker.as_str(),
+            Kind::Write,
+            deadline,
+            || {
+                let open =
+                    self.net
+                        .table
+                        .open_session(worker, incarnation, capacity, replacing, deadline);
+                let answer = flat(now_or_never(open));
+                let size = outcome_size(&answer, member_item_size);
+                (answer, size)
+            },
+        )
+        .await
+    }
+
+    async fn beat(
+        &self,
+        worker: &WorkerId,
+        incarnation: Incarnation,
+        capacity: Option<u32>,
+        seen: &[String],
+        deadline: Instant,
+    ) -> StoreResult<Outcome<Member>> {
+        self.call("beat", worker.as_str(), Kind::Write, deadline, || {
+            let beat = self
+                .net
+                .table
+                .beat(worker, incarnation, capacity, seen, deadline);
+            let answer = flat(now_or_never(beat));
+            let size = outcome_size(&answer, member_item_size);
+            (answer, size)
+        })
+        .await
+    }
+
+    async fn end_session(
+        &self,
+        worker: &WorkerId,
+        incarnation: Incarnation,
+        observed_heartbeat: u64,
+        deadline: Instant,
+    ) -> StoreResult<Outcome<Member>> {
+        self.call(
+            "end_session",
+            worker.as_str(),
+            Kind::Write,
+            deadline,
+            || {
+                let end =
+                    self.net
+                        .table
+                        .end_session(worker, incarnation, observed_heartbeat, deadline);
+                let answer = flat(now_or_never(end));
+                let size = outcome_size(&answer, member_item_size);
+                (answer, size)
+            },
+        )
+        .await
+    }
+
+    async fn notify(
+        &self,
+        worker: &WorkerId,
+        incarnation: Incarnation,
+        notices: &[String],
+        deadline: Instant,
+    ) -> StoreResult<Outcome<Member>> {
+        self.call("notify", worker.as_str(), Kind::Write, deadline, || {
+            let notify = self
+                .net
+                .table
+                .notify(worker, incarnation, notices, deadline);
+            let answer = flat(now_or_never(notify));
+            let size = outcome_size(&answer, member_item_size);
+            (answer, size)
+        })
+        .await
+    }
 }
 
 // The fault campaign's network (`sim/campaign`): fault rates that heal, per-process freezes,
@@ -829,9 +966,9 @@ impl SimStore {
 
     fn bill(&self, kind: Kind, size: usize) {
         self.net.count(|u| match kind {
-            Kind::Read | Kind::Scan => {
+            Kind::Read | Kind::StaleRead | Kind::Scan => {
                 u.reads += 1;
-                u.rcu += size.div_ceil(4096).max(1) as u64;
+                u.rcu += read_units(kind, size);
             }
             Kind::Write => {
                 u.writes += 1;

@@ -198,11 +198,11 @@ impl Report {
         self.steps.iter().find_map(|s| s.failover.as_ref())
     }
 
-    fn per_lease_hour(&self, count: u64) -> f64 {
+    fn per_lease_hour(&self, count: impl Into<f64>) -> f64 {
         if self.rest.lease_hours <= 0.0 {
             return f64::NAN;
         }
-        count as f64 / self.rest.lease_hours
+        count.into() / self.rest.lease_hours
     }
 
     /// The rows of the table: a name and this run's value.
@@ -261,11 +261,11 @@ impl Report {
             ),
             (
                 "reads per lease-hour at rest".into(),
-                format!("{:.1}", self.per_lease_hour(usage.reads)),
+                format!("{:.1}", self.per_lease_hour(usage.reads as f64)),
             ),
             (
                 "writes per lease-hour at rest".into(),
-                format!("{:.1}", self.per_lease_hour(usage.writes)),
+                format!("{:.1}", self.per_lease_hour(usage.writes as f64)),
             ),
             (
                 "RCU per lease-hour at rest".into(),
@@ -273,7 +273,7 @@ impl Report {
             ),
             (
                 "WCU per lease-hour at rest".into(),
-                format!("{:.1}", self.per_lease_hour(usage.wcu)),
+                format!("{:.1}", self.per_lease_hour(usage.wcu as f64)),
             ),
             ("simulated (s)".into(), format!("{:.0}", self.simulated)),
             ("wall time (s)".into(), format!("{:.1}", self.wall)),
@@ -331,10 +331,10 @@ impl Report {
             self.rest.moves,
             self.spread,
             self.double_holding,
-            num(self.per_lease_hour(u.reads)),
-            num(self.per_lease_hour(u.writes)),
+            num(self.per_lease_hour(u.reads as f64)),
+            num(self.per_lease_hour(u.writes as f64)),
             num(self.per_lease_hour(u.rcu)),
-            num(self.per_lease_hour(u.wcu)),
+            num(self.per_lease_hour(u.wcu as f64)),
             u.throttled,
             u.failed,
             num(self.simulated),

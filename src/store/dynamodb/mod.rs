@@ -183,11 +183,20 @@ impl DynamoStore {
     }
 
     async fn get_item(&self, op: &'static str, key: &str) -> StoreResult<Option<Item>> {
+        self.read_item(op, key, true).await
+    }
+
+    async fn read_item(
+        &self,
+        op: &'static str,
+        key: &str,
+        consistent: bool,
+    ) -> StoreResult<Option<Item>> {
         self.client
             .get_item()
             .table_name(self.table_name())
             .key(schema::KEY, schema::s(key))
-            .consistent_read(true)
+            .consistent_read(consistent)
             .send()
             .await
             .map(|out| out.item)
@@ -632,6 +641,170 @@ impl LeaseStore for DynamoStore {
             "remove_member",
             &schema::member_key(worker),
             condition,
+            values,
+            schema::decode_member,
+            deadline,
+        )
+        .await
+    }
+
+    async fn give(
+        &self,
+        key: &LeaseKey,
+        to: &WorkerId,
+        observed_counter: u64,
+        deadline: Instant,
+    ) -> StoreResult<Outcome<Lease>> {
+        let values = vec![
+            (":counter", schema::n(observed_counter)),
+            (":to", schema::s(to.as_str())),
+            one(),
+        ];
+        self.lease_update(
+            "give",
+            key,
+            schema::COND_GIVE,
+            schema::UPDATE_HAND_OVER,
+            values,
+            deadline,
+        )
+        .await
+    }
+
+    async fn get_member(
+        &self,
+        worker: &WorkerId,
+        consistent: bool,
+        deadline: Instant,
+    ) -> StoreResult<Option<Member>> {
+        let key = schema::member_key(worker);
+        let item = self
+            .config
+            .retry
+            .run("get_member", &key, deadline, |_| {
+                self.read_item("get_member", &key, consistent)
+            })
+            .await?;
+        item.map(|item| schema::decode_member(&item).map(|(member, _)| member))
+            .transpose()
+    }
+
+    async fn open_session(
+        &self,
+        worker: &WorkerId,
+        incarnation: Incarnation,
+        capacity: Option<u32>,
+        replacing: Option<&Member>,
+        deadline: Instant,
+    ) -> StoreResult<Outcome<Member>> {
+        let mut values = vec![
+            (":worker", schema::s(worker.as_str())),
+            (":incarnation", schema::n(incarnation.get())),
+        ];
+        if let Some(capacity) = capacity {
+            values.push((":capacity", schema::n(capacity)));
+        }
+        let condition = match replacing {
+            None => {
+                values.push((":next", schema::n(1)));
+                schema::COND_OPEN_SESSION
+            }
+            Some(seen) => {
+                values.push((":heartbeat", schema::n(seen.heartbeat)));
+                values.push((":next", schema::n(seen.heartbeat + 1)));
+                match seen.incarnation {
+                    Some(old) => {
+                        values.push((":old", schema::n(old.get())));
+                        schema::COND_REPLACE_SESSION
+                    }
+                    None => schema::COND_REPLACE_OLD_RECORD,
+                }
+            }
+        };
+        self.update(
+            "open_session",
+            &schema::member_key(worker),
+            condition,
+            &schema::open_session_update(capacity.is_some()),
+            values,
+            schema::decode_member,
+            deadline,
+        )
+        .await
+    }
+
+    async fn beat(
+        &self,
+        worker: &WorkerId,
+        incarnation: Incarnation,
+        capacity: Option<u32>,
+        seen: &[String],
+        deadline: Instant,
+    ) -> StoreResult<Outcome<Member>> {
+        let mut values = vec![(":incarnation", schema::n(incarnation.get())), one()];
+        if let Some(capacity) = capacity {
+            values.push((":capacity", schema::n(capacity)));
+        }
+        if !seen.is_empty() {
+            values.push((":seen", AttributeValue::Ss(seen.to_vec())));
+        }
+        self.update(
+            "beat",
+            &schema::member_key(worker),
+            schema::COND_SESSION,
+            &schema::beat_update(capacity.is_some(), !seen.is_empty()),
+            values,
+            schema::decode_member,
+            deadline,
+        )
+        .await
+    }
+
+    async fn end_session(
+        &self,
+        worker: &WorkerId,
+        incarnation: Incarnation,
+        observed_heartbeat: u64,
+        deadline: Instant,
+    ) -> StoreResult<Outcome<Member>> {
+        let values = HashMap::from([
+            (":incarnation".to_owned(), schema::n(incarnation.get())),
+            (":heartbeat".to_owned(), schema::n(observed_heartbeat)),
+        ]);
+        self.delete_item(
+            "end_session",
+            &schema::member_key(worker),
+            schema::COND_SESSION_AT,
+            values,
+            schema::decode_member,
+            deadline,
+        )
+        .await
+    }
+
+    async fn notify(
+        &self,
+        worker: &WorkerId,
+        incarnation: Incarnation,
+        notices: &[String],
+        deadline: Instant,
+    ) -> StoreResult<Outcome<Member>> {
+        if notices.is_empty() {
+            // DynamoDB refuses an empty set: nothing to add, so say whether the session is open.
+            return Ok(match self.get_member(worker, true, deadline).await? {
+                Some(member) if member.incarnation == Some(incarnation) => Outcome::Done(member),
+                current => Outcome::LostRace { current },
+            });
+        }
+        let values = vec![
+            (":incarnation", schema::n(incarnation.get())),
+            (":notices", AttributeValue::Ss(notices.to_vec())),
+        ];
+        self.update(
+            "notify",
+            &schema::member_key(worker),
+            schema::COND_SESSION,
+            schema::UPDATE_NOTIFY,
             values,
             schema::decode_member,
             deadline,

@@ -4,7 +4,7 @@
 //! One table, hash key `leaseKey` (string). A lease item is keyed by its lease key; a
 //! membership record by [`RESERVED_PREFIX`]`member#<worker id>`.
 
-use std::collections::HashMap;
+use std::collections::{BTreeSet, HashMap};
 
 use aws_sdk_dynamodb::types::AttributeValue;
 
@@ -50,6 +50,10 @@ pub const MEMBER_LOAD: &str = "workerLoad";
 /// Membership record: the most leases the worker accepts (number; optional).
 pub const CAPACITY: &str = "workerCapacity";
 
+/// Membership record: what other workers asked the session to look at (string set; absent
+/// when empty).
+pub const NOTICES: &str = "notices";
+
 /// `create`: no item has this key.
 pub const COND_CREATE: &str = "attribute_not_exists(leaseKey)";
 /// `renew`, `release`, `checkpoint`: held by the caller in the caller's tenure.
@@ -70,6 +74,48 @@ pub const COND_HEARTBEAT: &str = "attribute_not_exists(leaseKey) OR attribute_ex
 pub const COND_MEMBER: &str = "attribute_exists(heartbeat)";
 /// `remove_member` with an observed heartbeat.
 pub const COND_MEMBER_AT: &str = "heartbeat = :heartbeat";
+
+/// `open_session` where there is no record.
+pub const COND_OPEN_SESSION: &str = "attribute_not_exists(leaseKey)";
+/// `open_session` replacing the record of a session, as observed.
+pub const COND_REPLACE_SESSION: &str = "workerIncarnation = :old AND heartbeat = :heartbeat";
+/// `open_session` replacing a record written by an older version (no incarnation), as observed.
+pub const COND_REPLACE_OLD_RECORD: &str =
+    "attribute_not_exists(workerIncarnation) AND heartbeat = :heartbeat";
+/// `beat`, `notify`: the record is still this incarnation's session.
+pub const COND_SESSION: &str = "workerIncarnation = :incarnation";
+/// `end_session`: the record is still this incarnation's session at the observed heartbeat.
+pub const COND_SESSION_AT: &str = "workerIncarnation = :incarnation AND heartbeat = :heartbeat";
+/// `give` is conditioned like [`COND_TAKE`] and updates like [`UPDATE_HAND_OVER`].
+pub const COND_GIVE: &str = COND_TAKE;
+/// `notify`. It leaves `lastOp` alone, for the reason given at [`UPDATE_REQUEST_HANDOFF`]: a
+/// notice must not hide the token of an `open_session` whose answer was lost.
+pub const UPDATE_NOTIFY: &str = "ADD notices :notices SET updatedAt = :now";
+
+/// The `open_session` update: a fresh record at `:heartbeat`, with or without a capacity.
+pub fn open_session_update(capacity: bool) -> String {
+    let set = "SET workerId = :worker, workerIncarnation = :incarnation, \
+               heartbeat = :next, lastOp = :op, updatedAt = :now";
+    if capacity {
+        format!("{set}, workerCapacity = :capacity REMOVE notices, workerLoad")
+    } else {
+        format!("{set} REMOVE notices, workerLoad, workerCapacity")
+    }
+}
+
+/// The `beat` update: heartbeat + 1, the capacity set or removed, the notices seen removed.
+pub fn beat_update(capacity: bool, seen: bool) -> String {
+    let mut update = "SET heartbeat = heartbeat + :one, lastOp = :op, updatedAt = :now".to_owned();
+    if capacity {
+        update.push_str(", workerCapacity = :capacity");
+    } else {
+        update.push_str(" REMOVE workerCapacity");
+    }
+    if seen {
+        update.push_str(" DELETE notices :seen");
+    }
+    update
+}
 
 /// `renew` (`:load` variant sets the load figure too).
 pub const UPDATE_RENEW: &str =
@@ -286,6 +332,9 @@ pub fn member_item_size(member: &Member) -> usize {
     if let Some(capacity) = member.capacity {
         size += CAPACITY.len() + number_size(&capacity.to_string());
     }
+    if !member.notices.is_empty() {
+        size += NOTICES.len() + member.notices.iter().map(String::len).sum::<usize>();
+    }
     size
 }
 
@@ -338,6 +387,14 @@ impl<'a> Fields<'a> {
 
     fn incarnation(&self, field: &'static str) -> Result<Option<Incarnation>, StoreError> {
         Ok(self.number(field)?.map(Incarnation::new))
+    }
+
+    fn string_set(&self, field: &'static str) -> Result<BTreeSet<String>, StoreError> {
+        match self.item.get(field) {
+            None | Some(AttributeValue::Null(_)) => Ok(BTreeSet::new()),
+            Some(AttributeValue::Ss(set)) => Ok(set.iter().cloned().collect()),
+            Some(other) => Err(self.err(field, format!("is not a string set: {other:?}"))),
+        }
     }
 
     fn handoff_target(&self) -> Result<Option<WorkerId>, StoreError> {
@@ -400,6 +457,7 @@ pub fn decode(item: &Item) -> Result<Decoded, StoreError> {
             incarnation: fields.incarnation(MEMBER_INCARNATION)?,
             load: fields.number(MEMBER_LOAD)?,
             capacity: fields.number(CAPACITY)?,
+            notices: fields.string_set(NOTICES)?,
         };
         return Ok(Decoded::Member(member, last_op));
     }
@@ -504,6 +562,7 @@ mod tests {
             incarnation: Some(Incarnation::new(u64::MAX)),
             load: None,
             capacity: Some(100),
+            notices: BTreeSet::new(),
         };
         let expected = KEY.len()
             + member_key(&member.worker).len()
