@@ -8,6 +8,22 @@ use std::time::Duration;
 #[error("invalid worker configuration: {0}")]
 pub struct ConfigError(pub String);
 
+/// Which lease protocol a worker speaks. Every worker of one table must speak the same one.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+#[non_exhaustive]
+pub enum Protocol {
+    /// Every held lease is renewed each `renew_interval`, and every worker scans the table
+    /// each `taker_interval`: cost grows with workers x leases. The default, for now.
+    #[default]
+    Leases,
+    /// A lease's validity follows its owner's session (its membership record, beaten each
+    /// `renew_interval`); takeovers and handoff requests reach an owner as notices in its
+    /// session record; each worker watches one neighbour's session, and the table is scanned
+    /// only when something changed, plus one slow scan (`slow_scan_interval`) by one worker.
+    /// Being built (see `docs/ARCHITECTURE.md`, "Sessions"): not yet for production.
+    Sessions,
+}
+
 /// How a worker keeps, takes and hands over leases.
 ///
 /// Every default says where it comes from. [`WorkerConfig::validate`] explains what is wrong
@@ -67,6 +83,13 @@ pub struct WorkerConfig {
     /// and deletes the lease once its application finished. It keeps a shard that drops out
     /// of one listing from being retired. Default: 60 s.
     pub retire_after: Duration,
+    /// The lease protocol. Default: [`Protocol::Leases`].
+    pub protocol: Protocol,
+    /// With [`Protocol::Sessions`]: how often one worker of the fleet (the smallest live id)
+    /// scans the whole table for what nobody announced (a lease edited or deleted by hand, a
+    /// session that stopped beating unnoticed, a lease nobody holds). Default: 50 s, so that a
+    /// hand edit is noticed within a minute.
+    pub slow_scan_interval: Duration,
 }
 
 impl Default for WorkerConfig {
@@ -94,7 +117,33 @@ impl WorkerConfig {
             store_timeout: Duration::from_secs(5),
             discovery_interval: Duration::from_secs(10),
             retire_after: Duration::from_secs(60),
+            protocol: Protocol::Leases,
+            slow_scan_interval: Duration::from_secs(50),
         }
+    }
+
+    /// Sets [`protocol`](Self::protocol). [`Protocol::Sessions`] also sets `renew_interval`
+    /// (the session's beat) to a quarter of the lease duration: a crashed worker's leases are
+    /// then started elsewhere within a lease duration plus one beat interval.
+    #[must_use]
+    pub fn protocol(mut self, protocol: Protocol) -> Self {
+        self.protocol = protocol;
+        if protocol == Protocol::Sessions {
+            self.renew_interval = self.lease_duration / 4;
+        }
+        self
+    }
+
+    /// Sets [`slow_scan_interval`](Self::slow_scan_interval).
+    #[must_use]
+    pub fn slow_scan_interval(mut self, value: Duration) -> Self {
+        self.slow_scan_interval = value;
+        self
+    }
+
+    /// True with [`Protocol::Sessions`].
+    pub(crate) fn sessions(&self) -> bool {
+        self.protocol == Protocol::Sessions
     }
 
     /// Sets [`taker_interval`](Self::taker_interval).
@@ -190,6 +239,7 @@ impl WorkerConfig {
             ("handoff_poll_interval", self.handoff_poll_interval),
             ("store_timeout", self.store_timeout),
             ("discovery_interval", self.discovery_interval),
+            ("slow_scan_interval", self.slow_scan_interval),
         ] {
             if value.is_zero() {
                 return fail(format!("{name} must be non-zero"));

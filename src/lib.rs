@@ -47,7 +47,7 @@ pub mod source;
 pub mod store;
 pub mod worker;
 
-pub use config::{ConfigError, WorkerConfig};
+pub use config::{ConfigError, Protocol, WorkerConfig};
 pub use lease::{
     Incarnation, InvalidId, Lease, LeaseKey, Member, NewLease, Snapshot, WorkerId, SHARD_END,
 };

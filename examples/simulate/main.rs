@@ -31,7 +31,8 @@ USAGE: cargo run --release --example simulate -- [OPTIONS]
   --leases L           leases (default: 1000)
   --k N                workers a join, crash, leave, pause or cut-off concerns
                        (default: a tenth of the workers, at least 1)
-  --policy P           ours, kcl or both (default: both)
+  --policy P           ours, kcl, both (ours and kcl), sessions (ours on the session
+                       protocol being built) or all (default: both)
   --seed S             seed; the same seed replays the same run (default: 1)
   --latency MED,P99    store latency in ms, log-normal, of every request (default: 5,25)
   --read-latency MED,P99, --write-latency MED,P99, --scan-latency MED,P99
@@ -165,7 +166,13 @@ fn parse() -> Result<Option<Args>, String> {
                     "ours" => vec![Policy::Ours],
                     "kcl" => vec![Policy::Kcl],
                     "both" => vec![Policy::Ours, Policy::Kcl],
-                    _ => return Err(format!("--policy {value:?}: ours, kcl or both")),
+                    "sessions" => vec![Policy::Sessions],
+                    "all" => vec![Policy::Ours, Policy::Sessions, Policy::Kcl],
+                    _ => {
+                        return Err(format!(
+                            "--policy {value:?}: ours, kcl, both, sessions or all"
+                        ))
+                    }
                 }
             }
             "--seed" => {

@@ -205,6 +205,16 @@ impl<S: LeaseStore> LeaseStore for FaultyStore<S> {
             .await
     }
 
+    async fn list_page_eventually(
+        &self,
+        from: Option<PageToken>,
+        deadline: Instant,
+    ) -> StoreResult<Page> {
+        self.gate("scan", "", deadline).await?;
+        self.land(move |inner| async move { inner.list_page_eventually(from, deadline).await })
+            .await
+    }
+
     async fn renew(
         &self,
         key: &LeaseKey,

@@ -323,6 +323,38 @@ pub trait LeaseStore: Send + Sync + 'static {
         deadline: Instant,
     ) -> StoreResult<Outcome<Member>>;
 
+    /// As [`list_page`](Self::list_page), but the page may be stale where the backend offers
+    /// cheaper reads that may be (DynamoDB: an eventually consistent scan, half the read
+    /// capacity). The session protocol's scans use it: everything they lead to is a write
+    /// conditioned on what they read. By default, `list_page`.
+    async fn list_page_eventually(
+        &self,
+        from: Option<PageToken>,
+        deadline: Instant,
+    ) -> StoreResult<Page> {
+        self.list_page(from, deadline).await
+    }
+
+    /// Lists the whole table, page after page, with
+    /// [`list_page_eventually`](Self::list_page_eventually).
+    async fn snapshot_eventually(&self, deadline: Instant) -> StoreResult<Snapshot> {
+        let mut snapshot = Snapshot::default();
+        let mut from = None;
+        loop {
+            let page = self.list_page_eventually(from, deadline).await?;
+            snapshot.leases.extend(page.leases);
+            snapshot.members.extend(page.members);
+            snapshot.malformed += page.malformed;
+            match page.next {
+                Some(next) => from = Some(next),
+                None => break,
+            }
+        }
+        snapshot.leases.sort_by(|a, b| a.key.cmp(&b.key));
+        snapshot.members.sort_by(|a, b| a.worker.cmp(&b.worker));
+        Ok(snapshot)
+    }
+
     /// Lists the whole table, page after page.
     async fn snapshot(&self, deadline: Instant) -> StoreResult<Snapshot> {
         let mut snapshot = Snapshot::default();

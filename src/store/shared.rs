@@ -6,7 +6,7 @@ use async_trait::async_trait;
 use tokio::time::Instant;
 
 use super::{LeaseStore, Outcome, Page, PageToken, StoreResult};
-use crate::lease::{Incarnation, Lease, LeaseKey, Member, NewLease, WorkerId};
+use crate::lease::{Incarnation, Lease, LeaseKey, Member, NewLease, Snapshot, WorkerId};
 
 #[async_trait]
 impl<S: LeaseStore + ?Sized> LeaseStore for Arc<S> {
@@ -198,5 +198,17 @@ impl<S: LeaseStore + ?Sized> LeaseStore for Arc<S> {
         (**self)
             .notify(worker, incarnation, notices, deadline)
             .await
+    }
+
+    async fn list_page_eventually(
+        &self,
+        from: Option<PageToken>,
+        deadline: Instant,
+    ) -> StoreResult<Page> {
+        (**self).list_page_eventually(from, deadline).await
+    }
+
+    async fn snapshot_eventually(&self, deadline: Instant) -> StoreResult<Snapshot> {
+        (**self).snapshot_eventually(deadline).await
     }
 }

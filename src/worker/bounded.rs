@@ -262,6 +262,20 @@ impl LeaseStore for Bounded {
         self.bound("notify", worker.as_str(), deadline, call).await
     }
 
+    async fn list_page_eventually(
+        &self,
+        from: Option<PageToken>,
+        deadline: Instant,
+    ) -> StoreResult<Page> {
+        let call = self.inner.list_page_eventually(from, deadline);
+        self.bound("scan", "", deadline, call).await
+    }
+
+    async fn snapshot_eventually(&self, deadline: Instant) -> StoreResult<Snapshot> {
+        let call = self.inner.snapshot_eventually(deadline);
+        self.bound("scan", "", deadline, call).await
+    }
+
     async fn snapshot(&self, deadline: Instant) -> StoreResult<Snapshot> {
         // The inner store's own listing (it may read the table its own way), as one bounded
         // call.

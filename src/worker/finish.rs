@@ -11,7 +11,7 @@ use tracing::Instrument;
 use super::grant::{Finished, LeaseEvent, StopReason};
 use super::metrics;
 use super::state::{Finish, Phase, Shared};
-use crate::lease::LeaseKey;
+use crate::lease::{Lease, LeaseKey};
 use crate::store::Outcome;
 
 /// Hands a finished lease over, or releases it, in a tracked task.
@@ -73,8 +73,9 @@ async fn finish_now(shared: &Shared, key: LeaseKey, finish: Finish) {
 async fn give_up(shared: &Shared, key: LeaseKey, tenure: u64, deadline: Instant) {
     let me = &shared.id;
     match shared.store.release(&key, me, tenure, deadline).await {
-        Ok(Outcome::Done(_)) => {
+        Ok(Outcome::Done(lease)) => {
             tracing::info!(lease_key = %key, tenure, "lease lost here given up in the table");
+            place(shared, lease, deadline).await;
         }
         Ok(Outcome::LostRace { .. }) => {
             tracing::info!(lease_key = %key, tenure, "lease lost here had moved on already");
@@ -102,9 +103,10 @@ async fn release(shared: &Shared, key: LeaseKey, tenure: u64, ended: bool, deadl
             // Its children are ready now: look at once rather than at the next round.
             shared.rescan.notify_one();
         }
-        Ok(Outcome::Done(_)) => {
+        Ok(Outcome::Done(lease)) => {
             tracing::info!(lease_key = %key, "lease released");
             shared.emit(LeaseEvent::Released { key });
+            place(shared, lease, deadline).await;
         }
         Ok(Outcome::LostRace { .. }) => {
             tracing::info!(lease_key = %key, "release overtaken: the lease had moved on");
@@ -112,6 +114,38 @@ async fn release(shared: &Shared, key: LeaseKey, tenure: u64, ended: bool, deadl
         Err(err) => {
             metrics::store_error(me, "release");
             tracing::warn!(lease_key = %key, error = %err, "release failed; the lease will expire instead");
+        }
+    }
+}
+
+/// With sessions, nobody scans at rest: a lease released here is given straight to the live
+/// session that held the fewest at the last placement round, and that session told. Without
+/// one (this worker is alone, or has not placed yet), a placement round here places it.
+async fn place(shared: &Shared, lease: Lease, deadline: Instant) {
+    if !shared.config.sessions() {
+        return;
+    }
+    let Some(receiver) = shared.pick_receiver() else {
+        shared.rescan.notify_one();
+        return;
+    };
+    match shared
+        .store
+        .give(&lease.key, &receiver.worker, lease.counter, deadline)
+        .await
+    {
+        Ok(Outcome::Done(_)) => {
+            tracing::info!(lease_key = %lease.key, to = %receiver.worker, "released lease given");
+            let notice = [lease.key.as_str().to_owned()];
+            shared
+                .notify(&receiver.worker, receiver.incarnation, &notice, deadline)
+                .await;
+        }
+        Ok(Outcome::LostRace { .. }) => {}
+        Err(err) => {
+            metrics::store_error(&shared.id, "give");
+            tracing::warn!(lease_key = %lease.key, error = %err, "could not give a released lease; a placement round places it");
+            shared.rescan.notify_one();
         }
     }
 }

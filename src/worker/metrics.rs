@@ -41,6 +41,9 @@ pub const DUPLICATE_WORKER_ID: &str = "shardlease_duplicate_worker_id_total";
 /// none and publishes capacity 0), else 0.
 pub const SLOW_STORE: &str = "shardlease_slow_store";
 
+/// Counter: sessions this worker ended after seeing them expire (with sessions).
+pub const SESSIONS_FENCED: &str = "shardlease_sessions_fenced_total";
+
 fn worker(id: &WorkerId) -> [(&'static str, String); 1] {
     [("worker", id.to_string())]
 }
@@ -102,4 +105,8 @@ pub(crate) fn duplicate_worker_id(id: &WorkerId) {
 
 pub(crate) fn slow_store(id: &WorkerId, slow: bool) {
     metrics::gauge!(SLOW_STORE, &worker(id)).set(if slow { 1.0 } else { 0.0 });
+}
+
+pub(crate) fn fenced(id: &WorkerId) {
+    metrics::counter!(SESSIONS_FENCED, &worker(id)).increment(1);
 }

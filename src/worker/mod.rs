@@ -45,8 +45,10 @@ mod identity;
 mod listener;
 pub mod metrics;
 mod renewer;
+mod session;
 mod state;
 mod taker;
+mod watcher;
 
 use std::sync::Arc;
 
@@ -170,13 +172,16 @@ impl WorkerBuilder {
                 .await
                 .map_err(fail)?;
         }
-        let capacity = self.config.published_capacity();
         let incarnation = self.incarnation.unwrap_or_else(Incarnation::random);
-        let _ = self
-            .store
-            .heartbeat(&self.id, incarnation, None, capacity, deadline)
-            .await
-            .map_err(fail)?;
+        let sessions = self.config.sessions();
+        if !sessions {
+            let capacity = self.config.published_capacity();
+            let _ = self
+                .store
+                .heartbeat(&self.id, incarnation, None, capacity, deadline)
+                .await
+                .map_err(fail)?;
+        }
 
         let (events_tx, events_rx) = mpsc::unbounded_channel();
         let (finished_tx, finished_rx) = mpsc::unbounded_channel();
@@ -190,19 +195,42 @@ impl WorkerBuilder {
             events_tx,
             finished_tx,
         ));
+        if sessions && !session::open(&shared, deadline).await.map_err(fail)? {
+            return Err(fail(StoreError::Transient {
+                operation: "open_session",
+                key: self.id.to_string(),
+                ambiguous: false,
+                source: "the worker's membership record kept changing while the session was \
+                         being opened: is another process starting with this worker id?"
+                    .into(),
+            }));
+        }
         let loops = TaskTracker::new();
         let taker_cancel = shared.cancel.child_token();
         let heartbeat_cancel = shared.cancel.child_token();
         let span = |task: &'static str| tracing::info_span!("shardlease", worker = %self.id, task);
-        loops.spawn(
-            renewer::run(Arc::clone(&shared), shared.cancel.clone()).instrument(span("renewer")),
-        );
-        // Goes on while the worker leaves (publishing capacity 0), and stops before `shutdown`
-        // removes the membership record, so that no heartbeat re-creates it.
-        loops.spawn(
-            renewer::heartbeats(Arc::clone(&shared), heartbeat_cancel.clone())
-                .instrument(span("heartbeat")),
-        );
+        if sessions {
+            // Beats go on while the worker leaves (publishing capacity 0), and stop before
+            // `shutdown` ends the session.
+            loops.spawn(
+                session::run(Arc::clone(&shared), heartbeat_cancel.clone())
+                    .instrument(span("session")),
+            );
+            loops.spawn(
+                watcher::run(Arc::clone(&shared), taker_cancel.clone()).instrument(span("watcher")),
+            );
+        } else {
+            loops.spawn(
+                renewer::run(Arc::clone(&shared), shared.cancel.clone())
+                    .instrument(span("renewer")),
+            );
+            // Goes on while the worker leaves (publishing capacity 0), and stops before
+            // `shutdown` removes the membership record, so that no heartbeat re-creates it.
+            loops.spawn(
+                renewer::heartbeats(Arc::clone(&shared), heartbeat_cancel.clone())
+                    .instrument(span("heartbeat")),
+            );
+        }
         loops.spawn(
             finish::control(Arc::clone(&shared), finished_rx, shared.cancel.clone())
                 .instrument(span("control")),
@@ -431,6 +459,9 @@ impl Worker {
         shared.jobs.close();
         let store_deadline = shared.now().min(deadline) + shared.config.store_timeout;
         let remove_member = async {
+            if shared.config.sessions() {
+                return end_own_session(&shared, store_deadline).await;
+            }
             let removed = shared
                 .store
                 .remove_member(&shared.id, None, store_deadline)
@@ -446,6 +477,32 @@ impl Worker {
         self.loops.wait().await;
         shared.close_events();
         tracing::info!(worker = %shared.id, "worker stopped");
+    }
+}
+
+/// With sessions: ends this process's session as it leaves (its record removed, if it is still
+/// this process's). A beat cut short by the shutdown may have landed unseen: then the record
+/// is read and ended at the heartbeat it shows.
+async fn end_own_session(shared: &Shared, deadline: tokio::time::Instant) {
+    let mut heartbeat = shared.session().heartbeat;
+    for _ in 0..3 {
+        let ended = shared
+            .store
+            .end_session(&shared.id, shared.incarnation, heartbeat, deadline)
+            .await;
+        match ended {
+            Ok(crate::store::Outcome::Done(_)) => return,
+            Ok(crate::store::Outcome::LostRace {
+                current: Some(current),
+            }) if current.incarnation == Some(shared.incarnation) => {
+                heartbeat = current.heartbeat;
+            }
+            Ok(crate::store::Outcome::LostRace { .. }) => return,
+            Err(err) => {
+                tracing::warn!(error = %err, "could not end the session; it will expire");
+                return;
+            }
+        }
     }
 }
 

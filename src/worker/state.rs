@@ -5,7 +5,7 @@
 //! succeeds until it is lost, handed over or released. The application considers it held
 //! only in the `Active` and `Stopping` phases, and only while `now < valid_until`.
 
-use std::collections::{BTreeMap, HashSet};
+use std::collections::{BTreeMap, HashMap, HashSet};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 
@@ -87,6 +87,41 @@ pub(crate) struct State {
     pub shutting_down: bool,
 }
 
+/// A membership notice: `shardlease#member#<worker id>` tells the receiver that the fleet
+/// changed next to it (that worker joined or left), so that it looks again at which session it
+/// watches.
+pub(crate) fn member_notice(worker: &WorkerId) -> String {
+    format!("{}member#{worker}", crate::lease::RESERVED_PREFIX)
+}
+
+/// An expectation notice: a session the receiver's leases may come from looks dead (its
+/// watcher has not seen it beat for a while), so the receiver should look at its own record
+/// often until the leases are given to it, rather than wait for its next beat.
+pub(crate) const EXPECT_NOTICE: &str = "shardlease#expect";
+
+/// One state of a session record: the incarnation that wrote it and its heartbeat.
+pub(crate) type SessionVersion = (Option<Incarnation>, u64);
+
+/// This process's session, with [`Protocol::Sessions`](crate::config::Protocol::Sessions).
+#[derive(Debug)]
+pub(crate) struct Session {
+    /// Open: its last beat (or its opening) was accepted, and no beat was refused since.
+    pub open: bool,
+    /// The end of its validity here: start of the last accepted beat + the lease validity.
+    pub valid_until: Instant,
+    /// The heartbeat of the record as this process last wrote it.
+    pub heartbeat: u64,
+}
+
+/// A live session a released lease may be given to, and how many leases it held at the last
+/// placement round (see [`Shared::placement`]).
+#[derive(Debug, Clone, PartialEq)]
+pub(crate) struct Receiver {
+    pub worker: WorkerId,
+    pub incarnation: Incarnation,
+    pub held: u32,
+}
+
 /// Everything the worker's tasks share.
 pub(crate) struct Shared {
     pub id: WorkerId,
@@ -125,6 +160,26 @@ pub(crate) struct Shared {
     pub jobs: TaskTracker,
     /// Cancelled when the worker stops (shutdown or drop).
     pub cancel: CancellationToken,
+    /// With sessions: this process's session.
+    pub session: Mutex<Session>,
+    /// With sessions: the worker whose session this one watches (the next live id), as the
+    /// last placement round saw the fleet.
+    pub successor: watch::Sender<Option<WorkerId>>,
+    /// With sessions: sessions this process ended by a fence after seeing them expire; their
+    /// leases may be started at once.
+    pub fenced: Mutex<HashSet<(WorkerId, Incarnation)>>,
+    /// With sessions: where a lease released here goes (the other live sessions at the last
+    /// placement round, with what they held).
+    pub placement: Mutex<Vec<Receiver>>,
+    /// With sessions: a watched session that looks dead (not fenced yet), for the next
+    /// placement round to warn the workers its leases would go to.
+    pub suspect: Mutex<Option<(WorkerId, Incarnation)>>,
+    /// With sessions: when this worker first saw each member's current (incarnation,
+    /// heartbeat), as its placement rounds read them; the watcher starts from there.
+    pub members_seen: Mutex<HashMap<WorkerId, (SessionVersion, Instant)>>,
+    /// With sessions: until when this worker reads its own record often, because leases may
+    /// be given to it any moment (see [`EXPECT_NOTICE`]).
+    pub expecting: Mutex<Option<Instant>>,
 }
 
 /// What to do after the application finished with a lease.
@@ -176,6 +231,7 @@ impl Shared {
         events: mpsc::UnboundedSender<LeaseEvent>,
         finished: mpsc::UnboundedSender<Finished>,
     ) -> Self {
+        let now = clock.now();
         Self {
             id,
             incarnation,
@@ -196,7 +252,115 @@ impl Shared {
             departed_requesters: Mutex::default(),
             jobs: TaskTracker::new(),
             cancel: CancellationToken::new(),
+            session: Mutex::new(Session {
+                open: false,
+                valid_until: now,
+                heartbeat: 0,
+            }),
+            successor: watch::Sender::new(None),
+            fenced: Mutex::default(),
+            placement: Mutex::default(),
+            suspect: Mutex::default(),
+            members_seen: Mutex::default(),
+            expecting: Mutex::default(),
         }
+    }
+
+    /// The session (with sessions).
+    pub fn session(&self) -> MutexGuard<'_, Session> {
+        self.session.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// How long a lease whose take started at `start` is valid here: a lease duration (less
+    /// the drift allowance) from `start`; with sessions, as long as the session (and not at
+    /// all while it is not open).
+    pub fn validity_from(&self, start: Instant) -> Instant {
+        if !self.config.sessions() {
+            return start + self.config.validity();
+        }
+        let session = self.session();
+        if session.open {
+            session.valid_until
+        } else {
+            start
+        }
+    }
+
+    /// A beat (or the opening of the session) that started at `start` was accepted, writing
+    /// `heartbeat`: the session and every lease it holds are valid a lease validity from
+    /// `start`.
+    pub fn beaten(&self, start: Instant, heartbeat: u64) {
+        let valid_until = start + self.config.validity();
+        {
+            let mut session = self.session();
+            session.open = true;
+            session.heartbeat = heartbeat;
+            if valid_until > session.valid_until {
+                session.valid_until = valid_until;
+            }
+        }
+        for held in self.lock().held.values_mut() {
+            if valid_until > held.valid_until {
+                held.valid_until = valid_until;
+            }
+        }
+        self.changed.notify_one();
+    }
+
+    /// The session ended under this process (a beat refused: fenced by a peer that saw it
+    /// expire, or replaced by another process with this id): every lease it held is lost at
+    /// once.
+    pub fn session_lost(&self, why: &str) {
+        self.session().open = false;
+        let keys: Vec<LeaseKey> = self.lock().held.keys().cloned().collect();
+        for key in keys {
+            self.lose(&key, None, why);
+        }
+        self.lock().pending.clear();
+    }
+
+    /// Reads the own record often for a while: leases may be given to this worker any moment.
+    pub fn expect(&self, until: Instant) {
+        let mut expecting = self.expecting.lock().unwrap_or_else(|e| e.into_inner());
+        if expecting.is_none_or(|at| at < until) {
+            *expecting = Some(until);
+        }
+        drop(expecting);
+        self.beat_now.notify_one();
+    }
+
+    /// Leaves `notices` in `worker`'s session `incarnation`; `true` once they are there or the
+    /// session is gone (nobody is left to read them).
+    pub async fn notify(
+        &self,
+        worker: &WorkerId,
+        incarnation: Incarnation,
+        notices: &[String],
+        deadline: Instant,
+    ) -> bool {
+        match self
+            .store
+            .notify(worker, incarnation, notices, deadline)
+            .await
+        {
+            Ok(_) => true,
+            Err(err) => {
+                metrics::store_error(&self.id, "notify");
+                tracing::warn!(to = %worker, error = %err, "could not leave a notice");
+                false
+            }
+        }
+    }
+
+    /// Picks the live session a lease released here should go to: the one that held the
+    /// fewest at the last placement round (counting what was given to it since).
+    pub fn pick_receiver(&self) -> Option<Receiver> {
+        let mut placement = self.placement.lock().unwrap_or_else(|e| e.into_inner());
+        let receiver = placement
+            .iter_mut()
+            .min_by(|a, b| a.held.cmp(&b.held).then(a.worker.cmp(&b.worker)))?;
+        receiver.held += 1;
+        Some(receiver.clone())
     }
 
     /// Now, on this worker's clock.
@@ -373,6 +537,16 @@ impl Shared {
         } else {
             tracing::info!(lease_key = %key, tenure, ?report_at, "lease taken; reported once the previous owner's validity has ended");
         }
+    }
+
+    /// Sets when a `Waiting` lease of `tenure` is reported (the control task reports it then).
+    pub fn report_at(&self, key: &LeaseKey, tenure: u64, at: Instant) {
+        if let Some(held) = self.lock().held.get_mut(key).filter(|h| h.tenure == tenure) {
+            if let Phase::Waiting { report_at } = &mut held.phase {
+                *report_at = at;
+            }
+        }
+        self.changed.notify_one();
     }
 
     /// Moves a `Waiting` lease to `Active` and gives the application its grant.

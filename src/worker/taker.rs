@@ -9,7 +9,7 @@
 //! lease of another process with this worker's id); a lease duration after the first attempt
 //! started when the answer of an earlier take was lost.
 
-use std::collections::{HashMap, HashSet};
+use std::collections::{BTreeMap, HashMap, HashSet};
 use std::sync::Arc;
 
 use tokio::sync::Semaphore;
@@ -21,10 +21,10 @@ use tracing::Instrument;
 use super::grant::LeaseEvent;
 use super::identity::{Identity, Ownership};
 use super::metrics;
-use super::state::{Pending, Shared, TableView};
-use crate::balance::{BalancePolicy, FleetView, Holder, LeaseView, Move, WorkerView};
+use super::state::{member_notice, Pending, Receiver, Shared, TableView, EXPECT_NOTICE};
+use crate::balance::{Assignment, BalancePolicy, FleetView, Holder, LeaseView, Move, WorkerView};
 use crate::expiry::{ExpiryTracker, LeaseVersion};
-use crate::lease::{Lease, LeaseKey, Snapshot, WorkerId};
+use crate::lease::{Incarnation, Lease, LeaseKey, Snapshot, WorkerId};
 use crate::lifecycle::{self, LeaseStatus};
 use crate::store::{Outcome, StoreError};
 
@@ -34,7 +34,23 @@ pub(crate) struct Taker {
     leases: ExpiryTracker<LeaseKey, LeaseVersion>,
     members: ExpiryTracker<WorkerId>,
     identity: Identity,
+    /// With sessions: sessions named by leases whose record is gone or names another
+    /// incarnation (they can never beat again), by when this worker first saw them so.
+    ended: ExpiryTracker<(WorkerId, Option<Incarnation>)>,
+    /// With sessions: when each lease of the last round may be started by others (its owner's
+    /// session surely over), or a far instant while that session lives.
+    expiry: HashMap<LeaseKey, Instant>,
+    /// With sessions: the predecessor this worker last told that it joined next to it.
+    announced_to: Option<WorkerId>,
+    /// The live workers of the last round, to see the fleet change.
+    last_fleet: Vec<WorkerId>,
 }
+
+/// A value of [`Taker::ended`]: the session has no record of its own any more.
+const NO_RECORD: u64 = u64::MAX;
+
+/// Far enough in the future to mean "not while its session lives".
+const FAR: std::time::Duration = std::time::Duration::from_secs(100 * 365 * 24 * 3600);
 
 /// What the taker does with one lease of the snapshot before planning.
 enum Action {
@@ -47,6 +63,9 @@ enum Action {
     Adopt(Lease),
     /// A handoff we asked for was not completed in time: take it anyway.
     Force(Lease),
+    /// With sessions: given to this worker's id (by a placement round, or a handoff nobody
+    /// here waits on): its giver made sure nobody works on it.
+    Given(Lease),
 }
 
 impl Action {
@@ -55,14 +74,15 @@ impl Action {
             Action::Resume(lease)
             | Action::Foreign(lease)
             | Action::Adopt(lease)
-            | Action::Force(lease) => &lease.key,
+            | Action::Force(lease)
+            | Action::Given(lease) => &lease.key,
         }
     }
 }
 
 /// When a take is reported to the application.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum Report {
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) enum Report {
     /// After the quiet period: nobody else can still be working on the lease (it was unowned,
     /// expired on this worker's clock, ours, or handed over after its owner finished).
     Quiet,
@@ -75,6 +95,13 @@ enum Report {
     /// A lease duration after an earlier take of the lease whose answer was lost started:
     /// that take may have landed while the previous holder was still working.
     ForcedSince(Instant),
+    /// With sessions: the previous holder's session lives, and its beats would go on
+    /// extending the lease there. It is notified, and the lease is reported once it has
+    /// acknowledged (dropped the lease) or its session is surely over.
+    Acknowledged {
+        owner: WorkerId,
+        incarnation: Option<Incarnation>,
+    },
 }
 
 impl Taker {
@@ -87,6 +114,10 @@ impl Taker {
             leases: ExpiryTracker::new(duration),
             members: ExpiryTracker::new(duration),
             identity,
+            ended: ExpiryTracker::new(duration),
+            expiry: HashMap::new(),
+            announced_to: None,
+            last_fleet: Vec::new(),
         }
     }
 
@@ -133,29 +164,442 @@ impl Taker {
 
     /// One round; returns when the next one should run.
     async fn round(&mut self) -> Result<Instant, StoreError> {
-        let config = &self.shared.config;
-        let snapshot = self
-            .shared
-            .store
-            .snapshot(self.shared.now() + config.store_timeout)
-            .await?;
+        let config = self.shared.config.clone();
+        let deadline = self.shared.now() + config.store_timeout;
+        // With sessions, every write a round leads to is conditioned on what it read, so a
+        // stale read costs a lost race at most: eventually consistent, at half the price.
+        let snapshot = if config.sessions() {
+            self.shared.store.snapshot_eventually(deadline).await?
+        } else {
+            self.shared.store.snapshot(deadline).await?
+        };
         // Observed at the end of the scan: every value read was written before now, so no
         // owner's validity (counted from before its write) can outlast now + lease duration.
         let now = self.shared.now();
-        let expiry = self.observe(&snapshot, now);
-        self.observe_identity(&snapshot, now);
-        let live = self.live_workers(&snapshot, &expiry, now);
+        let sessions = config.sessions();
+        let expiry = if sessions {
+            self.observe_sessions(&snapshot, now).await
+        } else {
+            let expiry = self.observe(&snapshot, now);
+            self.observe_identity(&snapshot, now);
+            expiry
+        };
+        let live = if sessions {
+            self.live_sessions(&snapshot, now)
+        } else {
+            self.live_workers(&snapshot, &expiry, now)
+        };
         let statuses = lifecycle::statuses(&snapshot.leases);
         let actions = self.actions(&snapshot, &statuses, now);
         let view = self.view(&snapshot, &statuses, &live, &expiry, now);
         let moves = self.policy.plan(&view, &self.shared.id);
+        // With sessions, nothing else brings the next round: keep looking while this worker
+        // moved something or is below its share.
+        let mut fleet: Vec<WorkerId> = live.keys().cloned().collect();
+        fleet.sort();
+        let fleet_changed = fleet != self.last_fleet;
+        self.last_fleet = fleet;
+        let moved = !moves.is_empty() || !actions.is_empty() || {
+            let assignment = Assignment::compute(&view);
+            let me = &self.shared.id;
+            assignment.counts.get(me) < assignment.targets.get(me)
+        };
         let by_key: HashMap<&LeaseKey, &Lease> =
             snapshot.leases.iter().map(|l| (&l.key, l)).collect();
+        if sessions {
+            self.warn(&snapshot, &statuses, &live, &expiry, now).await;
+            self.place(&snapshot, &view, &by_key, now).await;
+        }
         self.execute(actions, moves, &by_key, now).await;
-        self.clean_up_members(&snapshot, &live, now).await;
-        let next = self.next_round(&snapshot, &expiry, now);
+        let next = if sessions {
+            self.ring(&snapshot, &live, &view).await;
+            let next = self.next_session_round(&snapshot, &live, &expiry, moved, now);
+            // Workers joining together see each other one round later: look again soon.
+            if fleet_changed {
+                next.min(now + config.renew_interval / 8)
+            } else {
+                next
+            }
+        } else {
+            self.clean_up_members(&snapshot, &live, now).await;
+            self.next_round(&snapshot, &expiry, now)
+        };
         self.publish(snapshot, &live, &expiry, now);
         Ok(next)
+    }
+
+    /// With sessions: records the members' beats, fences every session seen unchanged for a
+    /// lease duration, and returns, per lease of the snapshot, when it may be started by
+    /// another worker: at once if its owner's session was fenced here, a lease duration after
+    /// this worker first saw that session without a record of its own, and not while the
+    /// session has its record (a far instant).
+    async fn observe_sessions(&mut self, snapshot: &Snapshot, now: Instant) -> Vec<Instant> {
+        let ids: HashSet<&WorkerId> = snapshot.members.iter().map(|m| &m.worker).collect();
+        self.members.retain(|w| ids.contains(w));
+        for member in &snapshot.members {
+            self.members.observe(&member.worker, member.heartbeat, now);
+        }
+        {
+            let mut seen = self
+                .shared
+                .members_seen
+                .lock()
+                .unwrap_or_else(|e| e.into_inner());
+            seen.retain(|w, _| ids.contains(w));
+            for member in &snapshot.members {
+                let value = (member.incarnation, member.heartbeat);
+                match seen.get(&member.worker) {
+                    Some((old, _)) if *old == value => {}
+                    _ => {
+                        seen.insert(member.worker.clone(), (value, now));
+                    }
+                }
+            }
+        }
+        let deadline = now + self.shared.config.store_timeout;
+        for member in &snapshot.members {
+            let Some(incarnation) = member.incarnation else {
+                continue;
+            };
+            if member.worker == self.shared.id || !self.members.is_expired(&member.worker, now) {
+                continue;
+            }
+            let fenced = self
+                .shared
+                .store
+                .end_session(&member.worker, incarnation, member.heartbeat, deadline)
+                .await;
+            if let Ok(Outcome::Done(_) | Outcome::LostRace { current: None }) = fenced {
+                tracing::warn!(worker = %member.worker, %incarnation, "session expired: fenced; its leases are placed again");
+                metrics::fenced(&self.shared.id);
+                self.fenced().insert((member.worker.clone(), incarnation));
+            }
+        }
+        let fresh = snapshot
+            .members
+            .iter()
+            .filter(|m| !self.members.is_expired(&m.worker, now))
+            .map(|m| &m.worker)
+            .collect();
+        self.shared.note_requesters(&snapshot.leases, &fresh);
+        let records: HashMap<&WorkerId, Option<Incarnation>> = snapshot
+            .members
+            .iter()
+            .map(|m| (&m.worker, m.incarnation))
+            .collect();
+        let fenced = self.fenced().clone();
+        let mut named = HashSet::new();
+        let far = now + FAR;
+        let expiry: Vec<Instant> = snapshot
+            .leases
+            .iter()
+            .map(|lease| {
+                let Some(owner) = &lease.owner else {
+                    return now;
+                };
+                let session = (owner.clone(), lease.owner_incarnation);
+                if let Some(incarnation) = lease.owner_incarnation {
+                    if fenced.contains(&(owner.clone(), incarnation)) {
+                        return now;
+                    }
+                }
+                let has_record = match (records.get(owner), lease.owner_incarnation) {
+                    // Given to the id, not yet taken: any session of the id takes it.
+                    (Some(_), None) => true,
+                    (Some(record), Some(incarnation)) => *record == Some(incarnation),
+                    (None, _) => false,
+                };
+                if has_record {
+                    return far;
+                }
+                named.insert(session.clone());
+                self.ended.observe(&session, NO_RECORD, now)
+            })
+            .collect();
+        self.ended.retain(|s| named.contains(s));
+        self.expiry = snapshot
+            .leases
+            .iter()
+            .zip(&expiry)
+            .map(|(l, at)| (l.key.clone(), *at))
+            .collect();
+        expiry
+    }
+
+    fn fenced(&self) -> std::sync::MutexGuard<'_, HashSet<(WorkerId, Incarnation)>> {
+        self.shared.fenced.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// With sessions: the live workers are the members whose session is open and has not
+    /// been seen unchanged for a lease duration, and this worker.
+    fn live_sessions(&self, snapshot: &Snapshot, now: Instant) -> HashMap<WorkerId, Option<u32>> {
+        let fenced = self.fenced().clone();
+        let mut live: HashMap<WorkerId, Option<u32>> = snapshot
+            .members
+            .iter()
+            .filter(|m| !self.members.is_expired(&m.worker, now))
+            .filter(|m| {
+                m.incarnation
+                    .is_none_or(|i| !fenced.contains(&(m.worker.clone(), i)))
+            })
+            .map(|m| (m.worker.clone(), m.capacity))
+            .collect();
+        live.insert(
+            self.shared.id.clone(),
+            Some(self.shared.config.max_leases_per_worker),
+        );
+        live
+    }
+
+    /// With sessions: the leases nobody alive holds that the assignment gives to other
+    /// workers are given to them, and each receiver is told in one notice. (What it gives to
+    /// this worker, the policy takes.)
+    async fn place(
+        &mut self,
+        snapshot: &Snapshot,
+        view: &FleetView,
+        by_key: &HashMap<&LeaseKey, &Lease>,
+        now: Instant,
+    ) {
+        if self.shared.health.is_slow() || !self.shared.session().open {
+            return;
+        }
+        let me = &self.shared.id;
+        let incarnations: HashMap<&WorkerId, Incarnation> = snapshot
+            .members
+            .iter()
+            .filter_map(|m| m.incarnation.map(|i| (&m.worker, i)))
+            .collect();
+        let assignment = Assignment::compute(view);
+        let deadline = now + self.shared.config.store_timeout;
+        let limit = Arc::new(Semaphore::new(self.shared.config.max_concurrent_renewals));
+        let mut gives = JoinSet::new();
+        for (worker, moves) in &assignment.moves {
+            if worker == me || !incarnations.contains_key(worker) {
+                continue;
+            }
+            for step in moves {
+                let Move::Take(key) = step else { continue };
+                let Some(lease) = by_key.get(key) else {
+                    continue;
+                };
+                let startable = self.expiry.get(key).is_some_and(|at| *at <= now);
+                if lease.owner.is_some() && !startable {
+                    continue;
+                }
+                let (shared, limit) = (Arc::clone(&self.shared), Arc::clone(&limit));
+                let (key, worker, counter) = (key.clone(), worker.clone(), lease.counter);
+                gives.spawn(
+                    async move {
+                        let _permit = limit.acquire_owned().await.ok()?;
+                        match shared.store.give(&key, &worker, counter, deadline).await {
+                            Ok(Outcome::Done(_)) => Some((worker, key)),
+                            Ok(Outcome::LostRace { .. }) => None,
+                            Err(err) => {
+                                metrics::store_error(&shared.id, "give");
+                                tracing::warn!(lease_key = %key, error = %err, "could not give a lease");
+                                None
+                            }
+                        }
+                    }
+                    .in_current_span(),
+                );
+            }
+        }
+        let mut given: BTreeMap<WorkerId, Vec<String>> = BTreeMap::new();
+        while let Some(done) = gives.join_next().await {
+            if let Ok(Some((worker, key))) = done {
+                given
+                    .entry(worker)
+                    .or_default()
+                    .push(key.as_str().to_owned());
+            }
+        }
+        for (worker, mut keys) in given {
+            let Some(incarnation) = incarnations.get(&worker).copied() else {
+                continue;
+            };
+            keys.sort();
+            tracing::info!(to = %worker, leases = keys.len(), "leases given");
+            self.shared
+                .notify(&worker, incarnation, &keys, deadline)
+                .await;
+        }
+    }
+
+    /// With sessions: when the session this worker watches looks dead (see the watcher),
+    /// warns the workers its leases would go to if it were, so that they read their own
+    /// records often until the leases come (see `EXPECT_NOTICE`).
+    async fn warn(
+        &self,
+        snapshot: &Snapshot,
+        statuses: &[LeaseStatus],
+        live: &HashMap<WorkerId, Option<u32>>,
+        expiry: &[Instant],
+        now: Instant,
+    ) {
+        let suspect = self
+            .shared
+            .suspect
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .take();
+        let Some((victim, incarnation)) = suspect else {
+            return;
+        };
+        if self.fenced().contains(&(victim.clone(), incarnation)) {
+            return;
+        }
+        let of_victim = |lease: &Lease| {
+            lease.owner.as_ref() == Some(&victim) && lease.owner_incarnation == Some(incarnation)
+        };
+        let keys: HashSet<&LeaseKey> = snapshot
+            .leases
+            .iter()
+            .filter(|l| of_victim(l))
+            .map(|l| &l.key)
+            .collect();
+        let if_dead: Vec<Instant> = snapshot
+            .leases
+            .iter()
+            .zip(expiry)
+            .map(|(l, at)| if of_victim(l) { now } else { *at })
+            .collect();
+        let mut survivors = live.clone();
+        survivors.remove(&victim);
+        let view = self.view(snapshot, statuses, &survivors, &if_dead, now);
+        let assignment = Assignment::compute(&view);
+        let incarnations: HashMap<&WorkerId, Incarnation> = snapshot
+            .members
+            .iter()
+            .filter_map(|m| m.incarnation.map(|i| (&m.worker, i)))
+            .collect();
+        let deadline = now + self.shared.config.store_timeout;
+        let mut receivers: Vec<&WorkerId> = assignment
+            .moves
+            .iter()
+            .filter(|(_, moves)| {
+                moves
+                    .iter()
+                    .any(|m| matches!(m, Move::Take(k) if keys.contains(k)))
+            })
+            .map(|(w, _)| w)
+            .filter(|w| **w != self.shared.id)
+            .collect();
+        receivers.sort();
+        tracing::info!(suspect = %victim, receivers = receivers.len(), "a watched session looks dead: warning where its leases would go");
+        for worker in receivers {
+            if let Some(incarnation) = incarnations.get(worker).copied() {
+                let notice = [EXPECT_NOTICE.to_owned()];
+                self.shared
+                    .notify(worker, incarnation, &notice, deadline)
+                    .await;
+            }
+        }
+    }
+
+    /// With sessions: names the session this worker watches (the next live id after its own,
+    /// around), tells a new predecessor that this worker joined next to it, and keeps the
+    /// receivers of released leases.
+    async fn ring(
+        &mut self,
+        snapshot: &Snapshot,
+        live: &HashMap<WorkerId, Option<u32>>,
+        view: &FleetView,
+    ) {
+        let me = &self.shared.id;
+        let mut ids: Vec<&WorkerId> = live.keys().collect();
+        ids.sort();
+        let position = ids.iter().position(|w| *w == me).unwrap_or(0);
+        let successor = (ids.len() > 1).then(|| ids[(position + 1) % ids.len()].clone());
+        let predecessor =
+            (ids.len() > 1).then(|| ids[(position + ids.len() - 1) % ids.len()].clone());
+        self.shared.successor.send_if_modified(|current| {
+            if *current == successor {
+                false
+            } else {
+                *current = successor.clone();
+                true
+            }
+        });
+        let incarnations: HashMap<&WorkerId, Incarnation> = snapshot
+            .members
+            .iter()
+            .filter_map(|m| m.incarnation.map(|i| (&m.worker, i)))
+            .collect();
+        if let Some(predecessor) = predecessor.filter(|p| self.announced_to.as_ref() != Some(p)) {
+            if let Some(incarnation) = incarnations.get(&predecessor).copied() {
+                let deadline = self.shared.now() + self.shared.config.store_timeout;
+                let notice = [member_notice(me)];
+                self.shared
+                    .notify(&predecessor, incarnation, &notice, deadline)
+                    .await;
+                self.announced_to = Some(predecessor);
+            }
+        }
+        let mut counts: HashMap<&WorkerId, u32> = HashMap::new();
+        for lease in &view.leases {
+            if let Holder::Held(w) | Holder::Moving { to: w, .. } = &lease.holder {
+                *counts.entry(w).or_default() += 1;
+            }
+        }
+        let receivers = live
+            .iter()
+            .filter(|(w, capacity)| *w != me && **capacity != Some(0))
+            .filter_map(|(w, _)| {
+                incarnations.get(w).map(|i| Receiver {
+                    worker: w.clone(),
+                    incarnation: *i,
+                    held: counts.get(w).copied().unwrap_or(0),
+                })
+            })
+            .collect();
+        *self
+            .shared
+            .placement
+            .lock()
+            .unwrap_or_else(|e| e.into_inner()) = receivers;
+    }
+
+    /// With sessions, the next round comes only when something is due: a handoff we wait on
+    /// times out; a lease whose session has no record becomes startable; this round moved
+    /// something (to see that it converged); and, on the worker with the smallest live id,
+    /// the slow scan.
+    fn next_session_round(
+        &self,
+        snapshot: &Snapshot,
+        live: &HashMap<WorkerId, Option<u32>>,
+        expiry: &[Instant],
+        moved: bool,
+        now: Instant,
+    ) -> Instant {
+        let config = &self.shared.config;
+        let mut next = now + FAR;
+        if self.is_smallest(live) {
+            next = next.min(now + config.slow_scan_interval);
+        }
+        if moved {
+            next = next.min(now + config.renew_interval / 2);
+        }
+        for pending in self.shared.lock().pending.values() {
+            next = next.min((pending.since + config.handoff_timeout).max(now));
+        }
+        for (lease, at) in snapshot.leases.iter().zip(expiry) {
+            if *at > now && *at < now + FAR / 2 && lease.owner.is_some() {
+                next = next.min(*at);
+            }
+        }
+        next
+    }
+
+    /// Whether `key` may be taken by this worker without its owner's consent: its expiry has
+    /// come on this worker's clock (with sessions: its owner's session is surely over).
+    fn lease_expired(&self, key: &LeaseKey, now: Instant) -> bool {
+        if self.shared.config.sessions() {
+            self.expiry.get(key).is_some_and(|at| *at <= now)
+        } else {
+            self.leases.is_expired(key, now)
+        }
     }
 
     /// This worker has the smallest id among the live ones: it does the fleet's chores
@@ -254,16 +698,24 @@ impl Taker {
     /// handoff, a steal, a lease of another process with this id): at once if it has expired
     /// here (its owner's validity has surely ended), else as a forced take bounded by that
     /// expiry.
-    fn forced_report(&self, key: &LeaseKey, now: Instant) -> Report {
-        if self.leases.is_expired(key, now) {
+    fn forced_report(&self, lease: &Lease, now: Instant) -> Report {
+        if self.lease_expired(&lease.key, now) {
             Report::Quiet
+        } else if self.shared.config.sessions() {
+            Report::Acknowledged {
+                owner: lease
+                    .owner
+                    .clone()
+                    .unwrap_or_else(|| self.shared.id.clone()),
+                incarnation: lease.owner_incarnation,
+            }
         } else {
-            Report::Forced(self.leases.expires_at(key))
+            Report::Forced(self.leases.expires_at(&lease.key))
         }
     }
 
     fn owner_alive(&self, lease: &Lease, now: Instant) -> bool {
-        lease.owner.is_some() && !self.leases.is_expired(&lease.key, now)
+        lease.owner.is_some() && !self.lease_expired(&lease.key, now)
     }
 
     /// Live workers: fresh membership records, owners of unexpired leases, and this worker.
@@ -324,7 +776,7 @@ impl Taker {
                         && lease.handoff_to.as_ref() == Some(me) =>
                     {
                         if now >= pending.since + config.handoff_timeout
-                            || self.leases.is_expired(&lease.key, now)
+                            || self.lease_expired(&lease.key, now)
                         {
                             actions.push(Action::Force(lease.clone()));
                         } else {
@@ -345,10 +797,14 @@ impl Taker {
             }
             let action = match ownership {
                 Ownership::Ours => Action::Resume(lease.clone()),
+                // Given to this id, with sessions: one session per id, so it is this one's.
+                Ownership::Foreign if config.sessions() && lease.owner_incarnation.is_none() => {
+                    Action::Given(lease.clone())
+                }
                 Ownership::Foreign => {
                     // Another live process with this id works on it: leave it until it
                     // expires, or the two would take their leases back and forth.
-                    if twin && !self.leases.is_expired(&lease.key, now) {
+                    if twin && !self.lease_expired(&lease.key, now) {
                         continue;
                     }
                     Action::Foreign(lease.clone())
@@ -378,6 +834,14 @@ impl Taker {
             .zip(statuses)
             .zip(expiry)
             .filter(|((_, status), _)| **status == LeaseStatus::Ready)
+            // With sessions, a lease whose session may still live but is not counted live
+            // (not yet fenced, or without a record for less than a lease duration) is
+            // nobody's to plan with until it is.
+            .filter(|((lease, _), at)| {
+                !self.shared.config.sessions()
+                    || !alive(lease, **at, now)
+                    || lease.owner.as_ref().is_some_and(|o| live.contains_key(o))
+            })
             .map(|((lease, _), at)| {
                 let holder = match &lease.owner {
                     Some(owner) if alive(lease, *at, now) && live.contains_key(owner) => {
@@ -418,7 +882,8 @@ impl Taker {
     ) {
         // Too slow to hold leases (see `health.rs`): whatever it took now it would lose again,
         // while its late writes kept the leases looking alive to the peers.
-        if self.shared.health.is_slow() {
+        let closed = self.shared.config.sessions() && !self.shared.session().open;
+        if self.shared.health.is_slow() || closed {
             if !actions.is_empty() || !moves.is_empty() {
                 tracing::info!(
                     skipped = actions.len() + moves.len(),
@@ -452,11 +917,22 @@ impl Taker {
                     };
                     Job::Take { lease, report }
                 }
+                // With sessions, the other process's record was replaced by this one's, so
+                // its session cannot beat again: its validity ends within a lease duration of
+                // the take.
+                Action::Foreign(lease) if self.shared.config.sessions() => Job::Take {
+                    lease,
+                    report: Report::Forced(None),
+                },
                 Action::Foreign(lease) | Action::Force(lease) => {
-                    let report = self.forced_report(&lease.key, now);
+                    let report = self.forced_report(&lease, now);
                     Job::Take { lease, report }
                 }
                 Action::Adopt(lease) => Job::Adopt(lease),
+                Action::Given(lease) => Job::Take {
+                    lease,
+                    report: Report::Quiet,
+                },
             });
         }
         for step in moves {
@@ -473,7 +949,7 @@ impl Taker {
             let steal =
                 self.identity.ownership(&lease) != Ownership::Ours && self.owner_alive(&lease, now);
             let report = if steal {
-                self.forced_report(&lease.key, now)
+                self.forced_report(&lease, now)
             } else {
                 Report::Quiet
             };
@@ -623,7 +1099,7 @@ enum Job {
 }
 
 /// What became of a take, for the taker to remember.
-enum Answer {
+pub(crate) enum Answer {
     /// The lease was taken (its answer seen).
     Taken(LeaseKey),
     /// The take may have landed, but its answer was lost; `since`: when the first unanswered
@@ -657,10 +1133,20 @@ impl Job {
                     Ok(Outcome::Done(_)) => {
                         metrics::handoff_requested(me);
                         tracing::info!(lease_key = %lease.key, owner = %from, "handoff requested");
-                        shared
-                            .lock()
-                            .pending
-                            .insert(lease.key, Pending { since: start, from });
+                        shared.lock().pending.insert(
+                            lease.key.clone(),
+                            Pending {
+                                since: start,
+                                from: from.clone(),
+                            },
+                        );
+                        // With sessions the owner learns of it from a notice.
+                        if let (true, Some(incarnation)) =
+                            (config.sessions(), lease.owner_incarnation)
+                        {
+                            let notice = [lease.key.as_str().to_owned()];
+                            shared.notify(&from, incarnation, &notice, deadline).await;
+                        }
                     }
                     Ok(Outcome::LostRace { .. }) => {}
                     Err(err) => {
@@ -689,7 +1175,12 @@ impl Job {
 }
 
 /// Takes `lease` for this process, started at `start`, and holds it when the take landed.
-async fn take(shared: &Arc<Shared>, lease: Lease, report: Report, start: Instant) -> Answer {
+pub(crate) async fn take(
+    shared: &Arc<Shared>,
+    lease: Lease,
+    report: Report,
+    start: Instant,
+) -> Answer {
     let (me, config) = (&shared.id, &shared.config);
     let deadline = start + config.store_timeout;
     let outcome = shared
@@ -723,7 +1214,7 @@ async fn take(shared: &Arc<Shared>, lease: Lease, report: Report, start: Instant
             tracing::warn!(lease_key = %lease.key, error = %err, "take unanswered; if it landed, the lease is reported as a forced take");
             let since = match report {
                 Report::ForcedSince(since) => since,
-                Report::Quiet | Report::Forced(_) => start,
+                Report::Quiet | Report::Forced(_) | Report::Acknowledged { .. } => start,
             };
             return Answer::Unanswered {
                 key: lease.key,
@@ -735,13 +1226,15 @@ async fn take(shared: &Arc<Shared>, lease: Lease, report: Report, start: Instant
     // certainly ended: its last renewal started before this take (or before the earlier
     // attempt that may have landed), so it ends before that start + lease duration.
     let quiet = start + config.quiet_period;
-    let report_at = match report {
+    let report_at = match &report {
         Report::Quiet => quiet,
         Report::Forced(expires) => {
             let validity_ended = start + config.lease_duration;
             quiet.max(expires.map_or(validity_ended, |at| at.min(validity_ended)))
         }
-        Report::ForcedSince(since) => quiet.max(since + config.lease_duration),
+        Report::ForcedSince(since) => quiet.max(*since + config.lease_duration),
+        // Reported by the acknowledgement (see `acknowledged`).
+        Report::Acknowledged { .. } => start + FAR,
     };
     let forced = report != Report::Quiet;
     if forced {
@@ -749,6 +1242,64 @@ async fn take(shared: &Arc<Shared>, lease: Lease, report: Report, start: Instant
     }
     tracing::info!(lease_key = %taken.key, previous = ?lease.owner, previous_incarnation = ?lease.owner_incarnation, forced, tenure = taken.tenure, "lease taken");
     let key = taken.key.clone();
-    shared.hold(taken, start + config.validity(), report_at);
+    let tenure = taken.tenure;
+    shared.hold(taken, shared.validity_from(start), report_at);
+    if let Report::Acknowledged { owner, incarnation } = report {
+        let task_shared = Arc::clone(shared);
+        let task_key = key.clone();
+        shared.jobs.spawn(
+            async move {
+                let at = acknowledged(&task_shared, &task_key, owner, incarnation).await;
+                task_shared.report_at(&task_key, tenure, at.max(quiet));
+            }
+            .in_current_span(),
+        );
+    }
     Answer::Taken(key)
+}
+
+/// With sessions, after a lease was taken from a live session: tells its owner and waits
+/// until the owner has dropped it (the notice is gone from its record: it reads the lease,
+/// drops it, and names the notice as seen in its next beat) or the session is surely over.
+/// Returns when the lease may be reported.
+async fn acknowledged(
+    shared: &Shared,
+    key: &LeaseKey,
+    owner: WorkerId,
+    incarnation: Option<Incarnation>,
+) -> Instant {
+    let config = &shared.config;
+    let Some(incarnation) = incarnation else {
+        // Given to the id and not taken: no process works on it.
+        return shared.now();
+    };
+    let notice = [key.as_str().to_owned()];
+    let mut noticed = false;
+    let mut beats: ExpiryTracker<()> = ExpiryTracker::new(config.lease_duration);
+    loop {
+        let deadline = shared.now() + config.store_timeout;
+        if !noticed {
+            noticed = shared.notify(&owner, incarnation, &notice, deadline).await;
+        }
+        let read = shared.store.get_member(&owner, true, deadline).await;
+        let now = shared.now();
+        match read {
+            Ok(Some(member)) if member.incarnation == Some(incarnation) => {
+                if noticed && !member.notices.contains(key.as_str()) {
+                    tracing::info!(lease_key = %key, owner = %owner, "the previous owner dropped the lease");
+                    return now;
+                }
+                beats.observe(&(), member.heartbeat, now);
+                if beats.is_expired(&(), now) {
+                    return now;
+                }
+            }
+            // The session cannot beat any more: its validity ends within a lease duration.
+            Ok(_) => return now + config.lease_duration,
+            Err(err) => {
+                tracing::debug!(lease_key = %key, error = %err, "could not read the previous owner's session");
+            }
+        }
+        shared.clock.sleep_until(now + config.renew_interval).await;
+    }
 }

@@ -27,7 +27,7 @@ use shardlease::balance::KclBalance;
 use shardlease::lease::Incarnation;
 use shardlease::source::{Shard, StaticShardSource};
 use shardlease::worker::{LeaseEvent, StopReason, Worker};
-use shardlease::{LeaseKey, LeaseStore, NewLease, WorkerConfig, WorkerId};
+use shardlease::{LeaseKey, LeaseStore, NewLease, Protocol, WorkerConfig, WorkerId};
 use tokio::task::JoinHandle;
 use tokio::time::Instant;
 
@@ -44,6 +44,8 @@ pub enum Policy {
     /// KCL 2.x: its taker policy (`KclBalance`), a 10 s lease and a 20 s taker interval, on
     /// the interval only.
     Kcl,
+    /// The library's defaults on the session protocol being built (`Protocol::Sessions`).
+    Sessions,
 }
 
 impl Policy {
@@ -51,6 +53,7 @@ impl Policy {
         match self {
             Policy::Ours => "shardlease",
             Policy::Kcl => "KCL 2.x",
+            Policy::Sessions => "sessions",
         }
     }
 
@@ -60,6 +63,7 @@ impl Policy {
             Policy::Kcl => WorkerConfig::default()
                 .taker_interval(Duration::from_secs(20))
                 .scan_at_expiry(false),
+            Policy::Sessions => WorkerConfig::default().protocol(Protocol::Sessions),
         }
     }
 }

@@ -193,13 +193,15 @@ enum Kind {
     /// An eventually consistent `GetItem`: half the capacity units of a strongly consistent one.
     StaleRead,
     Scan,
+    /// An eventually consistent scan page: half the capacity units.
+    StaleScan,
     Write,
 }
 
 /// Read capacity units of a read of `size` bytes.
 fn read_units(kind: Kind, size: usize) -> f64 {
     let units = size.div_ceil(4096).max(1) as f64;
-    if kind == Kind::StaleRead {
+    if matches!(kind, Kind::StaleRead | Kind::StaleScan) {
         units / 2.0
     } else {
         units
@@ -219,6 +221,27 @@ pub struct SimStore {
 }
 
 impl SimStore {
+    /// One page of a scan, strongly consistent (`Kind::Scan`) or not (`Kind::StaleScan`).
+    async fn scan_page(
+        &self,
+        from: Option<PageToken>,
+        kind: Kind,
+        deadline: Instant,
+    ) -> StoreResult<Page> {
+        if from.is_none() {
+            self.link.scans.fetch_add(1, Ordering::Relaxed);
+        }
+        self.call("scan", "", kind, deadline, || {
+            let page = flat(now_or_never(
+                self.net.table.list_page(from.clone(), deadline),
+            ));
+            let size = page.leases.iter().map(lease_item_size).sum::<usize>()
+                + page.members.iter().map(member_item_size).sum::<usize>();
+            (page, size)
+        })
+        .await
+    }
+
     pub fn new(net: Arc<Net>, index: u64) -> (Self, Link) {
         let link = Link::default();
         let seed = net.seed ^ (index.wrapping_add(1)).wrapping_mul(0x9E37_79B9_7F4A_7C15);
@@ -242,7 +265,7 @@ impl SimStore {
     fn latency(&self, kind: Kind) -> Duration {
         let latency = match kind {
             Kind::Read | Kind::StaleRead => self.net.latency.read,
-            Kind::Scan => self.net.latency.scan,
+            Kind::Scan | Kind::StaleScan => self.net.latency.scan,
             Kind::Write => self.net.latency.write,
         };
         latency.sample(&mut self.rng.lock().unwrap())
@@ -327,7 +350,7 @@ impl SimStore {
                 }
                 let (answer, size) = apply();
                 self.net.count(|u| match kind {
-                    Kind::Read | Kind::StaleRead | Kind::Scan => {
+                    Kind::Read | Kind::StaleRead | Kind::Scan | Kind::StaleScan => {
                         u.reads += 1;
                         u.rcu += read_units(kind, size);
                     }
@@ -436,18 +459,15 @@ impl LeaseStore for SimStore {
     }
 
     async fn list_page(&self, from: Option<PageToken>, deadline: Instant) -> StoreResult<Page> {
-        if from.is_none() {
-            self.link.scans.fetch_add(1, Ordering::Relaxed);
-        }
-        self.call("scan", "", Kind::Scan, deadline, || {
-            let page = flat(now_or_never(
-                self.net.table.list_page(from.clone(), deadline),
-            ));
-            let size = page.leases.iter().map(lease_item_size).sum::<usize>()
-                + page.members.iter().map(member_item_size).sum::<usize>();
-            (page, size)
-        })
-        .await
+        self.scan_page(from, Kind::Scan, deadline).await
+    }
+
+    async fn list_page_eventually(
+        &self,
+        from: Option<PageToken>,
+        deadline: Instant,
+    ) -> StoreResult<Page> {
+        self.scan_page(from, Kind::StaleScan, deadline).await
     }
 
     async fn renew(
@@ -966,7 +986,7 @@ impl SimStore {
 
     fn bill(&self, kind: Kind, size: usize) {
         self.net.count(|u| match kind {
-            Kind::Read | Kind::StaleRead | Kind::Scan => {
+            Kind::Read | Kind::StaleRead | Kind::Scan | Kind::StaleScan => {
                 u.reads += 1;
                 u.rcu += read_units(kind, size);
             }

@@ -386,53 +386,15 @@ impl LeaseStore for DynamoStore {
     }
 
     async fn list_page(&self, from: Option<PageToken>, deadline: Instant) -> StoreResult<Page> {
-        let table = self.table_name();
-        let out = self
-            .config
-            .retry
-            .run("scan", table, deadline, |_| {
-                let request = self
-                    .client
-                    .scan()
-                    .table_name(table)
-                    .consistent_read(true)
-                    .set_limit(
-                        self.config
-                            .page_limit
-                            .map(|l| l.min(i32::MAX as u32) as i32),
-                    )
-                    .set_exclusive_start_key(from.as_ref().map(|token| {
-                        HashMap::from([(schema::KEY.to_owned(), schema::s(token.0.as_str()))])
-                    }));
-                async move { request.send().await.map_err(|e| classify("scan", table, e)) }
-            })
-            .await?;
-        let mut page = Page::default();
-        for item in out.items() {
-            match schema::decode(item) {
-                Ok(Decoded::Lease(lease, _)) => page.leases.push(lease),
-                Ok(Decoded::Member(member, _)) => page.members.push(member),
-                Err(err) => {
-                    page.malformed += 1;
-                    self.malformed_seen.fetch_add(1, Ordering::Relaxed);
-                    tracing::warn!(table, error = %err, "skipping a malformed item in the lease table");
-                }
-            }
-        }
-        page.next = match out.last_evaluated_key() {
-            Some(last) => match last.get(schema::KEY) {
-                Some(AttributeValue::S(key)) => Some(PageToken(key.clone())),
-                _ => {
-                    return Err(StoreError::Malformed {
-                        key: format!("{last:?}"),
-                        field: schema::KEY,
-                        reason: "LastEvaluatedKey has no string key".into(),
-                    })
-                }
-            },
-            None => None,
-        };
-        Ok(page)
+        self.scan_page(from, true, deadline).await
+    }
+
+    async fn list_page_eventually(
+        &self,
+        from: Option<PageToken>,
+        deadline: Instant,
+    ) -> StoreResult<Page> {
+        self.scan_page(from, false, deadline).await
     }
 
     async fn renew(
@@ -814,6 +776,62 @@ impl LeaseStore for DynamoStore {
 }
 
 impl DynamoStore {
+    /// One page of a scan from `from`, strongly consistent or not.
+    async fn scan_page(
+        &self,
+        from: Option<PageToken>,
+        consistent: bool,
+        deadline: Instant,
+    ) -> StoreResult<Page> {
+        let table = self.table_name();
+        let out = self
+            .config
+            .retry
+            .run("scan", table, deadline, |_| {
+                let request = self
+                    .client
+                    .scan()
+                    .table_name(table)
+                    .consistent_read(consistent)
+                    .set_limit(
+                        self.config
+                            .page_limit
+                            .map(|l| l.min(i32::MAX as u32) as i32),
+                    )
+                    .set_exclusive_start_key(from.as_ref().map(|token| {
+                        HashMap::from([(schema::KEY.to_owned(), schema::s(token.0.as_str()))])
+                    }));
+                async move { request.send().await.map_err(|e| classify("scan", table, e)) }
+            })
+            .await?;
+        let mut page = Page::default();
+        for item in out.items() {
+            match schema::decode(item) {
+                Ok(Decoded::Lease(lease, _)) => page.leases.push(lease),
+                Ok(Decoded::Member(member, _)) => page.members.push(member),
+                Err(err) => {
+                    page.malformed += 1;
+                    self.malformed_seen.fetch_add(1, Ordering::Relaxed);
+                    tracing::warn!(table, error = %err, "skipping a malformed item in the lease table");
+                }
+            }
+        }
+        page.next = match out.last_evaluated_key() {
+            Some(last) => match last.get(schema::KEY) {
+                Some(AttributeValue::S(key)) => Some(PageToken(key.clone())),
+                _ => {
+                    return Err(StoreError::Malformed {
+                        key: format!("{last:?}"),
+                        field: schema::KEY,
+                        reason: "LastEvaluatedKey has no string key".into(),
+                    })
+                }
+            },
+            None => None,
+        };
+        Ok(page)
+    }
+
     /// One conditional `DeleteItem`, retried within `deadline`. After a lost answer, an item
     /// already gone reads as `LostRace { current: None }`: gone either way.
     async fn delete_item<T: Send>(

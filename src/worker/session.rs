@@ -1,0 +1,393 @@
+//! The session, with [`Protocol::Sessions`](crate::config::Protocol::Sessions): opens this
+//! process's membership record, beats it every `renew_interval` (each accepted beat extends the
+//! validity of the session and of every lease it holds), and acts on the notices other workers
+//! leave in it: a handoff asked of a lease held here, a lease given to this worker, a lease
+//! changed under it, a change of membership.
+//!
+//! A beat refused means the session has ended under this process (a watcher fenced it after
+//! seeing it expire, or another process with this id replaced it): every lease is lost at
+//! once. The process then opens a new session: at once if the record is gone, and only after
+//! seeing another process's record unchanged for a lease duration if there is one (two live
+//! processes with one id must not take the record from each other in turn).
+
+use std::collections::HashSet;
+use std::sync::{Arc, Mutex};
+
+use tokio::sync::Semaphore;
+use tokio::task::JoinSet;
+use tokio::time::Instant;
+use tokio_util::sync::CancellationToken;
+use tracing::Instrument;
+
+use super::finish::spawn_finish;
+use super::grant::{LeaseEvent, StopReason};
+use super::metrics;
+use super::state::{Phase, Shared, EXPECT_NOTICE};
+use super::taker::{take, Report};
+use crate::expiry::ExpiryTracker;
+use crate::lease::{Incarnation, Lease, LeaseKey, Member, RESERVED_PREFIX};
+use crate::store::{Outcome, StoreError};
+
+/// Opens this process's session: writes a fresh record, or replaces the record of this id as
+/// it is now (a restart: the process that wrote it is gone or paused; the leases of its
+/// session are taken back as forced takes, see the taker). `Ok(false)` when other writers kept
+/// changing the record.
+pub(crate) async fn open(shared: &Shared, deadline: Instant) -> Result<bool, StoreError> {
+    for _ in 0..3 {
+        let start = shared.now();
+        let current = shared.store.get_member(&shared.id, true, deadline).await?;
+        if let Some(member) = current
+            .as_ref()
+            .filter(|m| m.incarnation == Some(shared.incarnation))
+        {
+            shared.beaten(start, member.heartbeat);
+            return Ok(true);
+        }
+        let opened = shared
+            .store
+            .open_session(
+                &shared.id,
+                shared.incarnation,
+                shared.published_capacity(),
+                current.as_ref(),
+                deadline,
+            )
+            .await?;
+        if let Outcome::Done(member) = opened {
+            if let Some(old) = current.and_then(|m| m.incarnation) {
+                tracing::info!(replaced = %old, "session opened in place of an earlier process of this id");
+            }
+            shared.beaten(start, member.heartbeat);
+            return Ok(true);
+        }
+    }
+    Ok(false)
+}
+
+/// Notices being handled, and those handled and not yet named as seen in a beat.
+#[derive(Default)]
+struct Notices {
+    in_progress: HashSet<String>,
+    handled: Vec<String>,
+}
+
+pub(crate) async fn run(shared: Arc<Shared>, cancel: CancellationToken) {
+    let interval = shared.config.renew_interval;
+    let mut next = shared.now() + interval;
+    let notices = Arc::new(Mutex::new(Notices::default()));
+    // The record of another process with this id, while the session is closed.
+    let mut other =
+        ExpiryTracker::<(), (Option<Incarnation>, u64)>::new(shared.config.lease_duration);
+    loop {
+        tokio::select! {
+            biased;
+            _ = cancel.cancelled() => return,
+            _ = shared.beat_now.notified() => {}
+            _ = shared.clock.sleep_until(next) => {}
+            _ = expected(&shared, &notices) => {}
+        }
+        next = next.max(shared.now()) + interval;
+        if !shared.session().open {
+            tokio::select! {
+                biased;
+                _ = cancel.cancelled() => return,
+                _ = reopen(&shared, &mut other, next) => {}
+            }
+            continue;
+        }
+        let seen = std::mem::take(&mut lock(&notices).handled);
+        let start = shared.now();
+        let capacity = shared.published_capacity();
+        let beat = shared
+            .store
+            .beat(&shared.id, shared.incarnation, capacity, &seen, next);
+        let result = tokio::select! {
+            biased;
+            _ = cancel.cancelled() => return,
+            result = beat => result,
+        };
+        match &result {
+            Ok(_) => shared.health.answered(&shared.id, start, shared.now()),
+            Err(err) if err.is_ambiguous() => shared.health.unanswered(&shared.id, start),
+            Err(_) => {}
+        }
+        match result {
+            Ok(Outcome::Done(member)) => {
+                shared.beaten(start, member.heartbeat);
+                dispatch(&shared, &notices, member);
+            }
+            Ok(Outcome::LostRace { current }) => {
+                lost(&shared, current.as_ref());
+                *lock(&notices) = Notices::default();
+            }
+            Err(err) => {
+                // Named again in the next beat: removing a notice twice is harmless.
+                lock(&notices).handled.extend(seen);
+                metrics::store_error(&shared.id, "beat");
+                tracing::warn!(error = %err, "session beat failed");
+            }
+        }
+    }
+}
+
+/// While leases may be given to this worker any moment (an expectation notice): reads its
+/// own record every `handoff_poll_interval` (eventually consistent), and returns as soon as it
+/// holds a notice not yet handled, so that the loop beats at once and gets it. Pending
+/// otherwise.
+async fn expected(shared: &Shared, notices: &Mutex<Notices>) {
+    loop {
+        let until = *shared.expecting.lock().unwrap_or_else(|e| e.into_inner());
+        let now = shared.now();
+        match until {
+            Some(until) if now < until => {}
+            _ => {
+                *shared.expecting.lock().unwrap_or_else(|e| e.into_inner()) = None;
+                return std::future::pending().await;
+            }
+        }
+        shared
+            .clock
+            .sleep_until(now + shared.config.handoff_poll_interval)
+            .await;
+        let deadline = shared.now() + shared.config.store_timeout;
+        if let Ok(Some(member)) = shared.store.get_member(&shared.id, false, deadline).await {
+            let notices = lock(notices);
+            let new = member
+                .notices
+                .iter()
+                .any(|n| !notices.in_progress.contains(n) && !notices.handled.contains(n));
+            if new {
+                return;
+            }
+        }
+    }
+}
+
+fn lock(notices: &Mutex<Notices>) -> std::sync::MutexGuard<'_, Notices> {
+    notices.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+/// The session ended under this process.
+fn lost(shared: &Shared, current: Option<&Member>) {
+    match current {
+        Some(member) => {
+            tracing::error!(
+                worker = %shared.id,
+                incarnation = %shared.incarnation,
+                other = ?member.incarnation,
+                "session replaced by another process with this worker id: every lease is lost \
+                 here; give every process an id of its own"
+            );
+            metrics::duplicate_worker_id(&shared.id);
+            shared.emit(LeaseEvent::DuplicateWorkerId {
+                worker: shared.id.clone(),
+            });
+            shared.session_lost("session replaced by another process with this id");
+        }
+        None => {
+            tracing::warn!("session ended by a peer that saw it expire: every lease is lost here; opening a new one");
+            shared.session_lost("session ended by a peer that saw it expire");
+        }
+    }
+}
+
+/// While the session is closed: opens a new one once nobody else holds this id's record.
+async fn reopen(
+    shared: &Shared,
+    other: &mut ExpiryTracker<(), (Option<Incarnation>, u64)>,
+    deadline: Instant,
+) {
+    let start = shared.now();
+    let current = match shared.store.get_member(&shared.id, true, deadline).await {
+        Ok(current) => current,
+        Err(err) => {
+            tracing::warn!(error = %err, "could not read this worker's record to open a session");
+            return;
+        }
+    };
+    let replacing = match current {
+        None => None,
+        Some(member) if member.incarnation == Some(shared.incarnation) => {
+            shared.beaten(start, member.heartbeat);
+            shared.rescan.notify_one();
+            return;
+        }
+        Some(member) => {
+            let version = (member.incarnation, member.heartbeat);
+            let now = shared.now();
+            other.observe(&(), version, now);
+            if !other.is_expired(&(), now) {
+                return;
+            }
+            Some(member)
+        }
+    };
+    let opened = shared
+        .store
+        .open_session(
+            &shared.id,
+            shared.incarnation,
+            shared.published_capacity(),
+            replacing.as_ref(),
+            deadline,
+        )
+        .await;
+    match opened {
+        Ok(Outcome::Done(member)) => {
+            tracing::info!(heartbeat = member.heartbeat, "session opened again");
+            *other = ExpiryTracker::new(shared.config.lease_duration);
+            shared.beaten(start, member.heartbeat);
+            shared.rescan.notify_one();
+        }
+        Ok(Outcome::LostRace { .. }) => {}
+        Err(err) => tracing::warn!(error = %err, "could not open a session"),
+    }
+}
+
+/// Hands the notices of a beat's answer that are not already being handled to a task.
+fn dispatch(shared: &Arc<Shared>, notices: &Arc<Mutex<Notices>>, member: Member) {
+    let fresh: Vec<String> = {
+        let mut notices = lock(notices);
+        let fresh: Vec<String> = member
+            .notices
+            .into_iter()
+            .filter(|n| !notices.in_progress.contains(n) && !notices.handled.contains(n))
+            .collect();
+        notices.in_progress.extend(fresh.iter().cloned());
+        fresh
+    };
+    if fresh.is_empty() {
+        return;
+    }
+    let (task_shared, notices) = (Arc::clone(shared), Arc::clone(notices));
+    shared.jobs.spawn(
+        async move {
+            // A few at a time: a worker asked for hundreds of leases at once (a cold start)
+            // answers within one beat or two.
+            let limit = Arc::new(Semaphore::new(NOTICES_AT_ONCE));
+            let mut handling = JoinSet::new();
+            for notice in fresh {
+                let (shared, notices, limit) = (
+                    Arc::clone(&task_shared),
+                    Arc::clone(&notices),
+                    Arc::clone(&limit),
+                );
+                handling.spawn(
+                    async move {
+                        let Ok(_permit) = limit.acquire_owned().await else {
+                            return;
+                        };
+                        let handled = handle(&shared, &notice).await;
+                        let mut notices = lock(&notices);
+                        notices.in_progress.remove(&notice);
+                        if handled {
+                            notices.handled.push(notice);
+                        }
+                    }
+                    .in_current_span(),
+                );
+            }
+            while handling.join_next().await.is_some() {}
+        }
+        .in_current_span(),
+    );
+}
+
+/// How many notices one worker handles at once.
+const NOTICES_AT_ONCE: usize = 32;
+
+/// Acts on one notice; `false` when it could not be acted on yet (it stays, and comes back
+/// with the next beat).
+async fn handle(shared: &Arc<Shared>, notice: &str) -> bool {
+    if notice == EXPECT_NOTICE {
+        let config = &shared.config;
+        shared.expect(shared.now() + config.renew_interval * 3);
+        return true;
+    }
+    if notice.starts_with(RESERVED_PREFIX) {
+        // The fleet changed next to this worker: a placement round sees who to watch now.
+        shared.rescan.notify_one();
+        return true;
+    }
+    let Ok(key) = LeaseKey::new(notice) else {
+        tracing::warn!(notice, "ignoring a notice that names no lease");
+        return true;
+    };
+    let start = shared.now();
+    let deadline = start + shared.config.store_timeout;
+    match shared.store.get(&key, deadline).await {
+        Ok(lease) => look(shared, key, lease, start).await,
+        Err(err) => {
+            metrics::store_error(&shared.id, "get");
+            tracing::warn!(lease_key = %key, error = %err, "could not read a lease named in a notice");
+            false
+        }
+    }
+}
+
+/// Brings this worker in line with `lease` as just read; `false` when it must look again
+/// later (a handoff asked of a lease not yet reported to the application).
+async fn look(shared: &Arc<Shared>, key: LeaseKey, lease: Option<Lease>, start: Instant) -> bool {
+    let me = &shared.id;
+    let held_tenure = shared.lock().held.get(&key).map(|h| h.tenure);
+    let Some(lease) = lease else {
+        shared.lock().pending.remove(&key);
+        if held_tenure.is_some() {
+            shared.lose(&key, None, "the lease was deleted from the table");
+        }
+        return true;
+    };
+    if lease.is_owned_by_incarnation(me, shared.incarnation) {
+        match (held_tenure, &lease.handoff_to) {
+            (Some(tenure), Some(to)) if tenure == lease.tenure && to != me => {
+                return ask_to_stop(shared, &key, tenure, to.clone());
+            }
+            (Some(_), _) => {}
+            // Ours in the table and not held here: the next placement round resumes it.
+            (None, _) => shared.rescan.notify_one(),
+        }
+        return true;
+    }
+    if lease.is_owned_by(me) && lease.owner_incarnation.is_none() {
+        // Given (or handed over) to this worker: whoever gave it made sure that nobody works
+        // on it any more.
+        if held_tenure.is_none() {
+            let _ = take(shared, lease, Report::Quiet, start).await;
+        }
+        return true;
+    }
+    if held_tenure.is_some() {
+        let why = format!(
+            "the lease is now {:?}'s (tenure {})",
+            lease.owner.as_ref().map(|o| o.as_str()),
+            lease.tenure
+        );
+        shared.lose(&key, None, &why);
+    }
+    true
+}
+
+/// A handoff (or retirement) was asked of a lease held here: tell the application. `false`
+/// while the lease waits to be reported (asked again at the next beat).
+fn ask_to_stop(
+    shared: &Arc<Shared>,
+    key: &LeaseKey,
+    tenure: u64,
+    to: crate::lease::WorkerId,
+) -> bool {
+    match shared.lock().held.get(key).map(|h| &h.phase) {
+        Some(Phase::Active) => {}
+        Some(Phase::Waiting { .. }) => return false,
+        _ => return true,
+    }
+    let deadline = shared.now() + shared.config.handoff_timeout;
+    let reason = if to.is_retire_marker() {
+        StopReason::Retired { deadline }
+    } else {
+        StopReason::Handoff { to, deadline }
+    };
+    if let Some(finish) = shared.request_stop(key, tenure, reason) {
+        spawn_finish(shared, key.clone(), finish);
+    }
+    true
+}

@@ -1,0 +1,225 @@
+//! The neighbour watch, with [`Protocol::Sessions`](crate::config::Protocol::Sessions): each
+//! worker watches the session of one other, its successor in id order among the live workers
+//! (`Shared::successor`, set by each placement round), so that every session is watched by one
+//! worker and a dead one is noticed one lease duration after its last beat.
+//!
+//! Expiry is judged as everywhere else: the (incarnation, heartbeat) first seen at an instant
+//! of this worker's clock, unchanged for a lease duration. Then the watcher **fences** the
+//! session (`end_session` conditioned on that heartbeat): a beat sent before the end that lands
+//! later would otherwise revive it while its leases are being taken. Once the fence landed the
+//! session's leases may be started at once; a placement round gives them out.
+//!
+//! The reads are eventually consistent (half the cost; a stale value only delays the
+//! judgement, and the fence is conditioned on what was read) and timed to land just after the
+//! successor's beats, which come every `renew_interval` on its clock. It first reads every eighth
+//! of an interval until a change shows when they land, then keeps a window (`lo`, `hi`] in which
+//! the last new value landed and reads next in the middle of the next one, halving it each beat,
+//! until it is narrower than a sixteenth of the interval; then it reads once per beat at the end
+//! of the window. So the last value of a session that dies is first seen within that sixteenth,
+//! for about one read per beat.
+
+use std::sync::Arc;
+
+use tokio::time::Instant;
+use tokio_util::sync::CancellationToken;
+
+use super::metrics;
+use super::state::Shared;
+use crate::lease::{Incarnation, WorkerId};
+use crate::store::Outcome;
+
+pub(crate) async fn run(shared: Arc<Shared>, cancel: CancellationToken) {
+    let mut successor = shared.successor.subscribe();
+    loop {
+        let target = successor.borrow_and_update().clone();
+        match target {
+            Some(target) => {
+                tokio::select! {
+                    biased;
+                    _ = cancel.cancelled() => return,
+                    changed = successor.changed() => if changed.is_err() { return },
+                    _ = watch(&shared, &target) => {
+                        // Fenced or gone: wait for the next placement round to name another.
+                        tokio::select! {
+                            biased;
+                            _ = cancel.cancelled() => return,
+                            changed = successor.changed() => if changed.is_err() { return },
+                        }
+                    }
+                }
+            }
+            None => tokio::select! {
+                biased;
+                _ = cancel.cancelled() => return,
+                changed = successor.changed() => if changed.is_err() { return },
+            },
+        }
+    }
+}
+
+/// What the watcher knows of the watched session's beats.
+struct Beats {
+    /// The value seen last, and when it was first seen.
+    value: (Option<Incarnation>, u64),
+    /// When the value was first seen: the upper end of the window of its landing.
+    hi: Instant,
+    /// A moment before its landing (the last read that still showed the value before).
+    lo: Instant,
+    /// The last read in this interval that showed no change yet.
+    missed: Option<Instant>,
+    /// The workers its leases would go to were warned.
+    warned: bool,
+    /// A change was seen between two reads close together: `lo` and `hi` bound its landing.
+    synced: bool,
+}
+
+/// Watches `target` until its session is fenced here or its record is gone.
+async fn watch(shared: &Shared, target: &WorkerId) {
+    let interval = shared.config.renew_interval;
+    let floor = interval / 16;
+    let lease = shared.config.lease_duration;
+    let mut beats: Option<Beats> = None;
+    let mut next = shared.now();
+    loop {
+        shared.clock.sleep_until(next).await;
+        let deadline = shared.now() + shared.config.store_timeout;
+        let read = shared.store.get_member(target, false, deadline).await;
+        let now = shared.now();
+        let member = match read {
+            Ok(Some(member)) => member,
+            Ok(None) => {
+                // Left, or fenced by somebody else: a placement round looks at its leases
+                // and names the next session to watch.
+                tracing::info!(worker = %target, "the watched session's record is gone");
+                shared.rescan.notify_one();
+                return;
+            }
+            Err(err) => {
+                tracing::debug!(worker = %target, error = %err, "could not read the watched session");
+                next = now + interval / 4;
+                continue;
+            }
+        };
+        let value = (member.incarnation, member.heartbeat);
+        match &mut beats {
+            Some(b) if b.value == value => {
+                if now >= b.hi + lease {
+                    if fence(
+                        shared,
+                        target,
+                        member.incarnation,
+                        member.heartbeat,
+                        deadline,
+                    )
+                    .await
+                    {
+                        return;
+                    }
+                    next = shared.now();
+                    continue;
+                }
+                b.missed = Some(now);
+                // Two beats missed: warn those its leases would go to, so that they are
+                // ready to start them the moment they are given.
+                if !b.warned && now + interval * 2 >= b.hi + lease {
+                    b.warned = true;
+                    if let Some(incarnation) = member.incarnation {
+                        *shared.suspect.lock().unwrap_or_else(|e| e.into_inner()) =
+                            Some((target.clone(), incarnation));
+                        shared.rescan.notify_one();
+                    }
+                }
+                // Not yet in step with its beats: every eighth of an interval until a change
+                // shows when they land. Late: at the end of the window, then every eighth of an
+                // interval, and at the moment of expiry.
+                let end = b.hi + interval;
+                let retry = if b.synced && now < end {
+                    end
+                } else {
+                    now + interval / 8
+                };
+                let warn_at = (b.hi + lease).checked_sub(interval * 2).unwrap_or(now);
+                next = retry.min(b.hi + lease);
+                if !b.warned && warn_at > now {
+                    next = next.min(warn_at);
+                }
+            }
+            _ => {
+                // The new value landed after the last read that did not show it.
+                let (lo, synced) = match &beats {
+                    Some(b) => match b.missed {
+                        Some(missed) => (missed.min(now), true),
+                        None => ((b.lo + interval).min(now), b.synced),
+                    },
+                    None => (now, false),
+                };
+                // First seen by this worker maybe earlier, by a placement round's scan.
+                let hi = match &beats {
+                    None => shared
+                        .members_seen
+                        .lock()
+                        .unwrap_or_else(|e| e.into_inner())
+                        .get(target)
+                        .filter(|(seen, _)| *seen == value)
+                        .map_or(now, |(_, at)| (*at).min(now)),
+                    Some(_) => now,
+                };
+                let b = Beats {
+                    value,
+                    hi,
+                    lo,
+                    missed: None,
+                    warned: false,
+                    synced,
+                };
+                let width = b.hi.saturating_duration_since(b.lo);
+                next = if !synced {
+                    now + interval / 8
+                } else if width > floor {
+                    b.lo + width / 2 + interval
+                } else {
+                    b.hi + interval
+                };
+                beats = Some(b);
+            }
+        }
+    }
+}
+
+/// Ends `target`'s session as seen (its heartbeat unchanged for a lease duration here).
+/// `true` when it is over (fenced here, or gone); `false` when it beat in between.
+async fn fence(
+    shared: &Shared,
+    target: &WorkerId,
+    incarnation: Option<Incarnation>,
+    heartbeat: u64,
+    deadline: Instant,
+) -> bool {
+    let Some(incarnation) = incarnation else {
+        // A record of an older version: nothing of ours can be fenced by it.
+        return false;
+    };
+    match shared
+        .store
+        .end_session(target, incarnation, heartbeat, deadline)
+        .await
+    {
+        Ok(Outcome::Done(_)) | Ok(Outcome::LostRace { current: None }) => {
+            tracing::warn!(worker = %target, %incarnation, heartbeat, "session expired: fenced; its leases are placed again");
+            metrics::fenced(&shared.id);
+            shared
+                .fenced
+                .lock()
+                .unwrap_or_else(|e| e.into_inner())
+                .insert((target.clone(), incarnation));
+            shared.rescan.notify_one();
+            true
+        }
+        Ok(Outcome::LostRace { current: Some(_) }) => false,
+        Err(err) => {
+            metrics::store_error(&shared.id, "end_session");
+            tracing::warn!(worker = %target, error = %err, "could not fence an expired session");
+            false
+        }
+    }
+}
