@@ -11,7 +11,7 @@ use tracing::Instrument;
 use super::grant::{Finished, LeaseEvent, StopReason};
 use super::metrics;
 use super::state::{Finish, Phase, Shared};
-use crate::lease::{Lease, LeaseKey};
+use crate::lease::{Lease, LeaseKey, WorkerId};
 use crate::store::Outcome;
 
 /// Hands a finished lease over, or releases it, in a tracked task.
@@ -49,6 +49,10 @@ async fn finish_now(shared: &Shared, key: LeaseKey, finish: Finish) {
                 Ok(Outcome::Done(_)) => {
                     metrics::handed_off(me);
                     tracing::info!(lease_key = %key, to = %to, "lease handed over");
+                    if shared.config.sessions() {
+                        // The handoff may have been asked on its behalf: tell the receiver.
+                        tell(shared, &to, &key, deadline).await;
+                    }
                     shared.emit(LeaseEvent::HandedOff { key, to });
                 }
                 Ok(Outcome::LostRace { current }) => {
@@ -118,36 +122,61 @@ async fn release(shared: &Shared, key: LeaseKey, tenure: u64, ended: bool, deadl
     }
 }
 
+/// Leaves a notice naming `key` in `worker`'s session, whichever it is.
+async fn tell(shared: &Shared, worker: &WorkerId, key: &LeaseKey, deadline: Instant) {
+    match shared.store.get_member(worker, false, deadline).await {
+        Ok(Some(member)) => {
+            if let Some(incarnation) = member.incarnation {
+                let notice = [key.as_str().to_owned()];
+                shared.notify(worker, incarnation, &notice, deadline).await;
+            }
+        }
+        Ok(None) => {}
+        Err(err) => {
+            tracing::warn!(to = %worker, error = %err, "could not read a receiver's session to tell it");
+        }
+    }
+}
+
 /// With sessions, nobody scans at rest: a lease released here is given straight to the live
 /// session that held the fewest at the last placement round, and that session told. Without
 /// one (this worker is alone, or has not placed yet), a placement round here places it.
-async fn place(shared: &Shared, lease: Lease, deadline: Instant) {
+pub(crate) async fn place(shared: &Shared, lease: Lease, deadline: Instant) {
     if !shared.config.sessions() {
         return;
     }
-    let Some(receiver) = shared.pick_receiver() else {
-        shared.rescan.notify_one();
-        return;
-    };
-    match shared
-        .store
-        .give(&lease.key, &receiver.worker, lease.counter, deadline)
-        .await
-    {
-        Ok(Outcome::Done(_)) => {
-            tracing::info!(lease_key = %lease.key, to = %receiver.worker, "released lease given");
-            let notice = [lease.key.as_str().to_owned()];
-            shared
-                .notify(&receiver.worker, receiver.incarnation, &notice, deadline)
-                .await;
-        }
-        Ok(Outcome::LostRace { .. }) => {}
-        Err(err) => {
-            metrics::store_error(&shared.id, "give");
-            tracing::warn!(lease_key = %lease.key, error = %err, "could not give a released lease; a placement round places it");
-            shared.rescan.notify_one();
+    let mut counter = lease.counter;
+    // A receiver whose session ended meanwhile cannot take it: give it to the next one.
+    for _ in 0..3 {
+        let Some(receiver) = shared.pick_receiver() else {
+            break;
+        };
+        match shared
+            .store
+            .give(&lease.key, &receiver.worker, counter, deadline)
+            .await
+        {
+            Ok(Outcome::Done(given)) => {
+                tracing::info!(lease_key = %lease.key, to = %receiver.worker, "released lease given");
+                let notice = [lease.key.as_str().to_owned()];
+                if shared
+                    .notify(&receiver.worker, receiver.incarnation, &notice, deadline)
+                    .await
+                {
+                    return;
+                }
+                shared.drop_receiver(&receiver.worker);
+                counter = given.counter;
+            }
+            Ok(Outcome::LostRace { .. }) => return,
+            Err(err) => {
+                metrics::store_error(&shared.id, "give");
+                tracing::warn!(lease_key = %lease.key, error = %err, "could not give a released lease; a placement round places it");
+                break;
+            }
         }
     }
+    shared.rescan.notify_one();
 }
 
 /// How many times a retiring owner re-reads and deletes before it leaves the lease to the
@@ -181,6 +210,10 @@ async fn retire(shared: &Shared, key: &LeaseKey, tenure: u64, deadline: Instant)
                 metrics::deleted(me, "retired");
                 tracing::info!(lease_key = %key, "lease retired: its shard left the source");
                 shared.emit(LeaseEvent::Retired { key: key.clone() });
+                if shared.config.sessions() {
+                    // One lease fewer: the fleet's shares changed.
+                    shared.rescan.notify_one();
+                }
                 return;
             }
             Ok(Outcome::LostRace { .. }) => {}

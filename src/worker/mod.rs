@@ -414,6 +414,15 @@ impl Worker {
                 .collect()
         };
         tracing::info!(worker = %shared.id, leases = leases.len(), "shutting down");
+        if shared.config.sessions() {
+            // Where the released leases go: read now, not at the last placement round.
+            let _ = timeout_at(
+                &*shared.clock,
+                deadline,
+                shared.refresh_receivers(shared.now() + shared.config.store_timeout),
+            )
+            .await;
+        }
         // Tell the peers at once that this worker takes nothing more (a heartbeat with capacity
         // 0), so that they take the leases it releases instead of leaving them to it.
         shared.beat_now.notify_one();

@@ -19,10 +19,10 @@ use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 use tracing::Instrument;
 
-use super::finish::spawn_finish;
+use super::finish::{place, spawn_finish};
 use super::grant::{LeaseEvent, StopReason};
 use super::metrics;
-use super::state::{Phase, Shared, EXPECT_NOTICE};
+use super::state::{notice_text, Phase, Shared, EXPECT_NOTICE};
 use super::taker::{take, Report};
 use crate::expiry::ExpiryTracker;
 use crate::lease::{Incarnation, Lease, LeaseKey, Member, RESERVED_PREFIX};
@@ -299,6 +299,7 @@ const NOTICES_AT_ONCE: usize = 32;
 /// Acts on one notice; `false` when it could not be acted on yet (it stays, and comes back
 /// with the next beat).
 async fn handle(shared: &Arc<Shared>, notice: &str) -> bool {
+    let notice = notice_text(notice);
     if notice == EXPECT_NOTICE {
         let config = &shared.config;
         shared.expect(shared.now() + config.renew_interval * 3);
@@ -350,9 +351,13 @@ async fn look(shared: &Arc<Shared>, key: LeaseKey, lease: Option<Lease>, start: 
     }
     if lease.is_owned_by(me) && lease.owner_incarnation.is_none() {
         // Given (or handed over) to this worker: whoever gave it made sure that nobody works
-        // on it any more.
+        // on it any more. A worker leaving passes it on.
         if held_tenure.is_none() {
-            let _ = take(shared, lease, Report::Quiet, start).await;
+            if shared.lock().shutting_down {
+                place(shared, lease, start + shared.config.store_timeout).await;
+            } else {
+                let _ = take(shared, lease, Report::Quiet, start).await;
+            }
         }
         return true;
     }

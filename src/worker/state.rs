@@ -20,7 +20,7 @@ use super::metrics;
 use crate::clock::Clock;
 use crate::config::WorkerConfig;
 use crate::lease::{Incarnation, Lease, LeaseKey, WorkerId, SHARD_END};
-use crate::store::LeaseStore;
+use crate::store::{LeaseStore, Outcome};
 
 /// Why a lease held here is processed by nobody; see
 /// [`WorkerMonitor::stalled_leases`](super::WorkerMonitor::stalled_leases).
@@ -85,6 +85,8 @@ pub(crate) struct State {
     /// [`Shared::expire`]).
     pub unrenewed: BTreeMap<LeaseKey, u64>,
     pub shutting_down: bool,
+    /// Leases a take of this worker is in flight for.
+    pub taking: HashSet<LeaseKey>,
 }
 
 /// A membership notice: `shardlease#member#<worker id>` tells the receiver that the fleet
@@ -92,6 +94,15 @@ pub(crate) struct State {
 /// watches.
 pub(crate) fn member_notice(worker: &WorkerId) -> String {
     format!("{}member#{worker}", crate::lease::RESERVED_PREFIX)
+}
+
+/// Separates a notice's text (a lease key, or a marker) from the nonce that makes it unique;
+/// no key or id contains a control character.
+pub(crate) const NOTICE_SEPARATOR: char = '\u{1f}';
+
+/// The text of a notice, without its nonce.
+pub(crate) fn notice_text(notice: &str) -> &str {
+    notice.split(NOTICE_SEPARATOR).next().unwrap_or(notice)
 }
 
 /// An expectation notice: a session the receiver's leases may come from looks dead (its
@@ -329,8 +340,8 @@ impl Shared {
         self.beat_now.notify_one();
     }
 
-    /// Leaves `notices` in `worker`'s session `incarnation`; `true` once they are there or the
-    /// session is gone (nobody is left to read them).
+    /// Leaves `notices` in `worker`'s session `incarnation`; `true` once they are there,
+    /// `false` when that session is gone (or the store did not answer).
     pub async fn notify(
         &self,
         worker: &WorkerId,
@@ -338,18 +349,67 @@ impl Shared {
         notices: &[String],
         deadline: Instant,
     ) -> bool {
+        // Each notice is told apart by a nonce: the same lease named again before the receiver
+        // acknowledged the first notice must not be removed with it.
+        let notices: Vec<String> = notices
+            .iter()
+            .map(|text| format!("{text}{NOTICE_SEPARATOR}{:x}", crate::store::new_nonce()))
+            .collect();
         match self
             .store
-            .notify(worker, incarnation, notices, deadline)
+            .notify(worker, incarnation, &notices, deadline)
             .await
         {
-            Ok(_) => true,
+            Ok(Outcome::Done(_)) => true,
+            Ok(Outcome::LostRace { .. }) => {
+                tracing::info!(to = %worker, "no notice left: that session is gone");
+                false
+            }
             Err(err) => {
                 metrics::store_error(&self.id, "notify");
                 tracing::warn!(to = %worker, error = %err, "could not leave a notice");
                 false
             }
         }
+    }
+
+    /// Reads the table for where leases released here should go (the sessions that take
+    /// leases, with what they hold): a leaving worker's last placement round may be old.
+    pub async fn refresh_receivers(&self, deadline: Instant) {
+        let snapshot = match self.store.snapshot_eventually(deadline).await {
+            Ok(snapshot) => snapshot,
+            Err(err) => {
+                tracing::warn!(error = %err, "could not read where released leases should go");
+                return;
+            }
+        };
+        let mut held: HashMap<&WorkerId, u32> = HashMap::new();
+        for lease in &snapshot.leases {
+            if let Some(owner) = &lease.owner {
+                *held.entry(owner).or_default() += 1;
+            }
+        }
+        let receivers = snapshot
+            .members
+            .iter()
+            .filter(|m| m.worker != self.id && m.capacity != Some(0))
+            .filter_map(|m| {
+                m.incarnation.map(|incarnation| Receiver {
+                    worker: m.worker.clone(),
+                    incarnation,
+                    held: held.get(&m.worker).copied().unwrap_or(0),
+                })
+            })
+            .collect();
+        *self.placement.lock().unwrap_or_else(|e| e.into_inner()) = receivers;
+    }
+
+    /// Forgets a receiver whose session is gone.
+    pub fn drop_receiver(&self, worker: &WorkerId) {
+        self.placement
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .retain(|r| r.worker != *worker);
     }
 
     /// Picks the live session a lease released here should go to: the one that held the
@@ -512,6 +572,22 @@ impl Shared {
         }
         let (stop, _) = watch::channel(None);
         let mut state = self.lock();
+        match state.held.get(&key).map(|h| h.tenure) {
+            // Taken twice by this process at once (a notice and a handoff poll saw it handed
+            // over together; the second take reads the first as its own): held already.
+            Some(held) if held == tenure => return,
+            // Taken again from itself: the grant of the older tenure ends here.
+            Some(older) => {
+                drop(state);
+                self.lose(
+                    &key,
+                    Some(older),
+                    "taken again by this worker in a new tenure",
+                );
+                state = self.lock();
+            }
+            None => {}
+        }
         state.pending.remove(&key);
         state.abandoned.remove(&key);
         state.unrenewed.remove(&key);

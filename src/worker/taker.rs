@@ -21,7 +21,9 @@ use tracing::Instrument;
 use super::grant::LeaseEvent;
 use super::identity::{Identity, Ownership};
 use super::metrics;
-use super::state::{member_notice, Pending, Receiver, Shared, TableView, EXPECT_NOTICE};
+use super::state::{
+    member_notice, notice_text, Pending, Receiver, Shared, TableView, EXPECT_NOTICE,
+};
 use crate::balance::{Assignment, BalancePolicy, FleetView, Holder, LeaseView, Move, WorkerView};
 use crate::expiry::{ExpiryTracker, LeaseVersion};
 use crate::lease::{Incarnation, Lease, LeaseKey, Snapshot, WorkerId};
@@ -177,6 +179,11 @@ impl Taker {
         // owner's validity (counted from before its write) can outlast now + lease duration.
         let now = self.shared.now();
         let sessions = config.sessions();
+        tracing::debug!(
+            leases = snapshot.leases.len(),
+            members = snapshot.members.len(),
+            "taker round"
+        );
         let expiry = if sessions {
             self.observe_sessions(&snapshot, now).await
         } else {
@@ -306,6 +313,8 @@ impl Taker {
                 let has_record = match (records.get(owner), lease.owner_incarnation) {
                     // Given to the id, not yet taken: any session of the id takes it.
                     (Some(_), None) => true,
+                    // Given to an id with no session: nobody works on it, nobody will.
+                    (None, None) => return now,
                     (Some(record), Some(incarnation)) => *record == Some(incarnation),
                     (None, _) => false,
                 };
@@ -371,33 +380,74 @@ impl Taker {
             .filter_map(|m| m.incarnation.map(|i| (&m.worker, i)))
             .collect();
         let assignment = Assignment::compute(view);
+        tracing::debug!(
+            counts = ?assignment.counts.iter().collect::<BTreeMap<_, _>>(),
+            targets = ?assignment.targets.iter().collect::<BTreeMap<_, _>>(),
+            moves = ?assignment.moves.iter().collect::<BTreeMap<_, _>>(),
+            "placement"
+        );
         let deadline = now + self.shared.config.store_timeout;
         let limit = Arc::new(Semaphore::new(self.shared.config.max_concurrent_renewals));
         let mut gives = JoinSet::new();
-        for (worker, moves) in &assignment.moves {
+        // In id order: a seeded simulation must replay the same store calls.
+        let mut receivers: Vec<(&WorkerId, &Vec<Move>)> = assignment.moves.iter().collect();
+        receivers.sort_by(|a, b| a.0.cmp(b.0));
+        for (worker, moves) in receivers {
             if worker == me || !incarnations.contains_key(worker) {
                 continue;
             }
             for step in moves {
-                let Move::Take(key) = step else { continue };
+                let (key, from) = match step {
+                    Move::Take(key) => (key, None),
+                    Move::RequestHandoff { key, from } => (key, Some(from.clone())),
+                };
                 let Some(lease) = by_key.get(key) else {
                     continue;
                 };
-                let startable = self.expiry.get(key).is_some_and(|at| *at <= now);
-                if lease.owner.is_some() && !startable {
+                let owner_incarnation = lease.owner_incarnation;
+                if from.is_none() {
+                    let startable = self.expiry.get(key).is_some_and(|at| *at <= now);
+                    if lease.owner.is_some() && !startable {
+                        continue;
+                    }
+                } else if owner_incarnation.is_none() {
+                    // Given and not yet taken: its receiver is about to start it.
                     continue;
                 }
                 let (shared, limit) = (Arc::clone(&self.shared), Arc::clone(&limit));
-                let (key, worker, counter) = (key.clone(), worker.clone(), lease.counter);
+                let (key, worker, counter, tenure) =
+                    (key.clone(), worker.clone(), lease.counter, lease.tenure);
                 gives.spawn(
                     async move {
                         let _permit = limit.acquire_owned().await.ok()?;
-                        match shared.store.give(&key, &worker, counter, deadline).await {
-                            Ok(Outcome::Done(_)) => Some((worker, key)),
-                            Ok(Outcome::LostRace { .. }) => None,
+                        let (written, what) = match &from {
+                            None => (
+                                shared.store.give(&key, &worker, counter, deadline).await,
+                                "give",
+                            ),
+                            Some(owner) => (
+                                shared
+                                    .store
+                                    .request_handoff(&key, owner, tenure, &worker, deadline)
+                                    .await,
+                                "request_handoff",
+                            ),
+                        };
+                        match written {
+                            // A lease given is announced to its receiver; a handoff asked on a
+                            // worker's behalf, to the owner (which tells the receiver once it
+                            // has handed the lease over).
+                            Ok(Outcome::Done(_)) => Some(match from {
+                                None => (worker, None, key),
+                                Some(owner) => (owner, owner_incarnation, key),
+                            }),
+                            Ok(Outcome::LostRace { current }) => {
+                                tracing::debug!(lease_key = %key, what, current = ?current.map(|l| (l.owner, l.tenure, l.handoff_to)), "not placed: the lease changed");
+                                None
+                            }
                             Err(err) => {
-                                metrics::store_error(&shared.id, "give");
-                                tracing::warn!(lease_key = %key, error = %err, "could not give a lease");
+                                metrics::store_error(&shared.id, what);
+                                tracing::warn!(lease_key = %key, error = %err, "could not place a lease");
                                 None
                             }
                         }
@@ -406,21 +456,21 @@ impl Taker {
                 );
             }
         }
-        let mut given: BTreeMap<WorkerId, Vec<String>> = BTreeMap::new();
+        let mut told: BTreeMap<(WorkerId, Option<Incarnation>), Vec<String>> = BTreeMap::new();
         while let Some(done) = gives.join_next().await {
-            if let Ok(Some((worker, key))) = done {
-                given
-                    .entry(worker)
+            if let Ok(Some((worker, incarnation, key))) = done {
+                told.entry((worker, incarnation))
                     .or_default()
                     .push(key.as_str().to_owned());
             }
         }
-        for (worker, mut keys) in given {
-            let Some(incarnation) = incarnations.get(&worker).copied() else {
+        for ((worker, incarnation), mut keys) in told {
+            let Some(incarnation) = incarnation.or_else(|| incarnations.get(&worker).copied())
+            else {
                 continue;
             };
             keys.sort();
-            tracing::info!(to = %worker, leases = keys.len(), "leases given");
+            tracing::info!(to = %worker, leases = keys.len(), "leases placed");
             self.shared
                 .notify(&worker, incarnation, &keys, deadline)
                 .await;
@@ -953,6 +1003,14 @@ impl Taker {
             } else {
                 Report::Quiet
             };
+            // With sessions, a lease given and not yet taken is about to be started by its
+            // receiver, whose take would clear the request unseen: ask once it has.
+            if self.shared.config.sessions()
+                && matches!(step, Move::RequestHandoff { .. })
+                && lease.owner_incarnation.is_none()
+            {
+                continue;
+            }
             spawn(match step {
                 Move::Take(_) => Job::Take { lease, report },
                 Move::RequestHandoff { from, .. } => Job::Request { lease, from },
@@ -1046,6 +1104,10 @@ impl Taker {
                 Ok(Some(lease)) if lease.handoff_to.as_ref() == Some(&self.shared.id) => {}
                 Ok(_) => {
                     self.shared.lock().pending.remove(&key);
+                    // With sessions no periodic round would notice what is still missing.
+                    if self.shared.config.sessions() {
+                        self.shared.rescan.notify_one();
+                    }
                 }
                 Err(err) => {
                     tracing::debug!(lease_key = %key, error = %err, "handoff poll failed");
@@ -1183,10 +1245,19 @@ pub(crate) async fn take(
 ) -> Answer {
     let (me, config) = (&shared.id, &shared.config);
     let deadline = start + config.store_timeout;
+    {
+        // One take of a lease at a time here, and none of a lease held here: with sessions, a
+        // notice and a round can both see a lease handed over to this worker.
+        let mut state = shared.lock();
+        if state.held.contains_key(&lease.key) || !state.taking.insert(lease.key.clone()) {
+            return Answer::None;
+        }
+    }
     let outcome = shared
         .store
         .take(&lease.key, me, shared.incarnation, lease.counter, deadline)
         .await;
+    shared.lock().taking.remove(&lease.key);
     let taken = match outcome {
         Ok(Outcome::Done(taken)) => taken,
         // Our own take, read back as a lost race: its answer was lost, and a retry found the
@@ -1285,7 +1356,12 @@ async fn acknowledged(
         let now = shared.now();
         match read {
             Ok(Some(member)) if member.incarnation == Some(incarnation) => {
-                if noticed && !member.notices.contains(key.as_str()) {
+                if noticed
+                    && !member
+                        .notices
+                        .iter()
+                        .any(|n| notice_text(n) == key.as_str())
+                {
                     tracing::info!(lease_key = %key, owner = %owner, "the previous owner dropped the lease");
                     return now;
                 }

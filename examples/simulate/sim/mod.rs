@@ -390,6 +390,15 @@ impl Fleet {
                 return Some(since.elapsed());
             }
             if Instant::now() >= limit {
+                if std::env::var_os("SIM_DEBUG").is_some() {
+                    let l = self.ledger.lock().unwrap();
+                    eprintln!(
+                        "NOT BALANCED: counts {:?} held {} of {}",
+                        l.counts,
+                        l.holder.len(),
+                        self.shards.len()
+                    );
+                }
                 return None;
             }
             tokio::time::sleep(Duration::from_millis(100)).await;
@@ -635,6 +644,15 @@ pub async fn run(settings: Settings) -> Report {
     let moves_at_rest = fleet.starts() - starts;
     let rest_hours = rest_start.elapsed().as_secs_f64() / 3600.0;
     let spread = fleet.spread();
+    if std::env::var_os("SIM_DEBUG").is_some() {
+        let l = fleet.ledger.lock().unwrap();
+        for k in &fleet.shards {
+            if !l.holder.contains_key(k) {
+                eprintln!("UNHELD {k}");
+            }
+        }
+        eprintln!("counts {:?}", l.counts);
+    }
     let violations = fleet.ledger.lock().unwrap().violations;
     let leases = fleet.shards.len();
     let simulated = begin.elapsed();

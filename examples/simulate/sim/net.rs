@@ -296,6 +296,8 @@ impl SimStore {
         deadline: Instant,
         apply: impl Fn() -> (T, usize) + Send + Sync,
     ) -> StoreResult<T> {
+        // `RUST_LOG=sim_ops=trace`: every request, to see where the cost goes.
+        tracing::trace!(target: "sim_ops", operation, ?kind, "request");
         if self.net.chaos.on() {
             return self.call_chaos(operation, key, kind, deadline, apply).await;
         }
