@@ -81,6 +81,12 @@ impl Identity {
         }
     }
 
+    /// With sessions: a process that lost its session opens the next one as a new
+    /// incarnation; its leases are the new incarnation's from then on.
+    pub fn set_incarnation(&mut self, incarnation: Incarnation) {
+        self.incarnation = incarnation;
+    }
+
     pub fn ownership(&self, lease: &Lease) -> Ownership {
         if !lease.is_owned_by(&self.me) {
             Ownership::Other

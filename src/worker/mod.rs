@@ -350,7 +350,7 @@ impl Worker {
 
     /// This process's incarnation (see [`Incarnation`]).
     pub fn incarnation(&self) -> Incarnation {
-        self.shared.incarnation
+        self.shared.incarnation()
     }
 
     /// The event stream (once; `None` after the first call). It ends when the worker stops.
@@ -497,13 +497,13 @@ async fn end_own_session(shared: &Shared, deadline: tokio::time::Instant) {
     for _ in 0..3 {
         let ended = shared
             .store
-            .end_session(&shared.id, shared.incarnation, heartbeat, deadline)
+            .end_session(&shared.id, shared.incarnation(), heartbeat, deadline)
             .await;
         match ended {
             Ok(crate::store::Outcome::Done(_)) => return,
             Ok(crate::store::Outcome::LostRace {
                 current: Some(current),
-            }) if current.incarnation == Some(shared.incarnation) => {
+            }) if current.incarnation == Some(shared.incarnation()) => {
                 heartbeat = current.heartbeat;
             }
             Ok(crate::store::Outcome::LostRace { .. }) => return,

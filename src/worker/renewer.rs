@@ -103,7 +103,7 @@ async fn heartbeat(shared: &Shared, deadline: Instant) {
     let start = shared.now();
     let result = shared
         .store
-        .heartbeat(&shared.id, shared.incarnation, None, capacity, deadline)
+        .heartbeat(&shared.id, shared.incarnation(), None, capacity, deadline)
         .await;
     // A heartbeat unanswered by the next one's start (its deadline) was too slow.
     match &result {

@@ -38,7 +38,7 @@ pub(crate) async fn open(shared: &Shared, deadline: Instant) -> Result<bool, Sto
         let current = shared.store.get_member(&shared.id, true, deadline).await?;
         if let Some(member) = current
             .as_ref()
-            .filter(|m| m.incarnation == Some(shared.incarnation))
+            .filter(|m| m.incarnation == Some(shared.incarnation()))
         {
             shared.beaten(start, member.heartbeat);
             return Ok(true);
@@ -47,7 +47,7 @@ pub(crate) async fn open(shared: &Shared, deadline: Instant) -> Result<bool, Sto
             .store
             .open_session(
                 &shared.id,
-                shared.incarnation,
+                shared.incarnation(),
                 shared.published_capacity(),
                 current.as_ref(),
                 deadline,
@@ -100,7 +100,7 @@ pub(crate) async fn run(shared: Arc<Shared>, cancel: CancellationToken) {
         let capacity = shared.published_capacity();
         let beat = shared
             .store
-            .beat(&shared.id, shared.incarnation, capacity, &seen, next);
+            .beat(&shared.id, shared.incarnation(), capacity, &seen, next);
         let result = tokio::select! {
             biased;
             _ = cancel.cancelled() => return,
@@ -173,7 +173,7 @@ fn lost(shared: &Shared, current: Option<&Member>) {
         Some(member) => {
             tracing::error!(
                 worker = %shared.id,
-                incarnation = %shared.incarnation,
+                incarnation = %shared.incarnation(),
                 other = ?member.incarnation,
                 "session replaced by another process with this worker id: every lease is lost \
                  here; give every process an id of its own"
@@ -207,7 +207,7 @@ async fn reopen(
     };
     let replacing = match current {
         None => None,
-        Some(member) if member.incarnation == Some(shared.incarnation) => {
+        Some(member) if member.incarnation == Some(shared.incarnation()) => {
             shared.beaten(start, member.heartbeat);
             shared.rescan.notify_one();
             return;
@@ -226,7 +226,7 @@ async fn reopen(
         .store
         .open_session(
             &shared.id,
-            shared.incarnation,
+            shared.incarnation(),
             shared.published_capacity(),
             replacing.as_ref(),
             deadline,
@@ -338,7 +338,7 @@ async fn look(shared: &Arc<Shared>, key: LeaseKey, lease: Option<Lease>, start: 
         }
         return true;
     };
-    if lease.is_owned_by_incarnation(me, shared.incarnation) {
+    if lease.is_owned_by_incarnation(me, shared.incarnation()) {
         match (held_tenure, &lease.handoff_to) {
             (Some(tenure), Some(to)) if tenure == lease.tenure && to != me => {
                 return ask_to_stop(shared, &key, tenure, to.clone());

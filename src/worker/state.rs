@@ -136,8 +136,10 @@ pub(crate) struct Receiver {
 /// Everything the worker's tasks share.
 pub(crate) struct Shared {
     pub id: WorkerId,
-    /// This process's incarnation: written by its takes and heartbeats.
-    pub incarnation: Incarnation,
+    /// This process's incarnation: written by its takes and heartbeats. With sessions, it
+    /// names the session: a process whose session ended opens the next one as a new
+    /// incarnation, so that a fence of the old session never covers the new one's leases.
+    incarnation: std::sync::atomic::AtomicU64,
     pub store: Arc<dyn LeaseStore>,
     /// The clock every lease decision of this worker reads.
     pub clock: Arc<dyn Clock>,
@@ -245,7 +247,7 @@ impl Shared {
         let now = clock.now();
         Self {
             id,
-            incarnation,
+            incarnation: std::sync::atomic::AtomicU64::new(incarnation.get()),
             store,
             clock,
             health: Health::new(config.renew_interval),
@@ -275,6 +277,18 @@ impl Shared {
             members_seen: Mutex::default(),
             expecting: Mutex::default(),
         }
+    }
+
+    /// This process's incarnation (with sessions: of its current session).
+    pub fn incarnation(&self) -> Incarnation {
+        Incarnation::new(self.incarnation.load(Ordering::SeqCst))
+    }
+
+    /// With sessions: draws the incarnation of the next session, after this one ended.
+    pub fn new_incarnation(&self) -> Incarnation {
+        let next = Incarnation::random();
+        self.incarnation.store(next.get(), Ordering::SeqCst);
+        next
     }
 
     /// The session (with sessions).
@@ -328,6 +342,8 @@ impl Shared {
             self.lose(&key, None, why);
         }
         self.lock().pending.clear();
+        let next = self.new_incarnation();
+        tracing::info!(incarnation = %next, "the next session is this incarnation");
     }
 
     /// Reads the own record often for a while: leases may be given to this worker any moment.

@@ -22,7 +22,7 @@ use super::grant::LeaseEvent;
 use super::identity::{Identity, Ownership};
 use super::metrics;
 use super::state::{
-    member_notice, notice_text, Pending, Receiver, Shared, TableView, EXPECT_NOTICE,
+    member_notice, notice_text, Pending, Receiver, SessionVersion, Shared, TableView, EXPECT_NOTICE,
 };
 use crate::balance::{Assignment, BalancePolicy, FleetView, Holder, LeaseView, Move, WorkerView};
 use crate::expiry::{ExpiryTracker, LeaseVersion};
@@ -34,7 +34,10 @@ pub(crate) struct Taker {
     shared: Arc<Shared>,
     policy: Arc<dyn BalancePolicy>,
     leases: ExpiryTracker<LeaseKey, LeaseVersion>,
-    members: ExpiryTracker<WorkerId>,
+    /// Members by (incarnation, heartbeat): a record removed and written again by another
+    /// process (or, with sessions, another session) starts its heartbeat again, and must
+    /// not match a value seen before.
+    members: ExpiryTracker<WorkerId, SessionVersion>,
     identity: Identity,
     /// With sessions: sessions named by leases whose record is gone or names another
     /// incarnation (they can never beat again), by when this worker first saw them so.
@@ -109,7 +112,7 @@ pub(crate) enum Report {
 impl Taker {
     pub fn new(shared: Arc<Shared>, policy: Arc<dyn BalancePolicy>) -> Self {
         let duration = shared.config.lease_duration;
-        let identity = Identity::new(shared.id.clone(), shared.incarnation, duration);
+        let identity = Identity::new(shared.id.clone(), shared.incarnation(), duration);
         Self {
             shared,
             policy,
@@ -179,6 +182,7 @@ impl Taker {
         // owner's validity (counted from before its write) can outlast now + lease duration.
         let now = self.shared.now();
         let sessions = config.sessions();
+        self.identity.set_incarnation(self.shared.incarnation());
         tracing::debug!(
             leases = snapshot.leases.len(),
             members = snapshot.members.len(),
@@ -244,7 +248,8 @@ impl Taker {
         let ids: HashSet<&WorkerId> = snapshot.members.iter().map(|m| &m.worker).collect();
         self.members.retain(|w| ids.contains(w));
         for member in &snapshot.members {
-            self.members.observe(&member.worker, member.heartbeat, now);
+            self.members
+                .observe(&member.worker, (member.incarnation, member.heartbeat), now);
         }
         {
             let mut seen = self
@@ -714,7 +719,8 @@ impl Taker {
         let ids: HashSet<&WorkerId> = snapshot.members.iter().map(|m| &m.worker).collect();
         self.members.retain(|w| ids.contains(w));
         for member in &snapshot.members {
-            self.members.observe(&member.worker, member.heartbeat, now);
+            self.members
+                .observe(&member.worker, (member.incarnation, member.heartbeat), now);
         }
         let fresh = snapshot.members.iter().map(|m| &m.worker);
         let fresh = fresh.filter(|w| !self.members.is_expired(w, now)).collect();
@@ -735,7 +741,7 @@ impl Taker {
         let me = &self.shared.id;
         tracing::error!(
             worker = %me,
-            incarnation = %self.shared.incarnation,
+            incarnation = %self.shared.incarnation(),
             "another live process uses this worker id; each keeps the leases it holds, but \
              give every process an id of its own"
         );
@@ -1255,7 +1261,13 @@ pub(crate) async fn take(
     }
     let outcome = shared
         .store
-        .take(&lease.key, me, shared.incarnation, lease.counter, deadline)
+        .take(
+            &lease.key,
+            me,
+            shared.incarnation(),
+            lease.counter,
+            deadline,
+        )
         .await;
     shared.lock().taking.remove(&lease.key);
     let taken = match outcome {
@@ -1265,7 +1277,7 @@ pub(crate) async fn take(
         // incarnation, one tenure on from what it observed.
         Ok(Outcome::LostRace {
             current: Some(current),
-        }) if current.is_owned_by_incarnation(me, shared.incarnation)
+        }) if current.is_owned_by_incarnation(me, shared.incarnation())
             && current.tenure == lease.tenure + 1 =>
         {
             current

@@ -85,6 +85,9 @@ impl Options {
         if day_rest {
             command += " --day-every 1";
         }
+        if self.knobs.protocol == shardlease::Protocol::Sessions {
+            command += " --protocol sessions";
+        }
         command
     }
 }
@@ -246,6 +249,7 @@ FAULT CAMPAIGN: cargo run --release --example simulate -- --campaign N [OPTIONS]
                        SDK attempt timeout would (default: none, the caller must give up)
   --day-every N        every Nth schedule (the first included) also rests a simulated day,
                        checking tasks and memory do not grow (default: 500; 0: never)
+  --protocol P         the lease protocol: leases (default) or sessions (being built)
   --verbose            one line per schedule
   --trace              print every processing start and stop, freeze, thaw and event to
                        stderr (for a replay)
@@ -311,6 +315,13 @@ fn parse_options(args: &[String]) -> Result<Options, String> {
                 options.knobs.attempt_timeout = Some(Duration::from_secs_f64(secs));
             }
             "--day-every" => options.day_every = whole()?,
+            "--protocol" => {
+                options.knobs.protocol = match value.as_str() {
+                    "leases" => shardlease::Protocol::Leases,
+                    "sessions" => shardlease::Protocol::Sessions,
+                    _ => return Err(format!("--protocol {value:?}: leases or sessions")),
+                }
+            }
             _ => return Err(format!("{flag:?} is not a campaign option (see --help)")),
         }
     }

@@ -5,7 +5,7 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use shardlease::jitter;
+use shardlease::{jitter, Protocol};
 use tokio::time::Instant;
 
 use super::fleet::{Fleet, MAX_PROCESSES};
@@ -29,6 +29,8 @@ pub struct Knobs {
     /// The store's own per-attempt timeout (see `ChaosNet`); `None`: like today's DynamoDB
     /// backend, an unanswered attempt waits until its caller gives up.
     pub attempt_timeout: Option<Duration>,
+    /// The lease protocol the workers speak (`--protocol`).
+    pub protocol: Protocol,
 }
 
 /// The store's latency: log-normal, median 5 ms, p99 25 ms (as the scenarios' default).
@@ -284,7 +286,8 @@ async fn drive(schedule: Schedule, knobs: Knobs) -> Outcome {
     net.chaos.set_attempt_timeout(knobs.attempt_timeout);
     let ledger = Arc::new(Mutex::new(Ledger::new(begin)));
     net.chaos.set_audit(ledger.clone());
-    let fleet = Fleet::new(Arc::clone(&net), Arc::clone(&ledger), &schedule).await;
+    let mut fleet = Fleet::new(Arc::clone(&net), Arc::clone(&ledger), &schedule).await;
+    fleet.config = fleet.config.clone().protocol(knobs.protocol);
     let mut driver = Driver {
         begin,
         fleet,
