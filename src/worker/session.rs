@@ -86,7 +86,9 @@ pub(crate) async fn run(shared: Arc<Shared>, cancel: CancellationToken) {
             _ = shared.clock.sleep_until(next) => {}
             _ = expected(&shared, &notices) => {}
         }
-        next = next.max(shared.now()) + interval;
+        // The next beat a whole interval after this one, whatever woke this one (an early
+        // beat must not push the schedule further out each time).
+        next = shared.now() + interval;
         if !shared.session().open {
             tokio::select! {
                 biased;
