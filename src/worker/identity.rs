@@ -87,6 +87,11 @@ impl Identity {
         self.incarnation = incarnation;
     }
 
+    /// The incarnation whose leases are *ours*.
+    pub fn ownership_incarnation(&self) -> Incarnation {
+        self.incarnation
+    }
+
     pub fn ownership(&self, lease: &Lease) -> Ownership {
         if !lease.is_owned_by(&self.me) {
             Ownership::Other

@@ -49,6 +49,8 @@ pub(crate) struct Taker {
     announced_to: Option<WorkerId>,
     /// The live workers of the last round, to see the fleet change.
     last_fleet: Vec<WorkerId>,
+    /// With sessions: the worker that does the fleet's chores, as the last round saw it.
+    chores: Option<WorkerId>,
 }
 
 /// A value of [`Taker::ended`]: the session has no record of its own any more.
@@ -123,6 +125,7 @@ impl Taker {
             expiry: HashMap::new(),
             announced_to: None,
             last_fleet: Vec::new(),
+            chores: None,
         }
     }
 
@@ -182,7 +185,12 @@ impl Taker {
         // owner's validity (counted from before its write) can outlast now + lease duration.
         let now = self.shared.now();
         let sessions = config.sessions();
-        self.identity.set_incarnation(self.shared.incarnation());
+        let incarnation = self.shared.incarnation();
+        if self.identity.ownership_incarnation() != incarnation {
+            // A new session: its predecessor must hear of it again.
+            self.announced_to = None;
+        }
+        self.identity.set_incarnation(incarnation);
         tracing::debug!(
             leases = snapshot.leases.len(),
             members = snapshot.members.len(),
@@ -591,6 +599,26 @@ impl Taker {
                     .await;
                 self.announced_to = Some(predecessor);
             }
+        }
+        // The smallest live id does the fleet's chores (the slow scan, discovery); with no
+        // periodic rounds, a worker that became it must be told to look.
+        let chores = live
+            .iter()
+            .filter(|(_, capacity)| **capacity != Some(0))
+            .map(|(w, _)| w)
+            .min()
+            .cloned();
+        if chores != self.chores {
+            if let Some(worker) = chores.as_ref().filter(|w| *w != me) {
+                if let Some(incarnation) = incarnations.get(worker).copied() {
+                    let deadline = self.shared.now() + self.shared.config.store_timeout;
+                    let notice = [member_notice(me)];
+                    self.shared
+                        .notify(worker, incarnation, &notice, deadline)
+                        .await;
+                }
+            }
+            self.chores = chores;
         }
         let mut counts: HashMap<&WorkerId, u32> = HashMap::new();
         for lease in &view.leases {
