@@ -51,6 +51,8 @@ pub(crate) struct Taker {
     last_fleet: Vec<WorkerId>,
     /// With sessions: the worker that does the fleet's chores, as the last round saw it.
     chores: Option<WorkerId>,
+    /// With sessions, on the worker doing the chores: who held each lease at its last round.
+    holders: HashMap<LeaseKey, (WorkerId, Incarnation, u64)>,
 }
 
 /// A value of [`Taker::ended`]: the session has no record of its own any more.
@@ -126,6 +128,7 @@ impl Taker {
             announced_to: None,
             last_fleet: Vec::new(),
             chores: None,
+            holders: HashMap::new(),
         }
     }
 
@@ -227,6 +230,9 @@ impl Taker {
             snapshot.leases.iter().map(|l| (&l.key, l)).collect();
         if sessions {
             self.warn(&snapshot, &statuses, &live, &expiry, now).await;
+            if self.is_smallest(&live) {
+                self.notice_changes(&snapshot, now).await;
+            }
             self.place(&snapshot, &view, &by_key, now).await;
         }
         self.execute(actions, moves, &by_key, now).await;
@@ -484,6 +490,49 @@ impl Taker {
             };
             keys.sort();
             tracing::info!(to = %worker, leases = keys.len(), "leases placed");
+            self.shared
+                .notify(&worker, incarnation, &keys, deadline)
+                .await;
+        }
+    }
+
+    /// With sessions, on the worker doing the fleet's chores: a lease whose holder changed
+    /// since its last round (or that is gone) may have been edited or deleted by hand, and
+    /// nothing else would tell the session that held it, which no longer renews anything.
+    /// That session is told (a notice naming the lease): it reads the lease and drops it if it
+    /// is no longer its own. Moves made by the protocol are told too, harmlessly.
+    async fn notice_changes(&mut self, snapshot: &Snapshot, now: Instant) {
+        let holders: HashMap<LeaseKey, (WorkerId, Incarnation, u64)> = snapshot
+            .leases
+            .iter()
+            .filter_map(|l| match (&l.owner, l.owner_incarnation) {
+                (Some(owner), Some(incarnation)) => {
+                    Some((l.key.clone(), (owner.clone(), incarnation, l.tenure)))
+                }
+                _ => None,
+            })
+            .collect();
+        let open: HashSet<(&WorkerId, Incarnation)> = snapshot
+            .members
+            .iter()
+            .filter_map(|m| m.incarnation.map(|i| (&m.worker, i)))
+            .collect();
+        let mut told: BTreeMap<(WorkerId, Incarnation), Vec<String>> = BTreeMap::new();
+        for (key, (owner, incarnation, tenure)) in &self.holders {
+            if holders.get(key) == Some(&(owner.clone(), *incarnation, *tenure)) {
+                continue;
+            }
+            if open.contains(&(owner, *incarnation)) {
+                told.entry((owner.clone(), *incarnation))
+                    .or_default()
+                    .push(key.as_str().to_owned());
+            }
+        }
+        self.holders = holders;
+        let deadline = now + self.shared.config.store_timeout;
+        for ((worker, incarnation), mut keys) in told {
+            keys.sort();
+            tracing::info!(to = %worker, leases = keys.len(), "leases changed under their holder: telling it");
             self.shared
                 .notify(&worker, incarnation, &keys, deadline)
                 .await;

@@ -1,0 +1,149 @@
+//! The session protocol on paused time over the in-memory store: a lease deleted or taken by
+//! hand under its holder is noticed by the fleet's slow scan and dropped by the holder, which
+//! renews nothing any more and so would otherwise never learn of it.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use shardlease::store::memory::InMemoryStore;
+use shardlease::store::LeaseStore;
+use shardlease::worker::LeaseEvent;
+use shardlease::{Incarnation, LeaseKey, Protocol, Worker, WorkerConfig, WorkerId};
+use tokio::sync::mpsc::UnboundedReceiver;
+use tokio::time::Instant;
+
+fn key(name: &str) -> LeaseKey {
+    LeaseKey::new(name).unwrap()
+}
+
+fn config() -> WorkerConfig {
+    WorkerConfig::default().protocol(Protocol::Sessions)
+}
+
+/// Keeps every grant alive (a processing application) and returns the leases lost.
+async fn until_lost(
+    events: &mut UnboundedReceiver<LeaseEvent>,
+    key: &LeaseKey,
+    by: Instant,
+) -> bool {
+    let mut grants = Vec::new();
+    loop {
+        tokio::select! {
+            event = events.recv() => match event {
+                Some(LeaseEvent::Acquired(grant)) => grants.push(grant),
+                Some(LeaseEvent::Lost { key: lost }) if lost == *key => return true,
+                Some(_) => {}
+                None => return false,
+            },
+            _ = tokio::time::sleep_until(by) => return false,
+        }
+    }
+}
+
+/// Starts two workers over `shards`; returns them with their event streams once every lease
+/// is held (grants kept by a task each).
+async fn fleet(
+    store: &InMemoryStore,
+    shards: &[&str],
+) -> Vec<(Worker, UnboundedReceiver<LeaseEvent>)> {
+    let mut workers = Vec::new();
+    for id in ["a", "b"] {
+        let mut worker = Worker::builder(Arc::new(store.clone()), WorkerId::new(id).unwrap())
+            .config(config())
+            .shards(shards.iter().map(|s| key(s)).collect())
+            .start()
+            .await
+            .unwrap();
+        let events = worker.take_events().unwrap();
+        workers.push((worker, events));
+    }
+    tokio::time::sleep(Duration::from_secs(20)).await;
+    workers
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_lease_deleted_by_hand_is_dropped_by_its_holder_within_the_slow_scan() {
+    let store = InMemoryStore::new();
+    let shards = ["s1", "s2", "s3", "s4"];
+    let mut workers = fleet(&store, &shards).await;
+    let snapshot = store
+        .snapshot(Instant::now() + Duration::from_secs(5))
+        .await
+        .unwrap();
+    let victim = snapshot
+        .leases
+        .iter()
+        .find(|l| l.owner.as_ref().is_some_and(|o| o.as_str() == "b"))
+        .expect("b holds a lease")
+        .clone();
+    // Let the slow scan see it held before the edit.
+    tokio::time::sleep(config().slow_scan_interval).await;
+    let deleted = store
+        .delete(
+            &victim.key,
+            victim.counter,
+            victim.tenure,
+            Instant::now() + Duration::from_secs(5),
+        )
+        .await
+        .unwrap();
+    assert!(deleted.is_done(), "{deleted:?}");
+    let edited = Instant::now();
+    let config = config();
+    let by = edited + config.slow_scan_interval + config.renew_interval * 2;
+    let (_, events) = &mut workers[1];
+    assert!(
+        until_lost(events, &victim.key, by).await,
+        "b still holds {} {:?} after the edit",
+        victim.key,
+        Instant::now() - edited
+    );
+    let noticed = Instant::now() - edited;
+    eprintln!("a lease deleted by hand was dropped by its holder {noticed:?} after the edit");
+    assert!(noticed <= config.slow_scan_interval + config.renew_interval * 2);
+    for (worker, _) in workers {
+        worker.shutdown().await;
+    }
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_lease_taken_by_hand_is_dropped_by_its_holder_within_the_slow_scan() {
+    let store = InMemoryStore::new();
+    let shards = ["s1", "s2", "s3", "s4"];
+    let mut workers = fleet(&store, &shards).await;
+    let snapshot = store
+        .snapshot(Instant::now() + Duration::from_secs(5))
+        .await
+        .unwrap();
+    let victim = snapshot
+        .leases
+        .iter()
+        .find(|l| l.owner.as_ref().is_some_and(|o| o.as_str() == "a"))
+        .expect("a holds a lease")
+        .clone();
+    tokio::time::sleep(config().slow_scan_interval).await;
+    // An operator gives the lease to somebody else, by hand.
+    let taken = store
+        .take(
+            &victim.key,
+            &WorkerId::new("operator").unwrap(),
+            Incarnation::new(7),
+            victim.counter,
+            Instant::now() + Duration::from_secs(5),
+        )
+        .await
+        .unwrap();
+    assert!(taken.is_done(), "{taken:?}");
+    let edited = Instant::now();
+    let config = config();
+    let by = edited + config.slow_scan_interval + config.renew_interval * 2;
+    let (_, events) = &mut workers[0];
+    assert!(
+        until_lost(events, &victim.key, by).await,
+        "a still holds {} after the edit",
+        victim.key
+    );
+    for (worker, _) in workers {
+        worker.shutdown().await;
+    }
+}
