@@ -14,7 +14,8 @@
 //!
 //! Options: `--id ID` (default: host and pid), `--table NAME` (default `shardlease-demo`),
 //! `--endpoint URL` (default: the AWS chain, or `AWS_ENDPOINT_URL`), `--shards N` (create
-//! `shard-0000`.. if missing), `--lease-secs S` (default 10), `--events-log PATH` (append
+//! `shard-0000`.. if missing), `--lease-secs S` (default 10), `--protocol leases|sessions`
+//! (default `leases`; every process of one table must use the same), `--events-log PATH` (append
 //! `{"ts_unix_nanos":..,"worker":..,"lease":..,"event":..}` per event: acquired, stopped,
 //! handed_off, released, lost, and checkpointed or checkpoint_failed with an `error`).
 
@@ -29,7 +30,7 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 use common::Error;
 use shardlease::store::dynamodb::{DynamoConfig, DynamoStore};
 use shardlease::worker::{LeaseEvent, LeaseGrant, StopReason, Worker};
-use shardlease::{LeaseKey, WorkerConfig, WorkerId};
+use shardlease::{LeaseKey, Protocol, WorkerConfig, WorkerId};
 
 struct Args {
     id: String,
@@ -38,6 +39,7 @@ struct Args {
     shards: usize,
     lease_secs: f64,
     events_log: Option<String>,
+    protocol: Protocol,
 }
 
 fn parse_args() -> Result<Args, String> {
@@ -52,6 +54,7 @@ fn parse_args() -> Result<Args, String> {
         shards: 0,
         lease_secs: 10.0,
         events_log: None,
+        protocol: Protocol::Leases,
     };
     let mut it = std::env::args().skip(1);
     while let Some(flag) = it.next() {
@@ -73,10 +76,18 @@ fn parse_args() -> Result<Args, String> {
                     .ok_or_else(|| format!("--lease-secs {value:?}: at least 0.1 expected"))?
             }
             "--events-log" => args.events_log = Some(value),
+            "--protocol" => {
+                args.protocol = match value.as_str() {
+                    "leases" => Protocol::Leases,
+                    "sessions" => Protocol::Sessions,
+                    _ => return Err(format!("--protocol {value:?}: leases or sessions")),
+                }
+            }
             _ => {
                 return Err(format!(
                     "unknown option {flag:?}\nusage: lease_worker [--id ID] [--table NAME] \
-                     [--endpoint URL] [--shards N] [--lease-secs S] [--events-log PATH]"
+                     [--endpoint URL] [--shards N] [--lease-secs S] [--protocol P] \
+                     [--events-log PATH]"
                 ))
             }
         }
@@ -169,7 +180,8 @@ async fn run(args: Args) -> Result<(), Error> {
     let shards = (0..args.shards)
         .map(|i| LeaseKey::new(format!("shard-{i:04}")))
         .collect::<Result<Vec<_>, _>>()?;
-    let config = WorkerConfig::with_lease_duration(Duration::from_secs_f64(args.lease_secs));
+    let config = WorkerConfig::with_lease_duration(Duration::from_secs_f64(args.lease_secs))
+        .protocol(args.protocol);
     let mut worker = Worker::builder(Arc::new(store), WorkerId::new(&args.id)?)
         .config(config)
         .shards(shards)

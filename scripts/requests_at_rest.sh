@@ -1,0 +1,70 @@
+#!/usr/bin/env bash
+# Requests per minute a fleet of real `lease_worker` processes sends to dynalite at rest.
+#
+# usage: scripts/requests_at_rest.sh [PROTOCOL] [PROCS] [SHARDS] [WARMUP_SECS] [MEASURE_SECS]
+#   PROTOCOL: leases (default) or sessions
+#
+# Starts dynalite if it is not running (scripts/emulators.sh), puts a counting proxy
+# (scripts/count_requests.py) in front of it, starts PROCS workers (default 2) over SHARDS
+# shards (default 4), lets them settle WARMUP_SECS (default 30), counts what they send during
+# MEASURE_SECS (default 180), stops them with SIGTERM and prints the requests per minute by
+# operation.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+protocol=${1:-leases}
+procs=${2:-2}
+shards=${3:-4}
+warmup=${4:-30}
+measure=${5:-180}
+port=${DYNALITE_PORT:-4567}
+proxy_port=${COUNT_PROXY_PORT:-4581}
+export AWS_REGION=${AWS_REGION:-us-east-1} AWS_ACCESS_KEY_ID=${AWS_ACCESS_KEY_ID:-test} AWS_SECRET_ACCESS_KEY=${AWS_SECRET_ACCESS_KEY:-test}
+
+if ! (exec 3<>"/dev/tcp/127.0.0.1/$port") 2>/dev/null; then
+  scripts/emulators.sh start
+fi
+cargo build --examples -q
+work=$(mktemp -d)
+pids=()
+cleanup() {
+  for pid in "${pids[@]}"; do kill -TERM "$pid" 2>/dev/null || true; done
+  wait 2>/dev/null || true
+  rm -rf "$work"
+}
+trap cleanup EXIT
+python3 scripts/count_requests.py "$proxy_port" "127.0.0.1:$port" "$work/report.json" &
+proxy=$!
+pids+=("$proxy")
+for _ in $(seq 50); do
+  (exec 3<>"/dev/tcp/127.0.0.1/$proxy_port") 2>/dev/null && break
+  sleep 0.1
+done
+table="requests-at-rest-$protocol-$$"
+workers=()
+for i in $(seq "$procs"); do
+  RUST_LOG=${RUST_LOG:-warn} ./target/debug/examples/lease_worker --id "w$i" --table "$table" \
+    --endpoint "http://127.0.0.1:$proxy_port" --shards "$shards" --protocol "$protocol" \
+    2>"$work/w$i.err" &
+  workers+=($!)
+  pids+=($!)
+done
+sleep "$warmup"
+before=$(cat "$work/report.json")
+sleep "$measure"
+after=$(cat "$work/report.json")
+for pid in "${workers[@]}"; do kill -TERM "$pid" 2>/dev/null || true; done
+for pid in "${workers[@]}"; do wait "$pid" || true; done
+python3 - "$before" "$after" "$measure" "$protocol" "$procs" "$shards" <<'PY'
+import json, sys
+before, after = json.loads(sys.argv[1]), json.loads(sys.argv[2])
+minutes = float(sys.argv[3]) / 60
+ops = sorted(set(before["counts"]) | set(after["counts"]))
+total = 0
+print(f"protocol {sys.argv[4]}, {sys.argv[5]} workers x {sys.argv[6]} shards, at rest for {sys.argv[3]} s:")
+for op in ops:
+    n = after["counts"].get(op, 0) - before["counts"].get(op, 0)
+    total += n
+    if n:
+        print(f"  {op:<12} {n / minutes:7.1f} per minute")
+print(f"  {'total':<12} {total / minutes:7.1f} per minute")
+PY
