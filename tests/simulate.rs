@@ -167,7 +167,10 @@ fn a_fault_schedule_replays_exactly() {
 
 #[test]
 fn sessions_fail_over_within_a_lease_and_a_beat_and_move_the_minimum() {
-    let report = simulate(settings("crash", 6, 60, Policy::Sessions));
+    // One worker crashes (as in the targets at 10 x 1,000).
+    let mut crash = settings("crash", 6, 60, Policy::Sessions);
+    crash.scenario = scenario("crash", 6, 60, 1, None).unwrap();
+    let report = simulate(crash);
     let failover = report.failover().expect("a crash step");
     assert_eq!(failover.processing.missing, 0, "{}", report.json());
     // Lease 10 s, beats every 2.5 s: the watcher fences a lease after the last beat, the
