@@ -389,6 +389,36 @@ impl Shared {
         }
     }
 
+    /// Ends `worker`'s session `incarnation` as seen at `heartbeat`, after it was seen
+    /// unchanged for a lease duration (the fence). `Ok(true)` when it is over (fenced here,
+    /// or gone already): its leases may then be started at once; `Ok(false)` when it beat in
+    /// between.
+    pub async fn fence(
+        &self,
+        worker: &WorkerId,
+        incarnation: Incarnation,
+        heartbeat: u64,
+        deadline: Instant,
+    ) -> Result<bool, crate::store::StoreError> {
+        let ended = self
+            .store
+            .end_session(worker, incarnation, heartbeat, deadline)
+            .await?;
+        if !matches!(
+            ended,
+            Outcome::Done(_) | Outcome::LostRace { current: None }
+        ) {
+            return Ok(false);
+        }
+        tracing::warn!(worker = %worker, %incarnation, heartbeat, "session expired: fenced; its leases are placed again");
+        metrics::fenced(&self.id);
+        self.fenced
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .insert((worker.clone(), incarnation));
+        Ok(true)
+    }
+
     /// Reads the table for where leases released here should go (the sessions that take
     /// leases, with what they hold): a leaving worker's last placement round may be old.
     pub async fn refresh_receivers(&self, deadline: Instant) {

@@ -292,13 +292,11 @@ impl Taker {
             }
             let fenced = self
                 .shared
-                .store
-                .end_session(&member.worker, incarnation, member.heartbeat, deadline)
+                .fence(&member.worker, incarnation, member.heartbeat, deadline)
                 .await;
-            if let Ok(Outcome::Done(_) | Outcome::LostRace { current: None }) = fenced {
-                tracing::warn!(worker = %member.worker, %incarnation, "session expired: fenced; its leases are placed again");
-                metrics::fenced(&self.shared.id);
-                self.fenced().insert((member.worker.clone(), incarnation));
+            if let Err(err) = fenced {
+                metrics::store_error(&self.shared.id, "end_session");
+                tracing::warn!(worker = %member.worker, error = %err, "could not fence an expired session");
             }
         }
         let fresh = snapshot
@@ -393,11 +391,7 @@ impl Taker {
             return;
         }
         let me = &self.shared.id;
-        let incarnations: HashMap<&WorkerId, Incarnation> = snapshot
-            .members
-            .iter()
-            .filter_map(|m| m.incarnation.map(|i| (&m.worker, i)))
-            .collect();
+        let incarnations = incarnations(snapshot);
         let assignment = Assignment::compute(view);
         tracing::debug!(
             counts = ?assignment.counts.iter().collect::<BTreeMap<_, _>>(),
@@ -581,11 +575,7 @@ impl Taker {
         survivors.remove(&victim);
         let view = self.view(snapshot, statuses, &survivors, &if_dead, now);
         let assignment = Assignment::compute(&view);
-        let incarnations: HashMap<&WorkerId, Incarnation> = snapshot
-            .members
-            .iter()
-            .filter_map(|m| m.incarnation.map(|i| (&m.worker, i)))
-            .collect();
+        let incarnations = incarnations(snapshot);
         let deadline = now + self.shared.config.store_timeout;
         let mut receivers: Vec<&WorkerId> = assignment
             .moves
@@ -634,11 +624,7 @@ impl Taker {
                 true
             }
         });
-        let incarnations: HashMap<&WorkerId, Incarnation> = snapshot
-            .members
-            .iter()
-            .filter_map(|m| m.incarnation.map(|i| (&m.worker, i)))
-            .collect();
+        let incarnations = incarnations(snapshot);
         if let Some(predecessor) = predecessor.filter(|p| self.announced_to.as_ref() != Some(p)) {
             if let Some(incarnation) = incarnations.get(&predecessor).copied() {
                 let deadline = self.shared.now() + self.shared.config.store_timeout;
@@ -1198,6 +1184,16 @@ impl Taker {
             }
         }
     }
+}
+
+/// The open session of each member of `snapshot` (records written by an older version,
+/// without an incarnation, have none).
+fn incarnations(snapshot: &Snapshot) -> HashMap<&WorkerId, Incarnation> {
+    snapshot
+        .members
+        .iter()
+        .filter_map(|m| m.incarnation.map(|i| (&m.worker, i)))
+        .collect()
 }
 
 /// An owned lease whose counter, last changed so that it expires at `expiry`, has not yet

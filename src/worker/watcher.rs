@@ -26,7 +26,6 @@ use tokio_util::sync::CancellationToken;
 use super::metrics;
 use super::state::Shared;
 use crate::lease::{Incarnation, WorkerId};
-use crate::store::Outcome;
 
 pub(crate) async fn run(shared: Arc<Shared>, cancel: CancellationToken) {
     let mut successor = shared.successor.subscribe();
@@ -199,23 +198,12 @@ async fn fence(
         // A record of an older version: nothing of ours can be fenced by it.
         return false;
     };
-    match shared
-        .store
-        .end_session(target, incarnation, heartbeat, deadline)
-        .await
-    {
-        Ok(Outcome::Done(_)) | Ok(Outcome::LostRace { current: None }) => {
-            tracing::warn!(worker = %target, %incarnation, heartbeat, "session expired: fenced; its leases are placed again");
-            metrics::fenced(&shared.id);
-            shared
-                .fenced
-                .lock()
-                .unwrap_or_else(|e| e.into_inner())
-                .insert((target.clone(), incarnation));
+    match shared.fence(target, incarnation, heartbeat, deadline).await {
+        Ok(true) => {
             shared.rescan.notify_one();
             true
         }
-        Ok(Outcome::LostRace { current: Some(_) }) => false,
+        Ok(false) => false,
         Err(err) => {
             metrics::store_error(&shared.id, "end_session");
             tracing::warn!(worker = %target, error = %err, "could not fence an expired session");
