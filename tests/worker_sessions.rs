@@ -147,3 +147,80 @@ async fn a_lease_taken_by_hand_is_dropped_by_its_holder_within_the_slow_scan() {
         worker.shutdown().await;
     }
 }
+
+/// Keeps every grant alive and returns whether `key` was acquired by `by`.
+async fn until_acquired(
+    events: &mut UnboundedReceiver<LeaseEvent>,
+    key: &LeaseKey,
+    by: Instant,
+) -> bool {
+    let mut grants = Vec::new();
+    loop {
+        tokio::select! {
+            event = events.recv() => match event {
+                Some(LeaseEvent::Acquired(grant)) => {
+                    let hit = grant.key() == key;
+                    grants.push(grant);
+                    if hit {
+                        return true;
+                    }
+                }
+                Some(_) => {}
+                None => return false,
+            },
+            _ = tokio::time::sleep_until(by) => return false,
+        }
+    }
+}
+
+/// A lease given whose notice never reached its receiver (the give's answer was lost, or
+/// the notice failed; here, given by hand) was nobody's to start: its receiver did not know,
+/// and a lease given to a live session never expires. The worker doing the chores tells the
+/// receiver again once it has seen the lease given and untaken for a lease duration.
+#[tokio::test(start_paused = true)]
+async fn a_lease_given_without_a_notice_is_taken_by_its_receiver() {
+    let store = InMemoryStore::new();
+    let shards = ["s1", "s2", "s3", "s4"];
+    let mut workers = fleet(&store, &shards).await;
+    let snapshot = store
+        .snapshot(Instant::now() + Duration::from_secs(5))
+        .await
+        .unwrap();
+    let victim = snapshot
+        .leases
+        .iter()
+        .find(|l| l.owner.as_ref().is_some_and(|o| o.as_str() == "a"))
+        .expect("a holds a lease")
+        .clone();
+    let given = store
+        .give(
+            &victim.key,
+            &WorkerId::new("b").unwrap(),
+            victim.counter,
+            Instant::now() + Duration::from_secs(5),
+        )
+        .await
+        .unwrap();
+    assert!(given.is_done(), "{given:?}");
+    let edited = Instant::now();
+    let config = config();
+    let by = edited
+        + config.slow_scan_interval
+        + config.lease_duration
+        + config.renew_interval * 2
+        + config.quiet_period;
+    let (_, events) = &mut workers[1];
+    assert!(
+        until_acquired(events, &victim.key, by).await,
+        "b has not taken {} {:?} after it was given to it",
+        victim.key,
+        Instant::now() - edited
+    );
+    eprintln!(
+        "a lease given without a notice was taken {:?} after the give",
+        Instant::now() - edited
+    );
+    for (worker, _) in workers {
+        worker.shutdown().await;
+    }
+}

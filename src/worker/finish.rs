@@ -172,6 +172,13 @@ pub(crate) async fn place(shared: &Shared, lease: Lease, deadline: Instant) {
             Err(err) => {
                 metrics::store_error(&shared.id, "give");
                 tracing::warn!(lease_key = %lease.key, error = %err, "could not give a released lease; a placement round places it");
+                if err.is_ambiguous() {
+                    // The give may have landed: only its receiver would take it up.
+                    let notice = [lease.key.as_str().to_owned()];
+                    shared
+                        .notify(&receiver.worker, receiver.incarnation, &notice, deadline)
+                        .await;
+                }
                 break;
             }
         }

@@ -22,7 +22,7 @@ use tracing::Instrument;
 use super::finish::{place, spawn_finish};
 use super::grant::{LeaseEvent, StopReason};
 use super::metrics;
-use super::state::{notice_text, Phase, Shared, EXPECT_NOTICE};
+use super::state::{notice_text, Finish, Phase, Shared, EXPECT_NOTICE};
 use super::taker::{take, Report};
 use crate::expiry::ExpiryTracker;
 use crate::lease::{Incarnation, Lease, LeaseKey, Member, RESERVED_PREFIX};
@@ -90,6 +90,9 @@ pub(crate) async fn run(shared: Arc<Shared>, cancel: CancellationToken) {
         // beat must not push the schedule further out each time).
         next = shared.now() + interval;
         if !shared.session().open {
+            // Closed: look at the record more often than a beat, to open the session again
+            // as soon as it may be.
+            next = shared.now() + interval / 4;
             tokio::select! {
                 biased;
                 _ = cancel.cancelled() => return,
@@ -123,6 +126,9 @@ pub(crate) async fn run(shared: Arc<Shared>, cancel: CancellationToken) {
                 *lock(&notices) = Notices::default();
             }
             Err(err) => {
+                // Tried again soon: the session's validity runs out a lease duration after
+                // the last accepted beat began, and a beat interval may be half of that.
+                next = next.min(shared.now() + interval / 4);
                 // Named again in the next beat: removing a notice twice is harmless.
                 lock(&notices).handled.extend(seen);
                 metrics::store_error(&shared.id, "beat");
@@ -237,6 +243,15 @@ async fn reopen(
     match opened {
         Ok(Outcome::Done(member)) => {
             tracing::info!(heartbeat = member.heartbeat, "session opened again");
+            // The record replaced was seen unchanged for a lease duration: as with a fence,
+            // that session's validity is over and its leases may be started at once.
+            if let Some(old) = replacing.as_ref().and_then(|m| m.incarnation) {
+                shared
+                    .fenced
+                    .lock()
+                    .unwrap_or_else(|e| e.into_inner())
+                    .insert((shared.id.clone(), old));
+            }
             *other = ExpiryTracker::new(shared.config.lease_duration);
             shared.beaten(start, member.heartbeat);
             shared.rescan.notify_one();
@@ -346,6 +361,22 @@ async fn look(shared: &Arc<Shared>, key: LeaseKey, lease: Option<Lease>, start: 
                 return ask_to_stop(shared, &key, tenure, to.clone());
             }
             (Some(_), _) => {}
+            // Ours in the table, not held here (lost when the session's validity ran out),
+            // and asked of us: nothing works on it here, so it is handed over (or retired) at
+            // once instead of after the requester's handoff timeout.
+            (None, Some(to)) if to != me && !shared.lock().taking.contains(&key) => {
+                let tenure = lease.tenure;
+                let finish = if to.is_retire_marker() {
+                    Finish::Retire { tenure }
+                } else {
+                    Finish::HandOff {
+                        tenure,
+                        to: to.clone(),
+                    }
+                };
+                tracing::info!(lease_key = %key, to = %to, "a lease of this session not held here was asked for: handing it over");
+                spawn_finish(shared, key, finish);
+            }
             // Ours in the table and not held here: the next placement round resumes it.
             (None, _) => shared.rescan.notify_one(),
         }

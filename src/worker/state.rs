@@ -316,13 +316,22 @@ impl Shared {
     /// `start`.
     pub fn beaten(&self, start: Instant, heartbeat: u64) {
         let valid_until = start + self.config.validity();
-        {
+        let lapsed = {
             let mut session = self.session();
+            // Open, and its validity ran out here before this beat: every lease was lost
+            // here, yet nobody fenced the session (the beat landed), so the leases are still
+            // this session's in the table and nobody else may start them: a placement round
+            // resumes them.
+            let lapsed = session.open && session.valid_until <= self.now();
             session.open = true;
             session.heartbeat = heartbeat;
             if valid_until > session.valid_until {
                 session.valid_until = valid_until;
             }
+            lapsed
+        };
+        if lapsed {
+            self.rescan.notify_one();
         }
         for held in self.lock().held.values_mut() {
             if valid_until > held.valid_until {

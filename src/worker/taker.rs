@@ -53,6 +53,9 @@ pub(crate) struct Taker {
     chores: Option<WorkerId>,
     /// With sessions, on the worker doing the chores: who held each lease at its last round.
     holders: HashMap<LeaseKey, (WorkerId, Incarnation, u64)>,
+    /// With sessions, on the worker doing the chores: each lease given and not yet taken, its
+    /// receiver and counter, and since when (this worker's clock) it has been so.
+    given: HashMap<LeaseKey, (WorkerId, u64, Instant)>,
 }
 
 /// A value of [`Taker::ended`]: the session has no record of its own any more.
@@ -129,6 +132,7 @@ impl Taker {
             last_fleet: Vec::new(),
             chores: None,
             holders: HashMap::new(),
+            given: HashMap::new(),
         }
     }
 
@@ -461,7 +465,11 @@ impl Taker {
                             Err(err) => {
                                 metrics::store_error(&shared.id, what);
                                 tracing::warn!(lease_key = %key, error = %err, "could not place a lease");
-                                None
+                                // It may have landed: the notice is harmless if it did not.
+                                err.is_ambiguous().then_some(match from {
+                                    None => (worker, None, key),
+                                    Some(owner) => (owner, owner_incarnation, key),
+                                })
                             }
                         }
                     }
@@ -523,6 +531,33 @@ impl Taker {
             }
         }
         self.holders = holders;
+        // A lease given whose notice was lost (the give's answer was lost, or the notice
+        // failed) waits for a receiver that does not know of it: nobody else would ever move
+        // it. After a lease duration its receiver is told again.
+        let incarnations = incarnations(snapshot);
+        let patience = self.shared.config.lease_duration;
+        let mut given = HashMap::new();
+        for lease in &snapshot.leases {
+            let (Some(owner), None) = (&lease.owner, lease.owner_incarnation) else {
+                continue;
+            };
+            let since = match self.given.get(&lease.key) {
+                Some((to, counter, since)) if to == owner && *counter == lease.counter => *since,
+                _ => now,
+            };
+            let since = match incarnations.get(owner) {
+                Some(incarnation) if now.saturating_duration_since(since) >= patience => {
+                    tracing::info!(lease_key = %lease.key, to = %owner, "a lease given long ago is not taken yet: telling its receiver again");
+                    told.entry((owner.clone(), *incarnation))
+                        .or_default()
+                        .push(lease.key.as_str().to_owned());
+                    now
+                }
+                _ => since,
+            };
+            given.insert(lease.key.clone(), (owner.clone(), lease.counter, since));
+        }
+        self.given = given;
         let deadline = now + self.shared.config.store_timeout;
         for ((worker, incarnation), mut keys) in told {
             keys.sort();
@@ -695,6 +730,14 @@ impl Taker {
         let mut next = now + FAR;
         if self.is_smallest(live) {
             next = next.min(now + config.slow_scan_interval);
+            // A lease given and not taken: look again when its receiver is told again (a
+            // receiver without a session is not told: a placement round gives it on).
+            for (_, _, since) in self.given.values() {
+                let due = *since + config.lease_duration;
+                if due > now {
+                    next = next.min(due);
+                }
+            }
         }
         if moved {
             next = next.min(now + config.renew_interval / 2);
@@ -1036,13 +1079,9 @@ impl Taker {
                     };
                     Job::Take { lease, report }
                 }
-                // With sessions, the other process's record was replaced by this one's, so
-                // its session cannot beat again: its validity ends within a lease duration of
-                // the take.
-                Action::Foreign(lease) if self.shared.config.sessions() => Job::Take {
-                    lease,
-                    report: Report::Forced(None),
-                },
+                // With sessions, the other process of this id may still beat (it may have
+                // replaced this one's record, unknown here yet): its lease is reported once it
+                // acknowledges or its session is surely over, as any forced take.
                 Action::Foreign(lease) | Action::Force(lease) => {
                     let report = self.forced_report(&lease, now);
                     Job::Take { lease, report }
@@ -1432,7 +1471,19 @@ async fn acknowledged(
     let notice = [key.as_str().to_owned()];
     let mut noticed = false;
     let mut beats: ExpiryTracker<()> = ExpiryTracker::new(config.lease_duration);
+    let fenced = || {
+        shared
+            .fenced
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .contains(&(owner.clone(), incarnation))
+    };
     loop {
+        // Fenced here: the session was seen unchanged for a lease duration, its validity
+        // is over (the leases of a fenced session are startable at once).
+        if fenced() {
+            return shared.now();
+        }
         let deadline = shared.now() + config.store_timeout;
         if !noticed {
             noticed = shared.notify(&owner, incarnation, &notice, deadline).await;
@@ -1455,6 +1506,7 @@ async fn acknowledged(
                     return now;
                 }
             }
+            Ok(_) if fenced() => return now,
             // The session cannot beat any more: its validity ends within a lease duration.
             Ok(_) => return now + config.lease_duration,
             Err(err) => {

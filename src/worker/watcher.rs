@@ -19,6 +19,7 @@
 //! for about one read per beat.
 
 use std::sync::Arc;
+use std::time::Duration;
 
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
@@ -118,9 +119,10 @@ async fn watch(shared: &Shared, target: &WorkerId) {
                     continue;
                 }
                 b.missed = Some(now);
-                // Two beats missed: warn those its leases would go to, so that they are
-                // ready to start them the moment they are given.
-                if !b.warned && now + interval * 2 >= b.hi + lease {
+                // Beats missed: warn those its leases would go to, so that they are ready to
+                // start them the moment they are given.
+                let lead = warn_lead(interval, lease);
+                if !b.warned && now + lead >= b.hi + lease {
                     b.warned = true;
                     if let Some(incarnation) = member.incarnation {
                         *shared.suspect.lock().unwrap_or_else(|e| e.into_inner()) =
@@ -137,7 +139,7 @@ async fn watch(shared: &Shared, target: &WorkerId) {
                 } else {
                     now + interval / 8
                 };
-                let warn_at = (b.hi + lease).checked_sub(interval * 2).unwrap_or(now);
+                let warn_at = (b.hi + lease).checked_sub(lead).unwrap_or(now);
                 next = retry.min(b.hi + lease);
                 if !b.warned && warn_at > now {
                     next = next.min(warn_at);
@@ -183,6 +185,12 @@ async fn watch(shared: &Shared, target: &WorkerId) {
             }
         }
     }
+}
+
+/// How long before a silent session's expiry the watcher warns: two beats before it, but
+/// never before one and a half beats are missed (a beat a little late is no warning).
+fn warn_lead(interval: Duration, lease: Duration) -> Duration {
+    (interval * 2).min(lease.saturating_sub(interval * 3 / 2))
 }
 
 /// Ends `target`'s session as seen (its heartbeat unchanged for a lease duration here).

@@ -3,11 +3,11 @@
 //! is: while frozen no sleep of the process completes, timers included, and afterwards its
 //! `now()` has jumped forward by the frozen time, as `CLOCK_MONOTONIC` does across SIGSTOP.
 
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use shardlease::clock::{Clock, Sleep};
-use tokio::sync::watch;
+use tokio::sync::Notify;
 use tokio::time::Instant;
 
 /// A worker process's clock. Cheap to clone; clones are the same clock.
@@ -23,7 +23,12 @@ struct Inner {
     origin: Instant,
     rate: f64,
     /// Frozen until this tokio instant (`None`: running).
-    frozen: watch::Sender<Option<Instant>>,
+    frozen: Mutex<Option<Instant>>,
+    /// Wakes the sleepers when a freeze begins or ends. Not a `watch` channel: its receivers
+    /// are woken in an order drawn from tokio's own unseeded generator, and a thaw wakes
+    /// many sleepers at once, so a seed would not replay the same run. `Notify` wakes them
+    /// in the order they came.
+    changed: Notify,
 }
 
 impl SimClock {
@@ -34,7 +39,8 @@ impl SimClock {
             inner: Arc::new(Inner {
                 origin: Instant::now(),
                 rate,
-                frozen: watch::Sender::new(None),
+                frozen: Mutex::new(None),
+                changed: Notify::new(),
             }),
         }
     }
@@ -64,29 +70,39 @@ impl SimClock {
 
     /// Freezes the process's time until tokio instant `until`: no sleep completes before it.
     pub fn freeze_until(&self, until: Instant) {
-        self.inner.frozen.send_replace(Some(until));
+        self.set_frozen(Some(until));
     }
 
     /// Ends a freeze now.
     pub fn thaw(&self) {
-        self.inner.frozen.send_replace(None);
+        self.set_frozen(None);
+    }
+
+    fn set_frozen(&self, until: Option<Instant>) {
+        *self.inner.frozen.lock().unwrap_or_else(|e| e.into_inner()) = until;
+        self.inner.changed.notify_waiters();
+    }
+
+    fn frozen(&self) -> Option<Instant> {
+        *self.inner.frozen.lock().unwrap_or_else(|e| e.into_inner())
     }
 
     /// Whether the process is frozen now.
     pub fn is_frozen(&self) -> bool {
-        matches!(*self.inner.frozen.borrow(), Some(until) if until > Instant::now())
+        matches!(self.frozen(), Some(until) if until > Instant::now())
     }
 
     /// Completes at once, or when a freeze in progress ends.
     pub async fn thawed(&self) {
-        let mut changes = self.inner.frozen.subscribe();
         loop {
-            let frozen = *changes.borrow_and_update();
-            match frozen {
+            let changed = self.inner.changed.notified();
+            tokio::pin!(changed);
+            changed.as_mut().enable();
+            match self.frozen() {
                 Some(until) if until > Instant::now() => {
                     tokio::select! {
                         biased;
-                        _ = changes.changed() => {}
+                        _ = changed => {}
                         _ = tokio::time::sleep_until(until) => {}
                     }
                 }
@@ -97,9 +113,11 @@ impl SimClock {
 
     /// Completes once this clock reads `deadline` and the process is not frozen.
     async fn wait_until(self, deadline: Instant) {
-        let mut changes = self.inner.frozen.subscribe();
         loop {
-            let frozen = *changes.borrow_and_update();
+            let changed = self.inner.changed.notified();
+            tokio::pin!(changed);
+            changed.as_mut().enable();
+            let frozen = self.frozen();
             let now = Instant::now();
             let wake = match frozen {
                 Some(until) if until > now => until,
@@ -110,7 +128,7 @@ impl SimClock {
             };
             tokio::select! {
                 biased;
-                _ = changes.changed() => {}
+                _ = changed => {}
                 _ = tokio::time::sleep_until(wake) => {}
             }
         }

@@ -11,7 +11,7 @@ use rand::{Rng, SeedableRng};
 use shardlease::clock::Clock;
 use shardlease::worker::{LeaseEvent, LeaseGrant, StopReason};
 use shardlease::LeaseKey;
-use tokio::sync::{mpsc, watch, Notify};
+use tokio::sync::{mpsc, Notify};
 
 use super::ledger::{checkpoint_text, checkpoint_value, Ledger};
 use crate::sim::clock::SimClock;
@@ -23,20 +23,44 @@ pub const PANIC: &str = "simulated application panic";
 const LATE_FINISH: Duration = Duration::from_secs(45);
 
 /// The schedule's hold on one process's application. Cheap to clone.
-#[derive(Debug, Clone)]
+#[derive(Debug, Clone, Default)]
 pub struct AppControl {
     /// One grant's task panics (the next one to look, if none is waiting).
     pub panic: Arc<Notify>,
     /// Handoffs are finished late (up to [`LATE_FINISH`]); back to `false`, a late finish
     /// in progress ends at once (the faults healed).
-    pub late: Arc<watch::Sender<bool>>,
+    pub late: Arc<Flag>,
 }
 
-impl Default for AppControl {
-    fn default() -> Self {
-        Self {
-            panic: Arc::default(),
-            late: Arc::new(watch::Sender::new(false)),
+/// A flag tasks wait on. Not a `watch` channel, whose receivers wake in an order drawn from
+/// tokio's unseeded generator (a seed would not replay the run); `Notify` wakes them in the
+/// order they came.
+#[derive(Debug, Default)]
+pub struct Flag {
+    value: Mutex<bool>,
+    changed: Notify,
+}
+
+impl Flag {
+    pub fn set(&self, value: bool) {
+        *self.value.lock().unwrap_or_else(|e| e.into_inner()) = value;
+        self.changed.notify_waiters();
+    }
+
+    pub fn get(&self) -> bool {
+        *self.value.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// Completes once the flag is down.
+    pub async fn lowered(&self) {
+        loop {
+            let changed = self.changed.notified();
+            tokio::pin!(changed);
+            changed.as_mut().enable();
+            if !self.get() {
+                return;
+            }
+            changed.await;
         }
     }
 }
@@ -120,14 +144,13 @@ async fn process_lease(
         }
     };
     clock.thawed().await;
-    let mut late_mode = control.late.subscribe();
-    let finish_late = matches!(reason, StopReason::Handoff { .. }) && *late_mode.borrow();
+    let finish_late = matches!(reason, StopReason::Handoff { .. }) && control.late.get();
     if finish_late {
         let until = clock.now() + late;
         tokio::select! {
             biased;
             _ = grant.lost() => {}
-            _ = late_mode.wait_for(|late| !*late) => {}
+            _ = control.late.lowered() => {}
             _ = clock.sleep_until(until) => {}
         }
     }

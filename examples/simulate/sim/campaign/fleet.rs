@@ -311,7 +311,7 @@ impl Fleet {
             let p = &self.procs[&process];
             p.link.set_cut_off(false);
             p.link.end_spike();
-            p.control.late.send_replace(false);
+            p.control.late.set(false);
         }
         let mut seen = BTreeSet::new();
         for process in self.running().into_iter().rev() {
@@ -370,6 +370,22 @@ impl Fleet {
             })
             .collect();
         procs.join(", ")
+    }
+
+    /// Prints the table's leases and members to stderr (`SIM_DEBUG`, for a replay).
+    pub async fn dump_table(&self) {
+        let deadline = Instant::now() + Duration::from_secs(5);
+        match self.net.table.snapshot(deadline).await {
+            Ok(snapshot) => {
+                for member in &snapshot.members {
+                    eprintln!("MEMBER {member:?}");
+                }
+                for lease in &snapshot.leases {
+                    eprintln!("LEASE {lease:?}");
+                }
+            }
+            Err(error) => eprintln!("no snapshot: {error}"),
+        }
     }
 
     /// Leases of removed shards still in the table.

@@ -164,7 +164,7 @@ impl Driver {
             Event::Handoff { pick } => {
                 let p = Fleet::choose(&running, pick)?;
                 let late = &self.fleet.procs[&p].control.late;
-                late.send_replace(true);
+                late.set(true);
                 None
             }
             Event::Join => {
@@ -402,19 +402,20 @@ async fn after_heal(driver: &mut Driver, schedule: &Schedule, healed: Instant) {
         let now = Instant::now();
         if !processed_checked && now >= processed_by {
             processed_checked = true;
-            let ledger = driver.fleet.ledger();
-            let late: Vec<&str> = driver
-                .fleet
-                .shards
-                .iter()
-                .filter(|k| {
-                    ledger
-                        .processed_since_heal(k)
-                        .is_none_or(|at| at > processed_by)
-                })
-                .map(|k| k.as_str())
-                .collect();
-            drop(ledger);
+            let late: Vec<&str> = {
+                let ledger = driver.fleet.ledger();
+                driver
+                    .fleet
+                    .shards
+                    .iter()
+                    .filter(|k| {
+                        ledger
+                            .processed_since_heal(k)
+                            .is_none_or(|at| at > processed_by)
+                    })
+                    .map(|k| k.as_str())
+                    .collect()
+            };
             if !late.is_empty() {
                 let detail = format!(
                     "{} of {} leases not processed within {:.1} s of the heal: {}; fleet: {}",
@@ -425,6 +426,9 @@ async fn after_heal(driver: &mut Driver, schedule: &Schedule, healed: Instant) {
                     driver.fleet.describe()
                 );
                 driver.violate("unprocessed", detail);
+                if std::env::var_os("SIM_DEBUG").is_some() {
+                    driver.fleet.dump_table().await;
+                }
             }
         }
         let retired = driver.fleet.not_retired().await.is_empty();
