@@ -315,15 +315,39 @@ fn sessions_pass_every_invariant(seeds: &[u64]) {
 /// here was asked for in a handoff that nobody completed, since nothing held it, until the
 /// requester's timeout (seeds 17601542186732402320, 6821519428327954001,
 /// 9816851038956725057); a process that opened its session again after its twin died waited a
-/// second lease duration before starting the twin's leases (seed 4829631270644416179). Each
-/// broke an invariant before its fix.
+/// second lease duration before starting the twin's leases (seed 4829631270644416179); and a
+/// lease forced from a live session, lost here before that session acknowledged, was resumed
+/// here as if it had been reported while the other still processed it (seed
+/// 3203355087582755157, an overlap). Each broke an invariant before its fix.
 #[test]
 fn sessions_survive_twins_and_lapsed_sessions() {
     sessions_pass_every_invariant(&[
         3491683136580316429,
+        3203355087582755157,
         17601542186732402320,
         6821519428327954001,
         9816851038956725057,
         4829631270644416179,
     ]);
+}
+
+/// Seen with beats every 5 s (a lease duration / 2): a worker whose session was fenced told
+/// its predecessor of itself while its session was still closed; the predecessor found no
+/// record of it and watched the next worker, and nobody watched it once it was open again,
+/// so when it was cut off and left, nobody fenced it for 25 s (seed 3264522013856772444).
+#[test]
+fn sessions_announce_a_reopened_session_to_its_predecessor() {
+    let faults = parse_faults("all").unwrap();
+    let knobs = Knobs {
+        protocol: shardlease::Protocol::Sessions,
+        renew_interval: Some(Duration::from_secs(5)),
+        ..Knobs::default()
+    };
+    let outcome = campaign::run::run(schedule(3264522013856772444, &faults, 0.01, false), knobs);
+    let violations: Vec<String> = outcome
+        .violations
+        .iter()
+        .map(|v| format!("{} {:.3} {}", v.invariant, v.at, v.detail))
+        .collect();
+    assert!(violations.is_empty(), "{violations:?}");
 }

@@ -181,6 +181,10 @@ pub(crate) struct Shared {
     /// With sessions: sessions this process ended by a fence after seeing them expire; their
     /// leases may be started at once.
     pub fenced: Mutex<HashSet<(WorkerId, Incarnation)>>,
+    /// With sessions: leases taken here from a live session whose acknowledgement has not
+    /// come yet, with that session. Taken again here (its validity here ran out meanwhile),
+    /// such a lease still waits for it: the other session may still be working on it.
+    pub unacknowledged: Mutex<HashMap<LeaseKey, (WorkerId, Option<Incarnation>)>>,
     /// With sessions: where a lease released here goes (the other live sessions at the last
     /// placement round, with what they held).
     pub placement: Mutex<Vec<Receiver>>,
@@ -272,6 +276,7 @@ impl Shared {
             }),
             successor: watch::Sender::new(None),
             fenced: Mutex::default(),
+            unacknowledged: Mutex::default(),
             placement: Mutex::default(),
             suspect: Mutex::default(),
             members_seen: Mutex::default(),

@@ -655,12 +655,20 @@ impl Taker {
             if *current == successor {
                 false
             } else {
+                tracing::info!(successor = ?successor.as_ref().map(|w| w.as_str()), "watching the next session in id order");
                 *current = successor.clone();
                 true
             }
         });
         let incarnations = incarnations(snapshot);
-        if let Some(predecessor) = predecessor.filter(|p| self.announced_to.as_ref() != Some(p)) {
+        // Only with the session open: an announcement made while it is closed reaches a
+        // predecessor that finds no record of this worker, watches the next one instead, and
+        // would never hear of this worker again (the session reopening starts a round).
+        let open = self.shared.session().open;
+        if let Some(predecessor) = predecessor
+            .filter(|p| self.announced_to.as_ref() != Some(p))
+            .filter(|_| open)
+        {
             if let Some(incarnation) = incarnations.get(&predecessor).copied() {
                 let deadline = self.shared.now() + self.shared.config.store_timeout;
                 let notice = [member_notice(me)];
@@ -1073,9 +1081,21 @@ impl Taker {
             spawn(match action {
                 // Ours: nobody else worked on it since, unless our take's answer was lost.
                 Action::Resume(lease) => {
-                    let report = match self.identity.unanswered_since(&lease.key) {
-                        Some(since) => Report::ForcedSince(since),
-                        None => Report::Quiet,
+                    let unacknowledged = self
+                        .shared
+                        .unacknowledged
+                        .lock()
+                        .unwrap_or_else(|e| e.into_inner())
+                        .get(&lease.key)
+                        .cloned();
+                    let report = match (unacknowledged, self.identity.unanswered_since(&lease.key))
+                    {
+                        // Forced from a session that has not acknowledged yet: still waits.
+                        (Some((owner, incarnation)), _) => {
+                            Report::Acknowledged { owner, incarnation }
+                        }
+                        (None, Some(since)) => Report::ForcedSince(since),
+                        (None, None) => Report::Quiet,
                     };
                     Job::Take { lease, report }
                 }
@@ -1440,11 +1460,21 @@ pub(crate) async fn take(
     let tenure = taken.tenure;
     shared.hold(taken, shared.validity_from(start), report_at);
     if let Report::Acknowledged { owner, incarnation } = report {
+        shared
+            .unacknowledged
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .insert(key.clone(), (owner.clone(), incarnation));
         let task_shared = Arc::clone(shared);
         let task_key = key.clone();
         shared.jobs.spawn(
             async move {
                 let at = acknowledged(&task_shared, &task_key, owner, incarnation).await;
+                task_shared
+                    .unacknowledged
+                    .lock()
+                    .unwrap_or_else(|e| e.into_inner())
+                    .remove(&task_key);
                 task_shared.report_at(&task_key, tenure, at.max(quiet));
             }
             .in_current_span(),

@@ -250,6 +250,8 @@ FAULT CAMPAIGN: cargo run --release --example simulate -- --campaign N [OPTIONS]
   --day-every N        every Nth schedule (the first included) also rests a simulated day,
                        checking tasks and memory do not grow (default: 500; 0: never)
   --protocol P         the lease protocol: leases (default) or sessions (being built)
+  --renew-interval SECS  the workers' renew interval (with sessions, the beat) instead of
+                       the protocol's default (a lease duration / 3, or / 4 with sessions)
   --verbose            one line per schedule
   --trace              print every processing start and stop, freeze, thaw and event to
                        stderr (for a replay)
@@ -313,6 +315,14 @@ fn parse_options(args: &[String]) -> Result<Options, String> {
                     .filter(|s| *s > 0.0 && s.is_finite())
                     .ok_or_else(|| format!("--attempt-timeout {value:?}: seconds expected"))?;
                 options.knobs.attempt_timeout = Some(Duration::from_secs_f64(secs));
+            }
+            "--renew-interval" => {
+                let secs = value
+                    .parse::<f64>()
+                    .ok()
+                    .filter(|s| *s > 0.0 && s.is_finite())
+                    .ok_or_else(|| format!("--renew-interval {value:?}: seconds expected"))?;
+                options.knobs.renew_interval = Some(Duration::from_secs_f64(secs));
             }
             "--day-every" => options.day_every = whole()?,
             "--protocol" => {

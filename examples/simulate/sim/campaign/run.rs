@@ -31,6 +31,9 @@ pub struct Knobs {
     pub attempt_timeout: Option<Duration>,
     /// The lease protocol the workers speak (`--protocol`).
     pub protocol: Protocol,
+    /// The workers' `renew_interval` (the session's beat), if not the protocol's default
+    /// (`--renew-interval`).
+    pub renew_interval: Option<Duration>,
 }
 
 /// The store's latency: log-normal, median 5 ms, p99 25 ms (as the scenarios' default).
@@ -288,6 +291,9 @@ async fn drive(schedule: Schedule, knobs: Knobs) -> Outcome {
     net.chaos.set_audit(ledger.clone());
     let mut fleet = Fleet::new(Arc::clone(&net), Arc::clone(&ledger), &schedule).await;
     fleet.config = fleet.config.clone().protocol(knobs.protocol);
+    if let Some(interval) = knobs.renew_interval {
+        fleet.config.renew_interval = interval;
+    }
     let mut driver = Driver {
         begin,
         fleet,
