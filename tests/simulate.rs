@@ -318,12 +318,16 @@ fn sessions_pass_every_invariant(seeds: &[u64]) {
 /// second lease duration before starting the twin's leases (seed 4829631270644416179); and a
 /// lease forced from a live session, lost here before that session acknowledged, was resumed
 /// here as if it had been reported while the other still processed it (seed
-/// 3203355087582755157, an overlap). Each broke an invariant before its fix.
+/// 3203355087582755157, an overlap); and a requester that took a lease from a live owner
+/// after its handoff timeout had its own session fenced before the owner acknowledged, so a
+/// third worker started the lease while the owner still finished it (seed 1618653102842651118,
+/// an overlap; the requester now revokes instead). Each broke an invariant before its fix.
 #[test]
 fn sessions_survive_twins_and_lapsed_sessions() {
     sessions_pass_every_invariant(&[
         3491683136580316429,
         3203355087582755157,
+        1618653102842651118,
         17601542186732402320,
         6821519428327954001,
         9816851038956725057,

@@ -22,7 +22,7 @@ use tracing::Instrument;
 use super::finish::{place, spawn_finish};
 use super::grant::{LeaseEvent, StopReason};
 use super::metrics;
-use super::state::{notice_text, Finish, Phase, Shared, EXPECT_NOTICE};
+use super::state::{notice_text, Finish, Phase, Shared, EXPECT_NOTICE, REVOKE_PREFIX};
 use super::taker::{take, Report};
 use crate::expiry::ExpiryTracker;
 use crate::lease::{Incarnation, Lease, LeaseKey, Member, RESERVED_PREFIX};
@@ -322,6 +322,13 @@ async fn handle(shared: &Arc<Shared>, notice: &str) -> bool {
         shared.expect(shared.now() + config.renew_interval * 3);
         return true;
     }
+    if let Some(key) = notice.strip_prefix(REVOKE_PREFIX) {
+        let Ok(key) = LeaseKey::new(key) else {
+            tracing::warn!(notice, "ignoring a revocation that names no lease");
+            return true;
+        };
+        return revoke(shared, key).await;
+    }
     if notice.starts_with(RESERVED_PREFIX) {
         // The fleet changed next to this worker: a placement round sees who to watch now.
         shared.rescan.notify_one();
@@ -341,6 +348,45 @@ async fn handle(shared: &Arc<Shared>, notice: &str) -> bool {
             false
         }
     }
+}
+
+/// A handoff asked of a lease of this session was not done in time (the application did
+/// not finish): the lease is lost here at once, and handed over. `false` when the lease could
+/// not be read (the notice comes back with the next beat).
+async fn revoke(shared: &Arc<Shared>, key: LeaseKey) -> bool {
+    let deadline = shared.now() + shared.config.store_timeout;
+    let lease = match shared.store.get(&key, deadline).await {
+        Ok(lease) => lease,
+        Err(err) => {
+            metrics::store_error(&shared.id, "get");
+            tracing::warn!(lease_key = %key, error = %err, "could not read a lease to revoke");
+            return false;
+        }
+    };
+    let Some(lease) = lease.filter(|l| l.is_owned_by_incarnation(&shared.id, shared.incarnation()))
+    else {
+        return true;
+    };
+    let Some(to) = lease.handoff_to.clone().filter(|to| *to != shared.id) else {
+        return true;
+    };
+    if shared.lock().taking.contains(&key) {
+        return false;
+    }
+    let tenure = lease.tenure;
+    let held_tenure = shared.lock().held.get(&key).map(|h| h.tenure);
+    if held_tenure.is_some_and(|t| t != tenure) {
+        return true;
+    }
+    tracing::warn!(lease_key = %key, to = %to, "the application did not finish a handoff in time: the lease is lost here and handed over");
+    shared.lose(&key, Some(tenure), "a handoff was not finished in time");
+    let finish = if to.is_retire_marker() {
+        Finish::Retire { tenure }
+    } else {
+        Finish::HandOff { tenure, to }
+    };
+    spawn_finish(shared, key, finish);
+    true
 }
 
 /// Brings this worker in line with `lease` as just read; `false` when it must look again

@@ -96,6 +96,18 @@ pub(crate) fn member_notice(worker: &WorkerId) -> String {
     format!("{}member#{worker}", crate::lease::RESERVED_PREFIX)
 }
 
+/// A revocation: `shardlease#revoke#<lease key>` tells the owner of a lease asked for in a
+/// handoff that the requester waited long enough: the owner tells its application that the
+/// lease is lost and hands it over at once. With sessions the requester never takes a lease
+/// from a live owner: until the owner lets go (or its session is over), the table names the
+/// owner, and whoever looks at the lease waits for it.
+pub(crate) fn revoke_notice(key: &LeaseKey) -> String {
+    format!("{REVOKE_PREFIX}{key}")
+}
+
+/// The prefix of a revocation notice (see [`revoke_notice`]).
+pub(crate) const REVOKE_PREFIX: &str = "shardlease#revoke#";
+
 /// Separates a notice's text (a lease key, or a marker) from the nonce that makes it unique;
 /// no key or id contains a control character.
 pub(crate) const NOTICE_SEPARATOR: char = '\u{1f}';

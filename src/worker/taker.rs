@@ -22,7 +22,8 @@ use super::grant::LeaseEvent;
 use super::identity::{Identity, Ownership};
 use super::metrics;
 use super::state::{
-    member_notice, notice_text, Pending, Receiver, SessionVersion, Shared, TableView, EXPECT_NOTICE,
+    member_notice, notice_text, revoke_notice, Pending, Receiver, SessionVersion, Shared,
+    TableView, EXPECT_NOTICE,
 };
 use crate::balance::{Assignment, BalancePolicy, FleetView, Holder, LeaseView, Move, WorkerView};
 use crate::expiry::{ExpiryTracker, LeaseVersion};
@@ -56,6 +57,9 @@ pub(crate) struct Taker {
     /// With sessions, on the worker doing the chores: each lease given and not yet taken, its
     /// receiver and counter, and since when (this worker's clock) it has been so.
     given: HashMap<LeaseKey, (WorkerId, u64, Instant)>,
+    /// With sessions: handoffs asked by this worker and not done in time, whose owners this
+    /// round tells to give them up (see `REVOKE`).
+    revokes: Vec<(WorkerId, Incarnation, LeaseKey)>,
 }
 
 /// A value of [`Taker::ended`]: the session has no record of its own any more.
@@ -133,6 +137,7 @@ impl Taker {
             chores: None,
             holders: HashMap::new(),
             given: HashMap::new(),
+            revokes: Vec::new(),
         }
     }
 
@@ -238,6 +243,13 @@ impl Taker {
                 self.notice_changes(&snapshot, now).await;
             }
             self.place(&snapshot, &view, &by_key, now).await;
+            let deadline = now + config.store_timeout;
+            for (owner, incarnation, key) in std::mem::take(&mut self.revokes) {
+                tracing::info!(lease_key = %key, owner = %owner, "handoff not done in time: telling its owner to give the lease up");
+                self.shared
+                    .notify(&owner, incarnation, &[revoke_notice(&key)], deadline)
+                    .await;
+            }
         }
         self.execute(actions, moves, &by_key, now).await;
         let next = if sessions {
@@ -925,6 +937,7 @@ impl Taker {
         let mut room = (config.max_leases_per_worker as usize).saturating_sub(state.held.len());
         let mut actions = Vec::new();
         let mut still_pending = std::collections::BTreeMap::new();
+        let mut revokes = Vec::new();
         let twin = self.identity.sees_twin(now);
         for (lease, status) in snapshot.leases.iter().zip(statuses) {
             let held_here = state.held.contains_key(&lease.key);
@@ -945,12 +958,39 @@ impl Taker {
                     _ if lease.owner.as_ref() == Some(&pending.from)
                         && lease.handoff_to.as_ref() == Some(me) =>
                     {
-                        if now >= pending.since + config.handoff_timeout
-                            || self.lease_expired(&lease.key, now)
-                        {
-                            actions.push(Action::Force(lease.clone()));
-                        } else {
-                            still_pending.insert(lease.key.clone(), pending.clone());
+                        let expired = self.lease_expired(&lease.key, now);
+                        let late = now >= pending.since + config.handoff_timeout;
+                        match (expired, late, lease.owner_incarnation) {
+                            // With sessions, a live owner is never taken from: the table would
+                            // then name neither the session still finishing the lease nor
+                            // anything to wait for, should this worker's own session end
+                            // before the owner let go. The owner is told to give the lease up
+                            // now (it tells its application the lease is lost, then hands it
+                            // over); told again each lease duration until it does, or its
+                            // session is over.
+                            (false, true, Some(incarnation)) if config.sessions() => {
+                                revokes.push((
+                                    pending.from.clone(),
+                                    incarnation,
+                                    lease.key.clone(),
+                                ));
+                                let again = (now + config.lease_duration)
+                                    .checked_sub(config.handoff_timeout)
+                                    .unwrap_or(now);
+                                still_pending.insert(
+                                    lease.key.clone(),
+                                    Pending {
+                                        since: again,
+                                        from: pending.from.clone(),
+                                    },
+                                );
+                            }
+                            (true, _, _) | (_, true, _) => {
+                                actions.push(Action::Force(lease.clone()));
+                            }
+                            _ => {
+                                still_pending.insert(lease.key.clone(), pending.clone());
+                            }
                         }
                     }
                     // Taken by somebody else (another process with this id included).
@@ -985,6 +1025,8 @@ impl Taker {
             actions.push(action);
         }
         state.pending = still_pending;
+        drop(state);
+        self.revokes = revokes;
         actions
     }
 
