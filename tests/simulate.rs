@@ -355,3 +355,11 @@ fn sessions_announce_a_reopened_session_to_its_predecessor() {
         .collect();
     assert!(violations.is_empty(), "{violations:?}");
 }
+
+/// A handoff's requester died while the owner's application finished late; the owner then
+/// handed the lease to the dead id, told nobody (no session to tell), and the lease waited for
+/// the slow scan, 37 s (seed 6667422157301139985). The owner now gives such a lease on.
+#[test]
+fn sessions_give_on_a_lease_handed_to_a_requester_that_died() {
+    sessions_pass_every_invariant(&[6667422157301139985]);
+}

@@ -46,14 +46,20 @@ async fn finish_now(shared: &Shared, key: LeaseKey, finish: Finish) {
                 .complete_handoff(&key, me, tenure, &to, deadline)
                 .await
             {
-                Ok(Outcome::Done(_)) => {
+                Ok(Outcome::Done(handed)) => {
                     metrics::handed_off(me);
                     tracing::info!(lease_key = %key, to = %to, "lease handed over");
-                    if shared.config.sessions() {
-                        // The handoff may have been asked on its behalf: tell the receiver.
-                        tell(shared, &to, &key, deadline).await;
+                    shared.emit(LeaseEvent::HandedOff {
+                        key: key.clone(),
+                        to: to.clone(),
+                    });
+                    // The handoff may have been asked on its behalf: tell the receiver. One
+                    // without a session (it died while the application finished) would never
+                    // take it, and it would wait for the slow scan: give it on now.
+                    if shared.config.sessions() && !tell(shared, &to, &key, deadline).await {
+                        tracing::info!(lease_key = %key, to = %to, "the receiver has no session: giving the lease on");
+                        place(shared, handed, deadline).await;
                     }
-                    shared.emit(LeaseEvent::HandedOff { key, to });
                 }
                 Ok(Outcome::LostRace { current }) => {
                     tracing::info!(lease_key = %key, owner = ?current.and_then(|l| l.owner), "handoff already overtaken");
@@ -122,18 +128,23 @@ async fn release(shared: &Shared, key: LeaseKey, tenure: u64, ended: bool, deadl
     }
 }
 
-/// Leaves a notice naming `key` in `worker`'s session, whichever it is.
-async fn tell(shared: &Shared, worker: &WorkerId, key: &LeaseKey, deadline: Instant) {
-    match shared.store.get_member(worker, false, deadline).await {
+/// Leaves a notice naming `key` in `worker`'s session, whichever it is. `false` when the
+/// worker has no session (no record, or a record without one); `true` otherwise, told or not
+/// (a notice that could not be left is left again by the slow scan's worker).
+async fn tell(shared: &Shared, worker: &WorkerId, key: &LeaseKey, deadline: Instant) -> bool {
+    match shared.store.get_member(worker, true, deadline).await {
         Ok(Some(member)) => {
-            if let Some(incarnation) = member.incarnation {
-                let notice = [key.as_str().to_owned()];
-                shared.notify(worker, incarnation, &notice, deadline).await;
-            }
+            let Some(incarnation) = member.incarnation else {
+                return false;
+            };
+            let notice = [key.as_str().to_owned()];
+            shared.notify(worker, incarnation, &notice, deadline).await;
+            true
         }
-        Ok(None) => {}
+        Ok(None) => false,
         Err(err) => {
             tracing::warn!(to = %worker, error = %err, "could not read a receiver's session to tell it");
+            true
         }
     }
 }
