@@ -8,7 +8,7 @@ use std::time::Duration;
 use shardlease::store::memory::InMemoryStore;
 use shardlease::store::LeaseStore;
 use shardlease::worker::LeaseEvent;
-use shardlease::{Incarnation, LeaseKey, Protocol, Worker, WorkerConfig, WorkerId};
+use shardlease::{Incarnation, Lease, LeaseKey, Protocol, Worker, WorkerConfig, WorkerId};
 use tokio::sync::mpsc::UnboundedReceiver;
 use tokio::time::Instant;
 
@@ -61,21 +61,24 @@ async fn fleet(
     workers
 }
 
-#[tokio::test(start_paused = true)]
-async fn a_lease_deleted_by_hand_is_dropped_by_its_holder_within_the_slow_scan() {
-    let store = InMemoryStore::new();
-    let shards = ["s1", "s2", "s3", "s4"];
-    let mut workers = fleet(&store, &shards).await;
+/// A lease `worker` holds, as the table has it now.
+async fn held_by(store: &InMemoryStore, worker: &str) -> Lease {
     let snapshot = store
         .snapshot(Instant::now() + Duration::from_secs(5))
         .await
         .unwrap();
-    let victim = snapshot
+    snapshot
         .leases
-        .iter()
-        .find(|l| l.owner.as_ref().is_some_and(|o| o.as_str() == "b"))
-        .expect("b holds a lease")
-        .clone();
+        .into_iter()
+        .find(|l| l.owner.as_ref().is_some_and(|o| o.as_str() == worker))
+        .unwrap_or_else(|| panic!("{worker} holds a lease"))
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_lease_deleted_by_hand_is_dropped_by_its_holder_within_the_slow_scan() {
+    let store = InMemoryStore::new();
+    let mut workers = fleet(&store, &["s1", "s2", "s3", "s4"]).await;
+    let victim = held_by(&store, "b").await;
     // Let the slow scan see it held before the edit.
     tokio::time::sleep(config().slow_scan_interval).await;
     let deleted = store
@@ -109,18 +112,8 @@ async fn a_lease_deleted_by_hand_is_dropped_by_its_holder_within_the_slow_scan()
 #[tokio::test(start_paused = true)]
 async fn a_lease_taken_by_hand_is_dropped_by_its_holder_within_the_slow_scan() {
     let store = InMemoryStore::new();
-    let shards = ["s1", "s2", "s3", "s4"];
-    let mut workers = fleet(&store, &shards).await;
-    let snapshot = store
-        .snapshot(Instant::now() + Duration::from_secs(5))
-        .await
-        .unwrap();
-    let victim = snapshot
-        .leases
-        .iter()
-        .find(|l| l.owner.as_ref().is_some_and(|o| o.as_str() == "a"))
-        .expect("a holds a lease")
-        .clone();
+    let mut workers = fleet(&store, &["s1", "s2", "s3", "s4"]).await;
+    let victim = held_by(&store, "a").await;
     tokio::time::sleep(config().slow_scan_interval).await;
     // An operator gives the lease to somebody else, by hand.
     let taken = store
@@ -180,18 +173,8 @@ async fn until_acquired(
 #[tokio::test(start_paused = true)]
 async fn a_lease_given_without_a_notice_is_taken_by_its_receiver() {
     let store = InMemoryStore::new();
-    let shards = ["s1", "s2", "s3", "s4"];
-    let mut workers = fleet(&store, &shards).await;
-    let snapshot = store
-        .snapshot(Instant::now() + Duration::from_secs(5))
-        .await
-        .unwrap();
-    let victim = snapshot
-        .leases
-        .iter()
-        .find(|l| l.owner.as_ref().is_some_and(|o| o.as_str() == "a"))
-        .expect("a holds a lease")
-        .clone();
+    let mut workers = fleet(&store, &["s1", "s2", "s3", "s4"]).await;
+    let victim = held_by(&store, "a").await;
     let given = store
         .give(
             &victim.key,

@@ -299,6 +299,15 @@ fn parse_options(args: &[String]) -> Result<Options, String> {
                 .parse::<u64>()
                 .map_err(|_| format!("{flag} {value:?}: a whole number expected"))
         };
+        // A positive number of seconds.
+        let seconds = || {
+            value
+                .parse::<f64>()
+                .ok()
+                .filter(|s| *s > 0.0 && s.is_finite())
+                .map(Duration::from_secs_f64)
+                .ok_or_else(|| format!("{flag} {value:?}: seconds expected"))
+        };
         match flag.as_str() {
             "--campaign" => options.schedules = whole()?,
             "--seed" => options.seed = whole()?,
@@ -308,22 +317,8 @@ fn parse_options(args: &[String]) -> Result<Options, String> {
             }
             "--faults" => options.faults = schedule::parse_faults(value)?,
             "--max-skew" => options.max_skew = parse_skew(value)?,
-            "--attempt-timeout" => {
-                let secs = value
-                    .parse::<f64>()
-                    .ok()
-                    .filter(|s| *s > 0.0 && s.is_finite())
-                    .ok_or_else(|| format!("--attempt-timeout {value:?}: seconds expected"))?;
-                options.knobs.attempt_timeout = Some(Duration::from_secs_f64(secs));
-            }
-            "--renew-interval" => {
-                let secs = value
-                    .parse::<f64>()
-                    .ok()
-                    .filter(|s| *s > 0.0 && s.is_finite())
-                    .ok_or_else(|| format!("--renew-interval {value:?}: seconds expected"))?;
-                options.knobs.renew_interval = Some(Duration::from_secs_f64(secs));
-            }
+            "--attempt-timeout" => options.knobs.attempt_timeout = Some(seconds()?),
+            "--renew-interval" => options.knobs.renew_interval = Some(seconds()?),
             "--day-every" => options.day_every = whole()?,
             "--protocol" => {
                 options.knobs.protocol = match value.as_str() {
