@@ -357,3 +357,15 @@ fn sessions_announce_a_reopened_session_to_its_predecessor() {
 fn sessions_give_on_a_lease_handed_to_a_requester_that_died() {
     sessions_pass_every_invariant(&[6667422157301139985]);
 }
+
+/// A handoff asked by a worker that died before it told the owner was never done: the table
+/// counted the lease as on its way, and nothing told the owner (seed 3539552146431826193, and
+/// ten more schedules of a campaign). The worker doing the chores now tells a lease's holder
+/// when a handoff was asked of it since its last round. The extra notices then showed two takes
+/// of one lease in a row here, a round's and a notice's, from one observation: the second read
+/// the first's tenure as its own lost answer and started the lease again after the first had
+/// let it go (seed 3957772692637626321, an overlap).
+#[test]
+fn sessions_tell_owners_of_handoffs_asked_and_take_once() {
+    sessions_pass_every_invariant(&[3539552146431826193, 3957772692637626321]);
+}

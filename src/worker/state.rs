@@ -87,6 +87,9 @@ pub(crate) struct State {
     pub shutting_down: bool,
     /// Leases a take of this worker is in flight for.
     pub taking: HashSet<LeaseKey>,
+    /// The tenure each lease was last taken in by this process: a later take that finds the
+    /// lease in that tenure under this incarnation met this earlier take, not its own.
+    pub took: HashMap<LeaseKey, u64>,
 }
 
 /// A membership notice: `shardlease#member#<worker id>` tells the receiver that the fleet

@@ -53,7 +53,7 @@ pub(crate) struct Taker {
     /// With sessions: the worker that does the fleet's chores, as the last round saw it.
     chores: Option<WorkerId>,
     /// With sessions, on the worker doing the chores: who held each lease at its last round.
-    holders: HashMap<LeaseKey, (WorkerId, Incarnation, u64)>,
+    holders: HashMap<LeaseKey, Holding>,
     /// With sessions, on the worker doing the chores: each lease given and not yet taken, its
     /// receiver and counter, and since when (this worker's clock) it has been so.
     given: HashMap<LeaseKey, (WorkerId, u64, Instant)>,
@@ -61,6 +61,10 @@ pub(crate) struct Taker {
     /// round tells to give them up (see `REVOKE`).
     revokes: Vec<(WorkerId, Incarnation, LeaseKey)>,
 }
+
+/// Who holds a lease, as the worker doing the chores last saw it: the session, the tenure,
+/// and the worker a handoff was asked for.
+type Holding = (WorkerId, Incarnation, u64, Option<WorkerId>);
 
 /// A value of [`Taker::ended`]: the session has no record of its own any more.
 const NO_RECORD: u64 = u64::MAX;
@@ -516,13 +520,14 @@ impl Taker {
     /// That session is told (a notice naming the lease): it reads the lease and drops it if it
     /// is no longer its own. Moves made by the protocol are told too, harmlessly.
     async fn notice_changes(&mut self, snapshot: &Snapshot, now: Instant) {
-        let holders: HashMap<LeaseKey, (WorkerId, Incarnation, u64)> = snapshot
+        let holders: HashMap<LeaseKey, Holding> = snapshot
             .leases
             .iter()
             .filter_map(|l| match (&l.owner, l.owner_incarnation) {
-                (Some(owner), Some(incarnation)) => {
-                    Some((l.key.clone(), (owner.clone(), incarnation, l.tenure)))
-                }
+                (Some(owner), Some(incarnation)) => Some((
+                    l.key.clone(),
+                    (owner.clone(), incarnation, l.tenure, l.handoff_to.clone()),
+                )),
                 _ => None,
             })
             .collect();
@@ -532,10 +537,13 @@ impl Taker {
             .filter_map(|m| m.incarnation.map(|i| (&m.worker, i)))
             .collect();
         let mut told: BTreeMap<(WorkerId, Incarnation), Vec<String>> = BTreeMap::new();
-        for (key, (owner, incarnation, tenure)) in &self.holders {
-            if holders.get(key) == Some(&(owner.clone(), *incarnation, *tenure)) {
+        for (key, holding) in &self.holders {
+            // Unchanged. (A handoff asked since is told to its holder too: the requester may
+            // have died before it told the owner, and nothing else would.)
+            if holders.get(key) == Some(holding) {
                 continue;
             }
+            let (owner, incarnation, _, _) = holding;
             if open.contains(&(owner, *incarnation)) {
                 told.entry((owner.clone(), *incarnation))
                     .or_default()
@@ -1443,16 +1451,23 @@ pub(crate) async fn take(
             deadline,
         )
         .await;
-    shared.lock().taking.remove(&lease.key);
+    let took_before = {
+        let mut state = shared.lock();
+        state.taking.remove(&lease.key);
+        state.took.get(&lease.key).copied()
+    };
     let taken = match outcome {
         Ok(Outcome::Done(taken)) => taken,
         // Our own take, read back as a lost race: its answer was lost, and a retry found the
         // item changed since by somebody else's request. Only this process writes its
-        // incarnation, one tenure on from what it observed.
+        // incarnation, one tenure on from what it observed; unless an earlier take of this
+        // process (a round's and a notice's, one after the other, from one observation) made
+        // that tenure, and it may be over already.
         Ok(Outcome::LostRace {
             current: Some(current),
         }) if current.is_owned_by_incarnation(me, shared.incarnation())
-            && current.tenure == lease.tenure + 1 =>
+            && current.tenure == lease.tenure + 1
+            && took_before != Some(current.tenure) =>
         {
             current
         }
@@ -1500,6 +1515,7 @@ pub(crate) async fn take(
     tracing::info!(lease_key = %taken.key, previous = ?lease.owner, previous_incarnation = ?lease.owner_incarnation, forced, tenure = taken.tenure, "lease taken");
     let key = taken.key.clone();
     let tenure = taken.tenure;
+    shared.lock().took.insert(key.clone(), tenure);
     shared.hold(taken, shared.validity_from(start), report_at);
     if let Report::Acknowledged { owner, incarnation } = report {
         shared
