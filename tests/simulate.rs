@@ -369,3 +369,13 @@ fn sessions_give_on_a_lease_handed_to_a_requester_that_died() {
 fn sessions_tell_owners_of_handoffs_asked_and_take_once() {
     sessions_pass_every_invariant(&[3539552146431826193, 3957772692637626321]);
 }
+
+/// A revoked owner handed the lease over the moment it told its application the lease was
+/// lost, while the application was still inside a checkpoint slowed by a latency spike: the
+/// requester started the lease 1.5-1.8 s before the application let go (seeds
+/// 13187655938407092127 and 8955725508044853058, overlaps). The owner now hands a revoked lease
+/// over once the application has let go of it (or a handoff timeout later).
+#[test]
+fn sessions_hand_a_revoked_lease_over_once_the_application_let_go() {
+    sessions_pass_every_invariant(&[13187655938407092127, 8955725508044853058]);
+}

@@ -374,18 +374,54 @@ async fn revoke(shared: &Arc<Shared>, key: LeaseKey) -> bool {
         return false;
     }
     let tenure = lease.tenure;
-    let held_tenure = shared.lock().held.get(&key).map(|h| h.tenure);
-    if held_tenure.is_some_and(|t| t != tenure) {
+    let (held, waiting) = {
+        let state = shared.lock();
+        if state.revoked.contains_key(&key) {
+            // Revoked already: handed over once the application lets go.
+            return true;
+        }
+        match state.held.get(&key) {
+            Some(h) if h.tenure != tenure => return true,
+            Some(h) => (true, matches!(h.phase, Phase::Waiting { .. })),
+            None => (false, false),
+        }
+    };
+    if !held || waiting {
+        // Nothing here works on it (never reported to the application): at once.
+        tracing::warn!(lease_key = %key, to = %to, "a handoff not done in time: handing the lease over");
+        shared.lose(&key, Some(tenure), "a handoff was not finished in time");
+        spawn_finish(shared, key, Finish::handing_over(tenure, to));
         return true;
     }
-    tracing::warn!(lease_key = %key, to = %to, "the application did not finish a handoff in time: the lease is lost here and handed over");
+    // The application is told the lease is lost, and the lease handed over once it let go
+    // (it may be inside a checkpoint that takes a while): whoever starts it next must not
+    // start it while this application still works. An application that never lets go
+    // holds it no longer than a handoff timeout more.
+    tracing::warn!(lease_key = %key, to = %to, "the application did not finish a handoff in time: the lease is lost here, and handed over once the application lets go");
+    shared
+        .lock()
+        .revoked
+        .insert(key.clone(), (tenure, to.clone()));
     shared.lose(&key, Some(tenure), "a handoff was not finished in time");
-    let finish = if to.is_retire_marker() {
-        Finish::Retire { tenure }
-    } else {
-        Finish::HandOff { tenure, to }
-    };
-    spawn_finish(shared, key, finish);
+    let task_shared = Arc::clone(shared);
+    let limit = shared.now() + shared.config.handoff_timeout;
+    shared.jobs.spawn(
+        async move {
+            task_shared.clock.sleep_until(limit).await;
+            let late = {
+                let mut state = task_shared.lock();
+                match state.revoked.get(&key) {
+                    Some((t, _)) if *t == tenure => state.revoked.remove(&key),
+                    _ => None,
+                }
+            };
+            if let Some((_, to)) = late {
+                tracing::warn!(lease_key = %key, "the application did not let go of a revoked lease in time: handing it over anyway");
+                spawn_finish(&task_shared, key, Finish::handing_over(tenure, to));
+            }
+        }
+        .in_current_span(),
+    );
     true
 }
 

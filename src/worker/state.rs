@@ -84,6 +84,9 @@ pub(crate) struct State {
     /// given up in the table once the application lets go of the grant (see
     /// [`Shared::expire`]).
     pub unrenewed: BTreeMap<LeaseKey, u64>,
+    /// With sessions: leases revoked here (a handoff not done in time), by tenure, with the
+    /// worker they go to: handed over once the application lets go of the grant.
+    pub revoked: BTreeMap<LeaseKey, (u64, WorkerId)>,
     pub shutting_down: bool,
     /// Leases a take of this worker is in flight for.
     pub taking: HashSet<LeaseKey>,
@@ -235,6 +238,17 @@ pub(crate) enum Finish {
     GiveUp {
         tenure: u64,
     },
+}
+
+impl Finish {
+    /// Hand the lease over to `to` (retire it, if `to` is the retirement marker).
+    pub(crate) fn handing_over(tenure: u64, to: WorkerId) -> Self {
+        if to.is_retire_marker() {
+            Finish::Retire { tenure }
+        } else {
+            Finish::HandOff { tenure, to }
+        }
+    }
 }
 
 /// The taker's reading of the table at the end of one round.
@@ -666,6 +680,7 @@ impl Shared {
         state.pending.remove(&key);
         state.abandoned.remove(&key);
         state.unrenewed.remove(&key);
+        state.revoked.remove(&key);
         state.held.insert(
             key.clone(),
             Held {
@@ -763,6 +778,10 @@ impl Shared {
     /// reported, counted and logged).
     pub fn finish(&self, key: &LeaseKey, tenure: u64, how: LetGo) -> Option<Finish> {
         let mut state = self.lock();
+        if state.revoked.get(key).is_some_and(|(t, _)| *t == tenure) {
+            let (_, to) = state.revoked.remove(key).expect("present");
+            return Some(Finish::handing_over(tenure, to));
+        }
         if state.unrenewed.get(key) == Some(&tenure) {
             state.unrenewed.remove(key);
             return Some(Finish::GiveUp { tenure });
