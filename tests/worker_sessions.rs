@@ -20,18 +20,26 @@ fn config() -> WorkerConfig {
     WorkerConfig::default().protocol(Protocol::Sessions)
 }
 
-/// Keeps every grant alive (a processing application) and returns the leases lost.
-async fn until_lost(
+/// Keeps every grant alive (a processing application) until `key` is lost (`lost`) or
+/// acquired (`!lost`) here; `false` if not by `by`.
+async fn until(
     events: &mut UnboundedReceiver<LeaseEvent>,
     key: &LeaseKey,
+    lost: bool,
     by: Instant,
 ) -> bool {
     let mut grants = Vec::new();
     loop {
         tokio::select! {
             event = events.recv() => match event {
-                Some(LeaseEvent::Acquired(grant)) => grants.push(grant),
-                Some(LeaseEvent::Lost { key: lost }) if lost == *key => return true,
+                Some(LeaseEvent::Acquired(grant)) => {
+                    let hit = !lost && grant.key() == key;
+                    grants.push(grant);
+                    if hit {
+                        return true;
+                    }
+                }
+                Some(LeaseEvent::Lost { key: gone }) if lost && gone == *key => return true,
                 Some(_) => {}
                 None => return false,
             },
@@ -96,7 +104,7 @@ async fn a_lease_deleted_by_hand_is_dropped_by_its_holder_within_the_slow_scan()
     let by = edited + config.slow_scan_interval + config.renew_interval * 2;
     let (_, events) = &mut workers[1];
     assert!(
-        until_lost(events, &victim.key, by).await,
+        until(events, &victim.key, true, by).await,
         "b still holds {} {:?} after the edit",
         victim.key,
         Instant::now() - edited
@@ -132,37 +140,12 @@ async fn a_lease_taken_by_hand_is_dropped_by_its_holder_within_the_slow_scan() {
     let by = edited + config.slow_scan_interval + config.renew_interval * 2;
     let (_, events) = &mut workers[0];
     assert!(
-        until_lost(events, &victim.key, by).await,
+        until(events, &victim.key, true, by).await,
         "a still holds {} after the edit",
         victim.key
     );
     for (worker, _) in workers {
         worker.shutdown().await;
-    }
-}
-
-/// Keeps every grant alive and returns whether `key` was acquired by `by`.
-async fn until_acquired(
-    events: &mut UnboundedReceiver<LeaseEvent>,
-    key: &LeaseKey,
-    by: Instant,
-) -> bool {
-    let mut grants = Vec::new();
-    loop {
-        tokio::select! {
-            event = events.recv() => match event {
-                Some(LeaseEvent::Acquired(grant)) => {
-                    let hit = grant.key() == key;
-                    grants.push(grant);
-                    if hit {
-                        return true;
-                    }
-                }
-                Some(_) => {}
-                None => return false,
-            },
-            _ = tokio::time::sleep_until(by) => return false,
-        }
     }
 }
 
@@ -194,7 +177,7 @@ async fn a_lease_given_without_a_notice_is_taken_by_its_receiver() {
         + config.quiet_period;
     let (_, events) = &mut workers[1];
     assert!(
-        until_acquired(events, &victim.key, by).await,
+        until(events, &victim.key, false, by).await,
         "b has not taken {} {:?} after it was given to it",
         victim.key,
         Instant::now() - edited
