@@ -246,11 +246,7 @@ async fn reopen(
             // The record replaced was seen unchanged for a lease duration: as with a fence,
             // that session's validity is over and its leases may be started at once.
             if let Some(old) = replacing.as_ref().and_then(|m| m.incarnation) {
-                shared
-                    .fenced
-                    .lock()
-                    .unwrap_or_else(|e| e.into_inner())
-                    .insert((shared.id.clone(), old));
+                shared.note_fenced(&shared.id, old);
             }
             *other = ExpiryTracker::new(shared.config.lease_duration);
             shared.beaten(start, member.heartbeat);
@@ -370,12 +366,12 @@ async fn revoke(shared: &Arc<Shared>, key: LeaseKey) -> bool {
     let Some(to) = lease.handoff_to.clone().filter(|to| *to != shared.id) else {
         return true;
     };
-    if shared.lock().taking.contains(&key) {
-        return false;
-    }
     let tenure = lease.tenure;
     let (held, waiting) = {
         let state = shared.lock();
+        if state.taking.contains(&key) {
+            return false;
+        }
         if state.revoked.contains_key(&key) {
             // Revoked already: handed over once the application lets go.
             return true;
@@ -447,17 +443,8 @@ async fn look(shared: &Arc<Shared>, key: LeaseKey, lease: Option<Lease>, start: 
             // and asked of us: nothing works on it here, so it is handed over (or retired) at
             // once instead of after the requester's handoff timeout.
             (None, Some(to)) if to != me && !shared.lock().taking.contains(&key) => {
-                let tenure = lease.tenure;
-                let finish = if to.is_retire_marker() {
-                    Finish::Retire { tenure }
-                } else {
-                    Finish::HandOff {
-                        tenure,
-                        to: to.clone(),
-                    }
-                };
                 tracing::info!(lease_key = %key, to = %to, "a lease of this session not held here was asked for: handing it over");
-                spawn_finish(shared, key, finish);
+                spawn_finish(shared, key, Finish::handing_over(lease.tenure, to.clone()));
             }
             // Ours in the table and not held here: the next placement round resumes it.
             (None, _) => shared.rescan.notify_one(),

@@ -455,11 +455,25 @@ impl Shared {
         }
         tracing::warn!(worker = %worker, %incarnation, heartbeat, "session expired: fenced; its leases are placed again");
         metrics::fenced(&self.id);
+        self.note_fenced(worker, incarnation);
+        Ok(true)
+    }
+
+    /// Records that `worker`'s session `incarnation` is over (fenced here, or its record
+    /// replaced here after it was seen unchanged for a lease duration).
+    pub fn note_fenced(&self, worker: &WorkerId, incarnation: Incarnation) {
         self.fenced
             .lock()
             .unwrap_or_else(|e| e.into_inner())
             .insert((worker.clone(), incarnation));
-        Ok(true)
+    }
+
+    /// Whether `worker`'s session `incarnation` is known here to be over.
+    pub fn is_fenced(&self, worker: &WorkerId, incarnation: Incarnation) -> bool {
+        self.fenced
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .contains(&(worker.clone(), incarnation))
     }
 
     /// Reads the table for where leases released here should go (the sessions that take

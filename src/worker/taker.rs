@@ -1559,13 +1559,7 @@ async fn acknowledged(
     let notice = [key.as_str().to_owned()];
     let mut noticed = false;
     let mut beats: ExpiryTracker<()> = ExpiryTracker::new(config.lease_duration);
-    let fenced = || {
-        shared
-            .fenced
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .contains(&(owner.clone(), incarnation))
-    };
+    let fenced = || shared.is_fenced(&owner, incarnation);
     loop {
         // Fenced here: the session was seen unchanged for a lease duration, its validity
         // is over (the leases of a fenced session are startable at once).
