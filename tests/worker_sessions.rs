@@ -190,3 +190,115 @@ async fn a_lease_given_without_a_notice_is_taken_by_its_receiver() {
         worker.shutdown().await;
     }
 }
+
+/// The next grant of `key` among `events` (grants of other leases are kept alive in `keep`).
+async fn grant_of(
+    events: &mut UnboundedReceiver<LeaseEvent>,
+    key: &LeaseKey,
+    keep: &mut Vec<shardlease::worker::LeaseGrant>,
+) -> shardlease::worker::LeaseGrant {
+    loop {
+        match events.recv().await {
+            Some(LeaseEvent::Acquired(grant)) if grant.key() == key => return grant,
+            Some(LeaseEvent::Acquired(grant)) => keep.push(grant),
+            Some(_) => {}
+            None => panic!("no grant of {key}"),
+        }
+    }
+}
+
+/// A checkpoint refused (the lease moved on under its holder, here by hand) loses the lease
+/// at once: the application is told, instead of working on until the slow scan tells it.
+#[tokio::test(start_paused = true)]
+async fn a_refused_checkpoint_loses_the_lease_at_once() {
+    let store = InMemoryStore::new();
+    let mut workers = fleet(&store, &["s1", "s2", "s3", "s4"]).await;
+    let victim = held_by(&store, "a").await;
+    let (_, events) = &mut workers[0];
+    let mut keep = Vec::new();
+    let mut grant = grant_of(events, &victim.key, &mut keep).await;
+    let taken = store
+        .take(
+            &victim.key,
+            &WorkerId::new("operator").unwrap(),
+            Incarnation::new(7),
+            victim.counter,
+            Instant::now() + Duration::from_secs(5),
+        )
+        .await
+        .unwrap();
+    assert!(taken.is_done(), "{taken:?}");
+    let refused = grant.checkpoint_at("42").await;
+    assert!(refused.is_err(), "{refused:?}");
+    // Paused time: the loss is immediate, not a matter of speed.
+    let lost = tokio::time::timeout(Duration::from_millis(100), grant.lost()).await;
+    assert!(lost.is_ok(), "the grant was not told its lease was lost");
+    for (worker, _) in workers {
+        worker.shutdown().await;
+    }
+}
+
+/// A lease given to this worker's id while held here in an earlier tenure (another process
+/// of the id took it meanwhile, and it was given back) is no longer what the application
+/// works on: it is lost here and taken anew, in the new tenure.
+#[tokio::test(start_paused = true)]
+async fn a_lease_given_back_in_a_new_tenure_is_dropped_and_taken_anew() {
+    let store = InMemoryStore::new();
+    let mut workers = fleet(&store, &["s1", "s2", "s3", "s4"]).await;
+    let victim = held_by(&store, "a").await;
+    let deadline = Instant::now() + Duration::from_secs(5);
+    let a = WorkerId::new("a").unwrap();
+    let twin = store
+        .take(
+            &victim.key,
+            &a,
+            Incarnation::new(7),
+            victim.counter,
+            deadline,
+        )
+        .await
+        .unwrap()
+        .done()
+        .expect("taken by a twin");
+    let given = store
+        .give(&victim.key, &a, twin.counter, deadline)
+        .await
+        .unwrap()
+        .done()
+        .expect("given back");
+    let member = store
+        .get_member(&a, true, deadline)
+        .await
+        .unwrap()
+        .expect("a has a session");
+    let told = store
+        .notify(
+            &a,
+            member.incarnation.expect("open"),
+            &[victim.key.as_str().to_owned()],
+            deadline,
+        )
+        .await
+        .unwrap();
+    assert!(told.is_done(), "{told:?}");
+    let config = config();
+    let (_, events) = &mut workers[0];
+    let by = Instant::now() + config.renew_interval * 2 + config.quiet_period;
+    assert!(
+        until(events, &victim.key, true, by).await,
+        "a kept its grant of {} in tenure {}",
+        victim.key,
+        victim.tenure
+    );
+    let by = Instant::now() + config.renew_interval * 2 + config.quiet_period;
+    assert!(
+        until(events, &victim.key, false, by).await,
+        "a did not take {} again",
+        victim.key
+    );
+    let now = store.get(&victim.key, deadline).await.unwrap().unwrap();
+    assert!(now.tenure > given.tenure, "{now:?}");
+    for (worker, _) in workers {
+        worker.shutdown().await;
+    }
+}

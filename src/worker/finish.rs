@@ -30,7 +30,7 @@ pub(crate) fn spawn_finish(shared: &Arc<Shared>, key: LeaseKey, finish: Finish) 
     );
 }
 
-async fn finish_now(shared: &Shared, key: LeaseKey, finish: Finish) {
+async fn finish_now(shared: &Arc<Shared>, key: LeaseKey, finish: Finish) {
     let deadline = shared.now() + shared.config.store_timeout;
     let me = &shared.id;
     match finish {
@@ -56,9 +56,13 @@ async fn finish_now(shared: &Shared, key: LeaseKey, finish: Finish) {
                     // The handoff may have been asked on its behalf: tell the receiver. One
                     // without a session (it died while the application finished) would never
                     // take it, and it would wait for the slow scan: give it on now.
-                    if shared.config.sessions() && !tell(shared, &to, &key, deadline).await {
-                        tracing::info!(lease_key = %key, to = %to, "the receiver has no session: giving the lease on");
-                        place(shared, handed, deadline).await;
+                    if shared.config.sessions() {
+                        if tell(shared, &to, &key, deadline).await {
+                            follow_up(shared, handed);
+                        } else {
+                            tracing::info!(lease_key = %key, to = %to, "the receiver has no session: giving the lease on");
+                            place(shared, handed, deadline).await;
+                        }
                     }
                 }
                 Ok(Outcome::LostRace { current }) => {
@@ -121,10 +125,95 @@ async fn release(shared: &Shared, key: LeaseKey, tenure: u64, ended: bool, deadl
         Ok(Outcome::LostRace { .. }) => {
             tracing::info!(lease_key = %key, "release overtaken: the lease had moved on");
         }
+        Err(err) if shared.config.sessions() => {
+            // A lease of a live session never expires: a placement round here takes it up
+            // again (the table may still name this session) or places it (it landed).
+            metrics::store_error(me, "release");
+            tracing::warn!(lease_key = %key, error = %err, "release failed; a placement round takes the lease up again");
+            shared.rescan.notify_one();
+        }
         Err(err) => {
             metrics::store_error(me, "release");
             tracing::warn!(lease_key = %key, error = %err, "release failed; the lease will expire instead");
         }
+    }
+}
+
+/// With sessions: a lease handed over here (`handed`: its receiver the owner, no session
+/// yet) is looked after until its receiver takes it. A receiver that opened its session and
+/// died before any peer watched it (it announces itself to its predecessor in id order after
+/// its first round) would otherwise hold the lease until the slow scan: nothing else looks at
+/// a lease given to a session. So the receiver's record is read now and again each lease
+/// duration while the lease still waits on it untaken; seen unchanged across a lease duration
+/// (a live session beats every renew interval), the session is surely over: it is fenced, as
+/// its watcher would, and the lease given on.
+fn follow_up(shared: &Arc<Shared>, handed: Lease) {
+    let Some(to) = handed.owner.clone() else {
+        return;
+    };
+    let (task_shared, cancel) = (Arc::clone(shared), shared.cancel.clone());
+    shared.jobs.spawn(
+        async move {
+            tokio::select! {
+                biased;
+                _ = cancel.cancelled() => {}
+                _ = follow(&task_shared, &to, handed) => {}
+            }
+        }
+        .in_current_span(),
+    );
+}
+
+async fn follow(shared: &Shared, to: &WorkerId, handed: Lease) {
+    let config = &shared.config;
+    let waits = |lease: &Lease| {
+        lease.owner.as_ref() == Some(to)
+            && lease.owner_incarnation.is_none()
+            && lease.counter == handed.counter
+    };
+    let mut seen = None;
+    loop {
+        let deadline = shared.now() + config.store_timeout;
+        let lease = match shared.store.get(&handed.key, deadline).await {
+            Ok(Some(lease)) if waits(&lease) => lease,
+            Ok(_) => return,
+            Err(_) => handed.clone(),
+        };
+        let record = match shared.store.get_member(to, true, deadline).await {
+            Ok(record) => record.map(|m| (m.incarnation, m.heartbeat)),
+            Err(_) => seen,
+        };
+        match record {
+            Some((Some(incarnation), heartbeat)) if seen == record => {
+                match shared.fence(to, incarnation, heartbeat, deadline).await {
+                    Ok(true) => {}
+                    Ok(false) => return,
+                    Err(err) => {
+                        tracing::warn!(to = %to, error = %err, "could not fence the silent receiver of a lease handed over");
+                        seen = None;
+                        shared
+                            .clock
+                            .sleep_until(shared.now() + config.renew_interval)
+                            .await;
+                        continue;
+                    }
+                }
+            }
+            Some((Some(_), _)) => {
+                seen = record;
+                shared
+                    .clock
+                    .sleep_until(shared.now() + config.lease_duration)
+                    .await;
+                continue;
+            }
+            // No session (any more): nobody would take it.
+            _ => {}
+        }
+        tracing::info!(lease_key = %lease.key, to = %to, "the receiver of a lease handed over never took it: giving the lease on");
+        shared.drop_receiver(to);
+        place(shared, lease, deadline).await;
+        return;
     }
 }
 

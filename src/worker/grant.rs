@@ -238,7 +238,16 @@ impl Checkpointer {
                 tracing::debug!(lease_key = %self.key, tenure = self.tenure, "checkpointed");
                 Ok(())
             }
-            Outcome::LostRace { .. } => Err(not_held()),
+            Outcome::LostRace { .. } => {
+                // The lease moved on under this grant (a take, a hand edit): it is lost here,
+                // whatever else told this worker so far.
+                self.shared.lose(
+                    &self.key,
+                    Some(self.tenure),
+                    "a checkpoint found the lease no longer held in this tenure",
+                );
+                Err(not_held())
+            }
         }
     }
 

@@ -442,7 +442,13 @@ async fn look(shared: &Arc<Shared>, key: LeaseKey, lease: Option<Lease>, start: 
             // Ours in the table, not held here (lost when the session's validity ran out),
             // and asked of us: nothing works on it here, so it is handed over (or retired) at
             // once instead of after the requester's handoff timeout.
-            (None, Some(to)) if to != me && !shared.lock().taking.contains(&key) => {
+            (None, Some(to)) if to != me => {
+                if shared.lock().taking.contains(&key) {
+                    // A take of it is still out (its answer late or lost): once it is held,
+                    // the next beat asks its application to stop. Dropped here, the request
+                    // would wait for the worker doing the chores to tell of it again.
+                    return false;
+                }
                 tracing::info!(lease_key = %key, to = %to, "a lease of this session not held here was asked for: handing it over");
                 spawn_finish(shared, key, Finish::handing_over(lease.tenure, to.clone()));
             }
@@ -454,7 +460,17 @@ async fn look(shared: &Arc<Shared>, key: LeaseKey, lease: Option<Lease>, start: 
     if lease.is_owned_by(me) && lease.owner_incarnation.is_none() {
         // Given (or handed over) to this worker: whoever gave it made sure that nobody works
         // on it any more. A worker leaving passes it on.
-        if held_tenure.is_none() {
+        if let Some(tenure) = held_tenure.filter(|t| *t != lease.tenure) {
+            // Held here in an earlier tenure, since moved on (taken by another process of
+            // this id, then given back): what the application works on is no longer this
+            // worker's. It stops; the next placement round takes the lease anew.
+            shared.lose(
+                &key,
+                Some(tenure),
+                "the lease was given to this worker again",
+            );
+            shared.rescan.notify_one();
+        } else if held_tenure.is_none() {
             if shared.lock().shutting_down {
                 place(shared, lease, start + shared.config.store_timeout).await;
             } else {

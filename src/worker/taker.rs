@@ -54,9 +54,10 @@ pub(crate) struct Taker {
     chores: Option<WorkerId>,
     /// With sessions, on the worker doing the chores: who held each lease at its last round.
     holders: HashMap<LeaseKey, Holding>,
-    /// With sessions, on the worker doing the chores: each lease given and not yet taken, its
-    /// receiver and counter, and since when (this worker's clock) it has been so.
-    given: HashMap<LeaseKey, (WorkerId, u64, Instant)>,
+    /// With sessions, on the worker doing the chores: each lease that waits on a worker (given
+    /// and not yet taken, or asked of its holder in a handoff not yet done), and since when
+    /// (this worker's clock) it has waited so.
+    waiting: HashMap<LeaseKey, (Waiting, Instant)>,
     /// With sessions: handoffs asked by this worker and not done in time, whose owners this
     /// round tells to give them up (see `REVOKE`).
     revokes: Vec<(WorkerId, Incarnation, LeaseKey)>,
@@ -65,6 +66,11 @@ pub(crate) struct Taker {
 /// Who holds a lease, as the worker doing the chores last saw it: the session, the tenure,
 /// and the worker a handoff was asked for.
 type Holding = (WorkerId, Incarnation, u64, Option<WorkerId>);
+
+/// A lease that waits on a worker, as [`Taker::waiting`] saw it: its owner, that owner's
+/// session (none: given to the id, not yet taken), its counter when given or its tenure when
+/// asked for, and the worker that asked for it.
+type Waiting = (WorkerId, Option<Incarnation>, u64, Option<WorkerId>);
 
 /// A value of [`Taker::ended`]: the session has no record of its own any more.
 const NO_RECORD: u64 = u64::MAX;
@@ -140,7 +146,7 @@ impl Taker {
             last_fleet: Vec::new(),
             chores: None,
             holders: HashMap::new(),
-            given: HashMap::new(),
+            waiting: HashMap::new(),
             revokes: Vec::new(),
         }
     }
@@ -553,31 +559,57 @@ impl Taker {
         self.holders = holders;
         // A lease given whose notice was lost (the give's answer was lost, or the notice
         // failed) waits for a receiver that does not know of it: nobody else would ever move
-        // it. After a lease duration its receiver is told again.
+        // it. So does a lease asked for in a handoff whose owner was never told (the requester
+        // was cut off, and lost track of its request when its own session ended) while this
+        // worker already saw the request at its first round. After a lease duration the
+        // worker it waits on is told again.
         let incarnations = incarnations(snapshot);
         let patience = self.shared.config.lease_duration;
-        let mut given = HashMap::new();
+        let mut waiting = HashMap::new();
         for lease in &snapshot.leases {
-            let (Some(owner), None) = (&lease.owner, lease.owner_incarnation) else {
+            let Some(owner) = &lease.owner else {
                 continue;
             };
-            let since = match self.given.get(&lease.key) {
-                Some((to, counter, since)) if to == owner && *counter == lease.counter => *since,
+            let (what, session) = match (lease.owner_incarnation, &lease.handoff_to) {
+                (None, _) => (
+                    (owner.clone(), None, lease.counter, None),
+                    incarnations.get(owner).copied(),
+                ),
+                (Some(incarnation), Some(to)) => (
+                    (
+                        owner.clone(),
+                        Some(incarnation),
+                        lease.tenure,
+                        Some(to.clone()),
+                    ),
+                    open.contains(&(owner, incarnation)).then_some(incarnation),
+                ),
+                (Some(_), None) => continue,
+            };
+            let since = match self.waiting.get(&lease.key) {
+                Some((seen, since)) if *seen == what => *since,
                 _ => now,
             };
-            let since = match incarnations.get(owner) {
+            let since = match session {
                 Some(incarnation) if now.saturating_duration_since(since) >= patience => {
-                    tracing::info!(lease_key = %lease.key, to = %owner, "a lease given long ago is not taken yet: telling its receiver again");
-                    told.entry((owner.clone(), *incarnation))
+                    match &what.3 {
+                        None => {
+                            tracing::info!(lease_key = %lease.key, to = %owner, "a lease given long ago is not taken yet: telling its receiver again")
+                        }
+                        Some(to) => {
+                            tracing::info!(lease_key = %lease.key, owner = %owner, to = %to, "a handoff asked long ago is not done yet: telling the owner again")
+                        }
+                    }
+                    told.entry((owner.clone(), incarnation))
                         .or_default()
                         .push(lease.key.as_str().to_owned());
                     now
                 }
                 _ => since,
             };
-            given.insert(lease.key.clone(), (owner.clone(), lease.counter, since));
+            waiting.insert(lease.key.clone(), (what, since));
         }
-        self.given = given;
+        self.waiting = waiting;
         let deadline = now + self.shared.config.store_timeout;
         for ((worker, incarnation), mut keys) in told {
             keys.sort();
@@ -758,9 +790,10 @@ impl Taker {
         let mut next = now + FAR;
         if self.is_smallest(live) {
             next = next.min(now + config.slow_scan_interval);
-            // A lease given and not taken: look again when its receiver is told again (a
-            // receiver without a session is not told: a placement round gives it on).
-            for (_, _, since) in self.given.values() {
+            // A lease given and not taken, or asked for and not handed over: look again when
+            // the worker it waits on is told again (a receiver without a session is not told:
+            // a placement round gives it on).
+            for (_, since) in self.waiting.values() {
                 let due = *since + config.lease_duration;
                 if due > now {
                     next = next.min(due);
@@ -1021,8 +1054,13 @@ impl Taker {
                 }
                 Ownership::Foreign => {
                     // Another live process with this id works on it: leave it until it
-                    // expires, or the two would take their leases back and forth.
-                    if twin && !self.lease_expired(&lease.key, now) {
+                    // expires, or the two would take their leases back and forth. With
+                    // sessions, never before its session is surely over: that session may be
+                    // the one that replaced this process's own, and a take from it would
+                    // leave the table naming a session that, once fenced, nobody waits on,
+                    // while the other process still works on the lease.
+                    let expired = self.lease_expired(&lease.key, now);
+                    if (twin || config.sessions()) && !expired {
                         continue;
                     }
                     Action::Foreign(lease.clone())

@@ -386,6 +386,10 @@ impl Fleet {
             }
             Err(error) => eprintln!("no snapshot: {error}"),
         }
+        let ledger = self.ledger();
+        for key in &self.shards {
+            eprintln!("PROCESSED {key} by {:?}", ledger.holder(key));
+        }
     }
 
     /// Leases of removed shards still in the table.

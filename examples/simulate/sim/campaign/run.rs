@@ -467,6 +467,9 @@ async fn after_heal(driver: &mut Driver, schedule: &Schedule, healed: Instant) {
                         driver.fleet.describe()
                     );
                     driver.violate("unbalanced", detail);
+                    if std::env::var_os("SIM_DEBUG").is_some() {
+                        driver.fleet.dump_table().await;
+                    }
                 }
             }
         }
