@@ -82,6 +82,21 @@ async fn held_by(store: &InMemoryStore, worker: &str) -> Lease {
         .unwrap_or_else(|| panic!("{worker} holds a lease"))
 }
 
+/// An operator gives `victim` to somebody else, by hand.
+async fn take_by_hand(store: &InMemoryStore, victim: &Lease) {
+    let taken = store
+        .take(
+            &victim.key,
+            &WorkerId::new("operator").unwrap(),
+            Incarnation::new(7),
+            victim.counter,
+            Instant::now() + Duration::from_secs(5),
+        )
+        .await
+        .unwrap();
+    assert!(taken.is_done(), "{taken:?}");
+}
+
 #[tokio::test(start_paused = true)]
 async fn a_lease_deleted_by_hand_is_dropped_by_its_holder_within_the_slow_scan() {
     let store = InMemoryStore::new();
@@ -124,17 +139,7 @@ async fn a_lease_taken_by_hand_is_dropped_by_its_holder_within_the_slow_scan() {
     let victim = held_by(&store, "a").await;
     tokio::time::sleep(config().slow_scan_interval).await;
     // An operator gives the lease to somebody else, by hand.
-    let taken = store
-        .take(
-            &victim.key,
-            &WorkerId::new("operator").unwrap(),
-            Incarnation::new(7),
-            victim.counter,
-            Instant::now() + Duration::from_secs(5),
-        )
-        .await
-        .unwrap();
-    assert!(taken.is_done(), "{taken:?}");
+    take_by_hand(&store, &victim).await;
     let edited = Instant::now();
     let config = config();
     let by = edited + config.slow_scan_interval + config.renew_interval * 2;
@@ -217,17 +222,7 @@ async fn a_refused_checkpoint_loses_the_lease_at_once() {
     let (_, events) = &mut workers[0];
     let mut keep = Vec::new();
     let mut grant = grant_of(events, &victim.key, &mut keep).await;
-    let taken = store
-        .take(
-            &victim.key,
-            &WorkerId::new("operator").unwrap(),
-            Incarnation::new(7),
-            victim.counter,
-            Instant::now() + Duration::from_secs(5),
-        )
-        .await
-        .unwrap();
-    assert!(taken.is_done(), "{taken:?}");
+    take_by_hand(&store, &victim).await;
     let refused = grant.checkpoint_at("42").await;
     assert!(refused.is_err(), "{refused:?}");
     // Paused time: the loss is immediate, not a matter of speed.
