@@ -433,6 +433,10 @@ async fn look(shared: &Arc<Shared>, key: LeaseKey, lease: Option<Lease>, start: 
         }
         return true;
     };
+    if held_tenure.is_some_and(|tenure| tenure > lease.tenure) {
+        // Read before this worker's own take was applied: it tells nothing new.
+        return true;
+    }
     if lease.is_owned_by_incarnation(me, shared.incarnation()) {
         match (held_tenure, &lease.handoff_to) {
             (Some(tenure), Some(to)) if tenure == lease.tenure && to != me => {
@@ -460,7 +464,7 @@ async fn look(shared: &Arc<Shared>, key: LeaseKey, lease: Option<Lease>, start: 
     if lease.is_owned_by(me) && lease.owner_incarnation.is_none() {
         // Given (or handed over) to this worker: whoever gave it made sure that nobody works
         // on it any more. A worker leaving passes it on.
-        if let Some(tenure) = held_tenure.filter(|t| *t != lease.tenure) {
+        if let Some(tenure) = held_tenure.filter(|t| *t < lease.tenure) {
             // Held here in an earlier tenure, since moved on (taken by another process of
             // this id, then given back): what the application works on is no longer this
             // worker's. It stops; the next placement round takes the lease anew.
