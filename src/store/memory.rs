@@ -309,11 +309,13 @@ impl LeaseStore for InMemoryStore {
                 load: None,
                 capacity: None,
                 notices: Default::default(),
+                session: false,
             })
         });
         Ok(match item {
             Item::Member(member) => {
                 member.heartbeat += 1;
+                member.session = false;
                 member.incarnation = Some(incarnation);
                 member.load = load;
                 member.capacity = capacity;
@@ -403,6 +405,7 @@ impl LeaseStore for InMemoryStore {
             load: None,
             capacity,
             notices: Default::default(),
+            session: true,
         };
         items.insert(key, Item::Member(member.clone()));
         Ok(Outcome::Done(member))

@@ -200,6 +200,7 @@ mod tests {
                 load: None,
                 capacity: None,
                 notices: Default::default(),
+                session: true,
             }],
             malformed: 0,
         }

@@ -44,6 +44,7 @@ mod health;
 mod identity;
 mod listener;
 pub mod metrics;
+mod one_protocol;
 mod renewer;
 mod session;
 mod state;
@@ -68,7 +69,7 @@ use crate::clock::{timeout_at, Clock, TokioClock};
 use crate::config::{ConfigError, WorkerConfig};
 use crate::lease::{Incarnation, LeaseKey, NewLease, WorkerId};
 use crate::source::ShardSource;
-use crate::store::{LeaseStore, StoreError};
+use crate::store::{LeaseStore, Outcome, StoreError};
 
 /// Why a worker could not start.
 #[derive(Debug, thiserror::Error)]
@@ -85,6 +86,25 @@ pub enum WorkerError {
         /// What the store said.
         #[source]
         source: StoreError,
+    },
+    /// Live workers of the other protocol use the table. Every worker of one table must run
+    /// one [`Protocol`](crate::Protocol); see the README, "Moving a fleet to sessions".
+    #[error(
+        "worker {worker} runs {ours}, but live workers of {theirs} use this table ({}): every \
+         worker of one table must run one protocol. Stop those workers and start this one \
+         again (their records are cleared a lease duration after their last heartbeat), or \
+         start this worker with WorkerConfig::protocol({theirs})",
+        others.iter().map(|w| w.as_str()).collect::<Vec<_>>().join(", ")
+    )]
+    MixedProtocols {
+        /// The worker refused.
+        worker: WorkerId,
+        /// Its protocol, as `WorkerConfig::protocol` spells it.
+        ours: &'static str,
+        /// The protocol of the others.
+        theirs: &'static str,
+        /// The live workers of the other protocol (at most the first ten seen).
+        others: Vec<WorkerId>,
     },
 }
 
@@ -164,7 +184,34 @@ impl WorkerBuilder {
             worker: self.id.clone(),
             source,
         };
+        let sessions = self.config.sessions();
         let deadline = self.clock.now() + self.config.store_timeout;
+        let refused = |worker: &WorkerId, refusal| match refusal {
+            one_protocol::Refusal::Store(source) => WorkerError::Store {
+                worker: worker.clone(),
+                source,
+            },
+            one_protocol::Refusal::Live(mut others) => {
+                others.truncate(10);
+                WorkerError::MixedProtocols {
+                    worker: worker.clone(),
+                    ours: one_protocol::name(sessions),
+                    theirs: one_protocol::other_name(sessions),
+                    others,
+                }
+            }
+        };
+        one_protocol::before_start(
+            self.store.as_ref(),
+            self.clock.as_ref(),
+            sessions,
+            self.config.lease_duration,
+            self.config.store_timeout,
+            deadline,
+        )
+        .await
+        .map_err(|r| refused(&self.id, r))?;
+        let deadline = deadline.max(self.clock.now() + self.config.store_timeout);
         for key in &self.shards {
             let _ = self
                 .store
@@ -173,14 +220,17 @@ impl WorkerBuilder {
                 .map_err(fail)?;
         }
         let incarnation = self.incarnation.unwrap_or_else(Incarnation::random);
-        let sessions = self.config.sessions();
+        let mut beaten = None;
         if !sessions {
             let capacity = self.config.published_capacity();
-            let _ = self
+            if let Outcome::Done(member) = self
                 .store
                 .heartbeat(&self.id, incarnation, None, capacity, deadline)
                 .await
-                .map_err(fail)?;
+                .map_err(fail)?
+            {
+                beaten = Some(member.heartbeat);
+            }
         }
 
         let (events_tx, events_rx) = mpsc::unbounded_channel();
@@ -204,6 +254,32 @@ impl WorkerBuilder {
                          being opened: is another process starting with this worker id?"
                     .into(),
             }));
+        }
+        if let Err(refusal) =
+            one_protocol::after_start(shared.store.as_ref(), sessions, deadline).await
+        {
+            // A worker of the other protocol started meanwhile: this one leaves no record.
+            let deadline = shared.now() + shared.config.store_timeout;
+            let removed = if sessions {
+                let heartbeat = shared.session().heartbeat;
+                shared
+                    .store
+                    .end_session(&shared.id, incarnation, heartbeat, deadline)
+                    .await
+                    .map(|_| ())
+            } else if let Some(heartbeat) = beaten {
+                shared
+                    .store
+                    .remove_member(&shared.id, Some(heartbeat), deadline)
+                    .await
+                    .map(|_| ())
+            } else {
+                Ok(())
+            };
+            if let Err(error) = removed {
+                tracing::warn!(%error, "could not remove this worker's membership record after refusing to start");
+            }
+            return Err(refused(&shared.id, refusal));
         }
         let loops = TaskTracker::new();
         let taker_cancel = shared.cancel.child_token();

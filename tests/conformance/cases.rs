@@ -850,6 +850,71 @@ pub async fn give_is_conditional_on_the_observed_counter<T: Target>(target: &T, 
     assert_eq!(missing, None);
 }
 
+/// A record says which protocol wrote it: a session's (`open_session`, kept by `beat`) or the
+/// lease protocol's (`heartbeat`, which also turns a session's record of its id into one of
+/// its own). Scans and reads both say so.
+pub async fn a_record_says_which_protocol_wrote_it<T: Target>(target: &T, test: &str) {
+    let store = target.store(test).await;
+    let (a, b) = (worker("a"), worker("b"));
+    let incarnation = Incarnation::new(7);
+    let opened = done(
+        store
+            .open_session(&a, incarnation, None, None, deadline())
+            .await
+            .unwrap(),
+        "open",
+    );
+    assert!(opened.session);
+    let beaten = done(
+        store
+            .beat(&a, incarnation, None, &[], deadline())
+            .await
+            .unwrap(),
+        "beat",
+    );
+    assert!(beaten.session);
+    let heartbeat = done(
+        store
+            .heartbeat(&b, incarnation, None, None, deadline())
+            .await
+            .unwrap(),
+        "heartbeat",
+    );
+    assert!(!heartbeat.session);
+    let snapshot = store.snapshot(deadline()).await.unwrap();
+    let protocols: Vec<(String, bool)> = snapshot
+        .members
+        .iter()
+        .map(|m| (m.worker.to_string(), m.session))
+        .collect();
+    assert_eq!(protocols, [("a".into(), true), ("b".into(), false)]);
+    assert!(
+        store
+            .get_member(&a, true, deadline())
+            .await
+            .unwrap()
+            .unwrap()
+            .session
+    );
+    // The lease protocol's heartbeat over a session's record makes it its own.
+    let over = done(
+        store
+            .heartbeat(&a, incarnation, None, None, deadline())
+            .await
+            .unwrap(),
+        "heartbeat over a session",
+    );
+    assert!(!over.session);
+    assert!(
+        !store
+            .get_member(&a, true, deadline())
+            .await
+            .unwrap()
+            .unwrap()
+            .session
+    );
+}
+
 pub async fn a_session_opens_once_and_is_replaced_only_as_observed<T: Target>(
     target: &T,
     test: &str,

@@ -91,6 +91,7 @@ macro_rules! conformance_suite {
             sixteen_concurrent_takers_have_exactly_one_winner,
             give_is_conditional_on_the_observed_counter,
             a_session_opens_once_and_is_replaced_only_as_observed,
+            a_record_says_which_protocol_wrote_it,
             beats_return_notices_until_they_are_seen,
             end_session_is_conditional_on_incarnation_and_heartbeat,
         );

@@ -662,6 +662,7 @@ impl LeaseStore for DynamoStore {
         let mut values = vec![
             (":worker", schema::s(worker.as_str())),
             (":incarnation", schema::n(incarnation.get())),
+            (":protocol", schema::s(schema::SESSIONS)),
         ];
         if let Some(capacity) = capacity {
             values.push((":capacity", schema::n(capacity)));

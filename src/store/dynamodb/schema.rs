@@ -53,6 +53,12 @@ pub const CAPACITY: &str = "workerCapacity";
 /// Membership record: what other workers asked the session to look at (string set; absent
 /// when empty).
 pub const NOTICES: &str = "notices";
+/// On a membership record: which protocol wrote it. [`SESSIONS`] on a session's record
+/// (written by `open_session`); absent on a record of the lease protocol's heartbeat, which
+/// removes it (and on every record written before it existed).
+pub const MEMBER_PROTOCOL: &str = "workerProtocol";
+/// The value of [`MEMBER_PROTOCOL`] on a session's record.
+pub const SESSIONS: &str = "sessions";
 
 /// `create`: no item has this key.
 pub const COND_CREATE: &str = "attribute_not_exists(leaseKey)";
@@ -95,7 +101,7 @@ pub const UPDATE_NOTIFY: &str = "ADD notices :notices SET updatedAt = :now";
 /// The `open_session` update: a fresh record at `:heartbeat`, with or without a capacity.
 pub fn open_session_update(capacity: bool) -> String {
     let set = "SET workerId = :worker, workerIncarnation = :incarnation, \
-               heartbeat = :next, lastOp = :op, updatedAt = :now";
+               heartbeat = :next, workerProtocol = :protocol, lastOp = :op, updatedAt = :now";
     if capacity {
         format!("{set}, workerCapacity = :capacity REMOVE notices, workerLoad")
     } else {
@@ -152,7 +158,7 @@ pub const UPDATE_HEARTBEAT: &str = "SET workerId = :worker, workerIncarnation = 
 /// The heartbeat update expression for the figures a worker reports.
 pub fn heartbeat_update(load: bool, capacity: bool) -> String {
     let mut set = UPDATE_HEARTBEAT.to_owned();
-    let mut remove = Vec::new();
+    let mut remove = vec![MEMBER_PROTOCOL];
     for (present, attr, value) in [
         (load, MEMBER_LOAD, ":load"),
         (capacity, CAPACITY, ":capacity"),
@@ -163,11 +169,7 @@ pub fn heartbeat_update(load: bool, capacity: bool) -> String {
             remove.push(attr);
         }
     }
-    if remove.is_empty() {
-        set
-    } else {
-        format!("{set} REMOVE {}", remove.join(", "))
-    }
+    format!("{set} REMOVE {}", remove.join(", "))
 }
 
 /// The item key of `worker`'s membership record.
@@ -332,6 +334,9 @@ pub fn member_item_size(member: &Member) -> usize {
     if let Some(capacity) = member.capacity {
         size += CAPACITY.len() + number_size(&capacity.to_string());
     }
+    if member.session {
+        size += MEMBER_PROTOCOL.len() + SESSIONS.len();
+    }
     if !member.notices.is_empty() {
         size += NOTICES.len() + member.notices.iter().map(String::len).sum::<usize>();
     }
@@ -458,6 +463,16 @@ pub fn decode(item: &Item) -> Result<Decoded, StoreError> {
             load: fields.number(MEMBER_LOAD)?,
             capacity: fields.number(CAPACITY)?,
             notices: fields.string_set(NOTICES)?,
+            session: match fields.string(MEMBER_PROTOCOL)? {
+                None => false,
+                Some(SESSIONS) => true,
+                Some(other) => {
+                    return Err(fields.err(
+                        MEMBER_PROTOCOL,
+                        format!("names a protocol this version does not know: {other:?}"),
+                    ))
+                }
+            },
         };
         return Ok(Decoded::Member(member, last_op));
     }
@@ -563,6 +578,7 @@ mod tests {
             load: None,
             capacity: Some(100),
             notices: BTreeSet::new(),
+            session: true,
         };
         let expected = KEY.len()
             + member_key(&member.worker).len()
@@ -577,7 +593,9 @@ mod tests {
             + CAPACITY.len()
             + 2
             + MEMBER_INCARNATION.len()
-            + number_size(&u64::MAX.to_string());
+            + number_size(&u64::MAX.to_string())
+            + MEMBER_PROTOCOL.len()
+            + SESSIONS.len();
         assert_eq!(member_item_size(&member), expected);
     }
 
@@ -647,6 +665,25 @@ mod tests {
         );
         assert_eq!(member.incarnation, Some(Incarnation::new(u64::MAX)));
         assert!(decode_lease(&item).is_err());
+    }
+
+    #[test]
+    fn a_membership_record_says_which_protocol_wrote_it() {
+        let record = |protocol: Option<&str>| {
+            let mut item = Item::from([
+                (KEY.into(), s("shardlease#member#w1")),
+                (WORKER.into(), s("w1")),
+                (HEARTBEAT.into(), n(3)),
+            ]);
+            if let Some(protocol) = protocol {
+                item.insert(MEMBER_PROTOCOL.into(), s(protocol));
+            }
+            item
+        };
+        assert!(!decode_member(&record(None)).unwrap().0.session);
+        assert!(decode_member(&record(Some(SESSIONS))).unwrap().0.session);
+        // A protocol this version does not know is never taken for one it knows.
+        assert_eq!(field_of(&record(Some("gossip"))), MEMBER_PROTOCOL);
     }
 
     fn field_of(item: &Item) -> &'static str {
@@ -740,8 +777,9 @@ mod tests {
     #[test]
     fn heartbeat_update_sets_or_removes_each_figure() {
         assert!(heartbeat_update(true, true)
-            .ends_with("workerLoad = :load, workerCapacity = :capacity"));
-        assert!(heartbeat_update(false, true).ends_with("REMOVE workerLoad"));
-        assert!(heartbeat_update(false, false).ends_with("REMOVE workerLoad, workerCapacity"));
+            .ends_with("workerLoad = :load, workerCapacity = :capacity REMOVE workerProtocol"));
+        assert!(heartbeat_update(false, true).ends_with("REMOVE workerProtocol, workerLoad"));
+        assert!(heartbeat_update(false, false)
+            .ends_with("REMOVE workerProtocol, workerLoad, workerCapacity"));
     }
 }
