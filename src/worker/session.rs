@@ -78,6 +78,8 @@ pub(crate) async fn run(shared: Arc<Shared>, cancel: CancellationToken) {
     // The record of another process with this id, while the session is closed.
     let mut other =
         ExpiryTracker::<(), (Option<Incarnation>, u64)>::new(shared.config.lease_duration);
+    // An open of this incarnation whose answer was lost: it may have landed unseen.
+    let mut unseen_open = false;
     loop {
         tokio::select! {
             biased;
@@ -96,7 +98,7 @@ pub(crate) async fn run(shared: Arc<Shared>, cancel: CancellationToken) {
             tokio::select! {
                 biased;
                 _ = cancel.cancelled() => return,
-                _ = reopen(&shared, &mut other, next) => {}
+                _ = reopen(&shared, &mut other, &mut unseen_open, next) => {}
             }
             continue;
         }
@@ -203,6 +205,7 @@ fn lost(shared: &Shared, current: Option<&Member>) {
 async fn reopen(
     shared: &Shared,
     other: &mut ExpiryTracker<(), (Option<Incarnation>, u64)>,
+    unseen_open: &mut bool,
     deadline: Instant,
 ) {
     let start = shared.now();
@@ -230,6 +233,14 @@ async fn reopen(
             Some(member)
         }
     };
+    if std::mem::take(unseen_open) {
+        // An earlier open of this incarnation may have landed and been fenced since (its
+        // record is gone, or replaced): a peer that fenced it holds its leases for orphans.
+        // Opened again under the same incarnation, at the same heartbeat, the new session
+        // would be that fenced one in the peer's eyes (seed 2207009584190925347, an overlap).
+        let next = shared.new_incarnation();
+        tracing::info!(incarnation = %next, "an earlier open may have landed unseen: the next session is this incarnation");
+    }
     let opened = shared
         .store
         .open_session(
@@ -253,7 +264,10 @@ async fn reopen(
             shared.rescan.notify_one();
         }
         Ok(Outcome::LostRace { .. }) => {}
-        Err(err) => tracing::warn!(error = %err, "could not open a session"),
+        Err(err) => {
+            *unseen_open = err.is_ambiguous();
+            tracing::warn!(error = %err, "could not open a session");
+        }
     }
 }
 

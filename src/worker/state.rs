@@ -414,20 +414,38 @@ impl Shared {
             .iter()
             .map(|text| format!("{text}{NOTICE_SEPARATOR}{:x}", crate::store::new_nonce()))
             .collect();
-        match self
-            .store
-            .notify(worker, incarnation, &notices, deadline)
-            .await
-        {
-            Ok(Outcome::Done(_)) => true,
-            Ok(Outcome::LostRace { .. }) => {
-                tracing::info!(to = %worker, "no notice left: that session is gone");
-                false
-            }
-            Err(err) => {
-                metrics::store_error(&self.id, "notify");
-                tracing::warn!(to = %worker, error = %err, "could not leave a notice");
-                false
+        let mut incarnation = incarnation;
+        let mut retold = false;
+        loop {
+            match self
+                .store
+                .notify(worker, incarnation, &notices, deadline)
+                .await
+            {
+                Ok(Outcome::Done(_)) => return true,
+                // A later session of the id (a restart this worker had not seen yet) is told
+                // instead: what a notice names is read from the table by whoever gets it, and
+                // a lease given to the id is that session's to take. Told nothing, it would
+                // wait for the chores, up to a slow scan (seed 7211952114399090375).
+                Ok(Outcome::LostRace {
+                    current: Some(member),
+                }) if !retold && member.session && member.incarnation != Some(incarnation) => {
+                    let Some(later) = member.incarnation else {
+                        return false;
+                    };
+                    tracing::info!(to = %worker, session = %later, "that session is gone: telling the id's current one");
+                    incarnation = later;
+                    retold = true;
+                }
+                Ok(Outcome::LostRace { .. }) => {
+                    tracing::info!(to = %worker, "no notice left: that session is gone");
+                    return false;
+                }
+                Err(err) => {
+                    metrics::store_error(&self.id, "notify");
+                    tracing::warn!(to = %worker, error = %err, "could not leave a notice");
+                    return false;
+                }
             }
         }
     }
