@@ -78,7 +78,8 @@ class Proc:
         p = subprocess.Popen(
             [self.args.binary, "--id", self.id, "--table", self.args.table,
              "--endpoint", f"http://127.0.0.1:{self.port}", "--shards", str(self.args.shards),
-             "--lease-secs", str(self.args.lease_secs), "--events-log", log],
+             "--lease-secs", str(self.args.lease_secs), "--events-log", log,
+             "--protocol", self.args.protocol],
             stdout=out, stderr=subprocess.STDOUT, env=env)
         self.runs.append((run, p, log))
 
@@ -362,6 +363,8 @@ def main():
     ap.add_argument("--workers", type=int, default=5)
     ap.add_argument("--shards", type=int, default=32)
     ap.add_argument("--lease-secs", type=float, default=4.0)
+    ap.add_argument("--protocol", choices=["leases", "sessions"], default="leases",
+                    help="the lease protocol every worker runs")
     ap.add_argument("--warmup", type=float, default=None, help="s before the first fault")
     ap.add_argument("--heal", type=float, default=None, help="quiet s at the end")
     ap.add_argument("--proxy-base", type=int, default=17000)

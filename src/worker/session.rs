@@ -467,6 +467,13 @@ async fn look(shared: &Arc<Shared>, key: LeaseKey, lease: Option<Lease>, start: 
                     // would wait for the worker doing the chores to tell of it again.
                     return false;
                 }
+                if shared.lock().revoked.contains_key(&key) {
+                    // Revoked here a moment ago: it is handed over once the application has
+                    // let go of it, not before. (A handoff notice told again by the chores,
+                    // read right after the revocation, handed it over at once while the
+                    // application still worked on it: seed 5531981480057750266, an overlap.)
+                    return true;
+                }
                 tracing::info!(lease_key = %key, to = %to, "a lease of this session not held here was asked for: handing it over");
                 spawn_finish(shared, key, Finish::handing_over(lease.tenure, to.clone()));
             }
