@@ -77,15 +77,12 @@ pub(crate) async fn before_start(
     let mut live = Vec::new();
     for seen in found {
         let deadline = clock.now() + store_timeout;
-        let now = store.get_member(&seen.worker, true, deadline).await?;
-        let unchanged = now.as_ref().is_some_and(|m| {
-            m.heartbeat == seen.heartbeat
-                && m.incarnation == seen.incarnation
-                && m.session == seen.session
-        });
-        if now.is_none() {
+        let Some(now) = store.get_member(&seen.worker, true, deadline).await? else {
             continue;
-        }
+        };
+        let unchanged = now.heartbeat == seen.heartbeat
+            && now.incarnation == seen.incarnation
+            && now.session == seen.session;
         if !unchanged {
             live.push(seen.worker);
             continue;

@@ -461,13 +461,20 @@ async fn look(shared: &Arc<Shared>, key: LeaseKey, lease: Option<Lease>, start: 
             // and asked of us: nothing works on it here, so it is handed over (or retired) at
             // once instead of after the requester's handoff timeout.
             (None, Some(to)) if to != me => {
-                if shared.lock().taking.contains(&key) {
+                let (taking, revoked) = {
+                    let state = shared.lock();
+                    (
+                        state.taking.contains(&key),
+                        state.revoked.contains_key(&key),
+                    )
+                };
+                if taking {
                     // A take of it is still out (its answer late or lost): once it is held,
                     // the next beat asks its application to stop. Dropped here, the request
                     // would wait for the worker doing the chores to tell of it again.
                     return false;
                 }
-                if shared.lock().revoked.contains_key(&key) {
+                if revoked {
                     // Revoked here a moment ago: it is handed over once the application has
                     // let go of it, not before. (A handoff notice told again by the chores,
                     // read right after the revocation, handed it over at once while the
