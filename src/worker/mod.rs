@@ -479,10 +479,12 @@ impl Worker {
         let shared = Arc::clone(&self.shared);
         self.taker_cancel.cancel();
         let deadline = shared.now() + shared.config.shutdown_timeout;
+        let asking;
         let leases: Vec<(LeaseKey, u64, Phase)> = {
             let mut state = shared.lock();
             state.shutting_down = true;
             state.pending.clear();
+            asking = std::mem::take(&mut state.asking);
             state
                 .held
                 .iter()
@@ -502,6 +504,10 @@ impl Worker {
         // Tell the peers at once that this worker takes nothing more (a heartbeat with capacity
         // 0), so that they take the leases it releases instead of leaving them to it.
         shared.beat_now.notify_one();
+        // Handoffs asked by this worker whose owners were not told yet (the taker stopped in
+        // the middle): told now, they are done (and given on) at once, not when the chores
+        // find them long after the fleet settled (seed 10985549997839306136).
+        tell_owners(&shared, asking, deadline).await;
         for (key, tenure, phase) in leases {
             let finish = match phase {
                 // Never reported: nothing to finish here. Released at once only when its
@@ -562,6 +568,27 @@ impl Worker {
         self.loops.wait().await;
         shared.close_events();
         tracing::info!(worker = %shared.id, "worker stopped");
+    }
+}
+
+/// Tells the owners of leases this worker asked for (`State::asking`) to look at them, one
+/// notice per owner, within `deadline`.
+async fn tell_owners(
+    shared: &Shared,
+    asking: std::collections::BTreeMap<LeaseKey, (WorkerId, Incarnation)>,
+    deadline: tokio::time::Instant,
+) {
+    let mut by_owner: std::collections::BTreeMap<_, Vec<String>> = Default::default();
+    for (key, owner) in asking {
+        by_owner
+            .entry(owner)
+            .or_default()
+            .push(key.as_str().to_owned());
+    }
+    for ((owner, incarnation), keys) in by_owner {
+        tracing::info!(owner = %owner, leases = keys.len(), "leaving: telling an owner of handoffs asked");
+        let told = shared.notify(&owner, incarnation, &keys, deadline);
+        let _ = timeout_at(&*shared.clock, deadline, told).await;
     }
 }
 

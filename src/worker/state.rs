@@ -90,6 +90,11 @@ pub(crate) struct State {
     pub shutting_down: bool,
     /// Leases a take of this worker is in flight for.
     pub taking: HashSet<LeaseKey>,
+    /// With sessions: handoff requests of this worker whose owner may not have been told yet
+    /// (the request is out, or landed and its notice is not sent), with the owner's session.
+    /// A worker that leaves tells those owners, so that no request of a worker gone waits for
+    /// the chores to be told, long after the fleet settled (seed 10985549997839306136).
+    pub asking: BTreeMap<LeaseKey, (WorkerId, Incarnation)>,
     /// The tenure each lease was last taken in by this process: a later take that finds the
     /// lease in that tenure under this incarnation met this earlier take, not its own.
     pub took: HashMap<LeaseKey, u64>,
@@ -196,6 +201,9 @@ pub(crate) struct Shared {
     /// With sessions: the worker whose session this one watches (the next live id), as the
     /// last placement round saw the fleet.
     pub successor: watch::Sender<Option<WorkerId>>,
+    /// With sessions: the watcher is done with the session it was named (fenced or gone) and
+    /// waits to be named one, even the same worker again (restarted under a new session).
+    pub watch_done: AtomicBool,
     /// With sessions: sessions this process ended by a fence after seeing them expire; their
     /// leases may be started at once.
     pub fenced: Mutex<HashSet<(WorkerId, Incarnation)>>,
@@ -304,6 +312,7 @@ impl Shared {
                 heartbeat: 0,
             }),
             successor: watch::Sender::new(None),
+            watch_done: AtomicBool::new(false),
             fenced: Mutex::default(),
             unacknowledged: Mutex::default(),
             placement: Mutex::default(),

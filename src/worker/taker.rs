@@ -10,6 +10,7 @@
 //! started when the answer of an earlier take was lost.
 
 use std::collections::{BTreeMap, HashMap, HashSet};
+use std::sync::atomic::Ordering;
 use std::sync::Arc;
 
 use tokio::sync::Semaphore;
@@ -61,6 +62,8 @@ pub(crate) struct Taker {
     /// With sessions: handoffs asked by this worker and not done in time, whose owners this
     /// round tells to give them up (see `REVOKE`).
     revokes: Vec<(WorkerId, Incarnation, LeaseKey)>,
+    /// With sessions: how many sessions this process had fenced at its last round.
+    fenced_told: usize,
 }
 
 /// Who holds a lease, as the worker doing the chores last saw it: the session, the tenure,
@@ -71,6 +74,18 @@ type Holding = (WorkerId, Incarnation, u64, Option<WorkerId>);
 /// session (none: given to the id, not yet taken), its counter when given or its tenure when
 /// asked for, and the worker that asked for it.
 type Waiting = (WorkerId, Option<Incarnation>, u64, Option<WorkerId>);
+
+/// How long the worker doing the chores lets a lease wait before it tells the worker it waits
+/// on again. A receiver takes a lease given to it within a beat of the notice: two beats
+/// without a take mean the notice never came (its giver died between the give and the notice:
+/// seed 2087271171323689699). An owner asked for a handoff first lets its application finish:
+/// a lease duration.
+fn patience(config: &crate::config::WorkerConfig, what: &Waiting) -> std::time::Duration {
+    match what.3 {
+        None => (config.renew_interval * 2).min(config.lease_duration),
+        Some(_) => config.lease_duration,
+    }
+}
 
 /// A value of [`Taker::ended`]: the session has no record of its own any more.
 const NO_RECORD: u64 = u64::MAX;
@@ -148,6 +163,7 @@ impl Taker {
             holders: HashMap::new(),
             waiting: HashMap::new(),
             revokes: Vec::new(),
+            fenced_told: 0,
         }
     }
 
@@ -564,7 +580,6 @@ impl Taker {
         // worker already saw the request at its first round. After a lease duration the
         // worker it waits on is told again.
         let incarnations = incarnations(snapshot);
-        let patience = self.shared.config.lease_duration;
         let mut waiting = HashMap::new();
         for lease in &snapshot.leases {
             let Some(owner) = &lease.owner else {
@@ -591,7 +606,10 @@ impl Taker {
                 _ => now,
             };
             let since = match session {
-                Some(incarnation) if now.saturating_duration_since(since) >= patience => {
+                Some(incarnation)
+                    if now.saturating_duration_since(since)
+                        >= patience(&self.shared.config, &what) =>
+                {
                     match &what.3 {
                         None => {
                             tracing::info!(lease_key = %lease.key, to = %owner, "a lease given long ago is not taken yet: telling its receiver again")
@@ -703,9 +721,10 @@ impl Taker {
         let successor = (ids.len() > 1).then(|| ids[(position + 1) % ids.len()].clone());
         let predecessor =
             (ids.len() > 1).then(|| ids[(position + ids.len() - 1) % ids.len()].clone());
+        let renamed = self.shared.watch_done.swap(false, Ordering::SeqCst);
         self.shared.successor.send_if_modified(|current| {
             if *current == successor {
-                false
+                renamed
             } else {
                 tracing::info!(successor = ?successor.as_ref().map(|w| w.as_str()), "watching the next session in id order");
                 *current = successor.clone();
@@ -738,7 +757,17 @@ impl Taker {
             .map(|(w, _)| w)
             .min()
             .cloned();
-        if chores != self.chores {
+        // So must it when a session was fenced here (or replaced): its process may have died
+        // between giving a lease and telling the receiver, and only the chores tell again.
+        let fenced = self
+            .shared
+            .fenced
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .len();
+        let news = fenced > self.fenced_told;
+        self.fenced_told = fenced;
+        if chores != self.chores || news {
             if let Some(worker) = chores.as_ref().filter(|w| *w != me) {
                 if let Some(incarnation) = incarnations.get(worker).copied() {
                     let deadline = self.shared.now() + self.shared.config.store_timeout;
@@ -793,8 +822,8 @@ impl Taker {
             // A lease given and not taken, or asked for and not handed over: look again when
             // the worker it waits on is told again (a receiver without a session is not told:
             // a placement round gives it on).
-            for (_, since) in self.waiting.values() {
-                let due = *since + config.lease_duration;
+            for (what, since) in self.waiting.values() {
+                let due = *since + patience(config, what);
                 if due > now {
                     next = next.min(due);
                 }
@@ -1413,11 +1442,20 @@ impl Job {
                 take(shared, lease, report, start).await
             }
             Job::Request { lease, from } => {
+                // With sessions the owner learns of a request from a notice. Until it is sent,
+                // a worker leaving tells the owner instead (see `State::asking`).
+                let session = lease.owner_incarnation.filter(|_| config.sessions());
+                if let Some(incarnation) = session {
+                    shared
+                        .lock()
+                        .asking
+                        .insert(lease.key.clone(), (from.clone(), incarnation));
+                }
                 let request =
                     shared
                         .store
                         .request_handoff(&lease.key, &from, lease.tenure, me, deadline);
-                match request.await {
+                let tell = match request.await {
                     Ok(Outcome::Done(_)) => {
                         metrics::handoff_requested(me);
                         tracing::info!(lease_key = %lease.key, owner = %from, "handoff requested");
@@ -1428,20 +1466,21 @@ impl Job {
                                 from: from.clone(),
                             },
                         );
-                        // With sessions the owner learns of it from a notice.
-                        if let (true, Some(incarnation)) =
-                            (config.sessions(), lease.owner_incarnation)
-                        {
-                            let notice = [lease.key.as_str().to_owned()];
-                            shared.notify(&from, incarnation, &notice, deadline).await;
-                        }
+                        true
                     }
-                    Ok(Outcome::LostRace { .. }) => {}
+                    Ok(Outcome::LostRace { .. }) => false,
                     Err(err) => {
                         metrics::store_error(me, "request_handoff");
                         tracing::warn!(lease_key = %lease.key, error = %err, "handoff request failed");
+                        // It may have landed: the notice is harmless if it did not.
+                        err.is_ambiguous()
                     }
+                };
+                if let (true, Some(incarnation)) = (tell, session) {
+                    let notice = [lease.key.as_str().to_owned()];
+                    shared.notify(&from, incarnation, &notice, deadline).await;
                 }
+                shared.lock().asking.remove(&lease.key);
                 Answer::None
             }
             Job::Adopt(lease) => {

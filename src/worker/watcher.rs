@@ -18,6 +18,7 @@
 //! of the window. So the last value of a session that dies is first seen within that sixteenth,
 //! for about one read per beat.
 
+use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -39,7 +40,12 @@ pub(crate) async fn run(shared: Arc<Shared>, cancel: CancellationToken) {
                     _ = cancel.cancelled() => return,
                     changed = successor.changed() => if changed.is_err() { return },
                     _ = watch(&shared, &target) => {
-                        // Fenced or gone: wait for the next placement round to name another.
+                        // Fenced or gone: wait for the next placement round to name the
+                        // session to watch, another or this worker's next one (seed
+                        // 8919629482098015279: a worker restarted and crashed again, and the
+                        // round naming it again woke nothing; its leases waited for the
+                        // slow scan).
+                        shared.watch_done.store(true, Ordering::SeqCst);
                         tokio::select! {
                             biased;
                             _ = cancel.cancelled() => return,
