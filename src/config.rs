@@ -123,13 +123,19 @@ impl WorkerConfig {
     }
 
     /// Sets [`protocol`](Self::protocol). [`Protocol::Sessions`] also sets `renew_interval`
-    /// (the session's beat) to a quarter of the lease duration: a crashed worker's leases are
-    /// then started elsewhere within a lease duration plus one beat interval.
+    /// (the session's beat) to 45 % of the lease duration (4.5 s of 10 s). At rest a worker
+    /// then sends two requests per beat (its beat and one read of its neighbour's record): two
+    /// workers send 55 a minute. A failed beat is retried every quarter of an interval, so a
+    /// session survives four failed attempts in a row. A crashed worker's leases are started
+    /// elsewhere a lease duration after its last beat whatever the interval, but notices wait
+    /// for their receiver's next beat: a shorter beat (`renew_interval`, at most half the lease
+    /// duration) makes joins and handoffs faster (a join at lease / 4: 2.6 s instead of 4.7 s
+    /// in the simulator) and costs more requests at rest.
     #[must_use]
     pub fn protocol(mut self, protocol: Protocol) -> Self {
         self.protocol = protocol;
         if protocol == Protocol::Sessions {
-            self.renew_interval = self.lease_duration / 4;
+            self.renew_interval = self.lease_duration * 9 / 20;
         }
         self
     }

@@ -173,8 +173,8 @@ fn sessions_fail_over_within_a_lease_and_a_beat_and_move_the_minimum() {
     let report = simulate(crash);
     let failover = report.failover().expect("a crash step");
     assert_eq!(failover.processing.missing, 0, "{}", report.json());
-    // Lease 10 s, beats every 2.5 s: the watcher fences a lease after the last beat, the
-    // receivers were warned and start within a poll of the give.
+    // Lease 10 s: the watcher fences a lease duration after the last beat it saw (read just
+    // after each beat lands), the receivers were warned and start within a poll of the give.
     assert!(
         failover.processing.max < 13.0,
         "failover {:?}: {}",
@@ -207,7 +207,7 @@ fn sessions_join_and_leave_move_the_minimum() {
     }
 }
 
-/// At rest a worker writes one beat per renew interval (2.5 s) and reads its neighbour's
+/// At rest a worker writes one beat per renew interval (4.5 s) and reads its neighbour's
 /// record once per beat; one worker scans the table every 50 s. Nothing grows with the leases.
 #[test]
 fn sessions_at_rest_cost_one_beat_and_one_read_per_worker() {

@@ -251,7 +251,7 @@ FAULT CAMPAIGN: cargo run --release --example simulate -- --campaign N [OPTIONS]
                        checking tasks and memory do not grow (default: 500; 0: never)
   --protocol P         the lease protocol: leases (default) or sessions (being built)
   --renew-interval SECS  the workers' renew interval (with sessions, the beat) instead of
-                       the protocol's default (a lease duration / 3, or / 4 with sessions)
+                       the protocol's default (a lease duration / 3, or x 0.45 with sessions)
   --verbose            one line per schedule
   --trace              print every processing start and stop, freeze, thaw and event to
                        stderr (for a replay)
