@@ -532,3 +532,23 @@ fn sessions_tell_again_a_lease_given_by_a_process_that_died() {
 fn sessions_watch_a_restarted_worker_again() {
     sessions_pass_every_invariant(&[8919629482098015279]);
 }
+
+/// A worker handed two leases over to a worker that crashed before it took them; its
+/// follow-up fenced the silent receiver's session and gave those two on, but the session's
+/// other leases (taken a moment before the crash) waited for the slow scan: a fence made
+/// outside a placement round started none (seed 15923767766670048821, two leases
+/// unprocessed). Every fence now starts a round.
+#[test]
+fn sessions_place_the_leases_of_a_session_fenced_by_a_follow_up() {
+    sessions_pass_every_invariant(&[15923767766670048821]);
+}
+
+/// An owner asked for a handoff on a worker's behalf judged the requester gone from its last
+/// taker round, long past (the requester was between two sessions then), released the lease
+/// instead, and the requester waited for the slow scan (seed 12613134651826497585,
+/// unbalanced). With sessions the handoff now goes on, and the receiver's record is read after
+/// it: one without a session gets the lease given on.
+#[test]
+fn sessions_judge_a_requester_by_its_record_not_an_old_round() {
+    sessions_pass_every_invariant(&[12613134651826497585]);
+}

@@ -483,6 +483,10 @@ impl Shared {
         tracing::warn!(worker = %worker, %incarnation, heartbeat, "session expired: fenced; its leases are placed again");
         metrics::fenced(&self.id);
         self.note_fenced(worker, incarnation);
+        // Its other leases are placed by a round. A fence made outside one (by the watcher, or
+        // by a hander-over whose receiver never took the lease) must start it: nothing else
+        // would before the slow scan (seed 15923767766670048821).
+        self.rescan.notify_one();
         Ok(true)
     }
 

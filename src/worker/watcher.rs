@@ -213,10 +213,7 @@ async fn fence(
         return false;
     };
     match shared.fence(target, incarnation, heartbeat, deadline).await {
-        Ok(true) => {
-            shared.rescan.notify_one();
-            true
-        }
+        Ok(true) => true,
         Ok(false) => false,
         Err(err) => {
             metrics::store_error(&shared.id, "end_session");
