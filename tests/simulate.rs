@@ -552,3 +552,13 @@ fn sessions_place_the_leases_of_a_session_fenced_by_a_follow_up() {
 fn sessions_judge_a_requester_by_its_record_not_an_old_round() {
     sessions_pass_every_invariant(&[12613134651826497585]);
 }
+
+/// A worker took a lease given to it, from a notice, and the take went unanswered (it had
+/// landed): the lease was this session's in the table and held nowhere, and only the take
+/// tasks of placement rounds remember such takes; nothing looked at it until the slow scan
+/// (seed 8279275819625688726, a lease unprocessed). A take from a notice left unanswered now
+/// starts a round a beat later.
+#[test]
+fn sessions_look_again_after_an_unanswered_take_from_a_notice() {
+    sessions_pass_every_invariant(&[8279275819625688726]);
+}

@@ -23,7 +23,7 @@ use super::finish::{place, spawn_finish};
 use super::grant::{LeaseEvent, StopReason};
 use super::metrics;
 use super::state::{notice_text, Finish, Phase, Shared, EXPECT_NOTICE, REVOKE_PREFIX};
-use super::taker::{take, Report};
+use super::taker::{take, Answer, Report};
 use crate::expiry::ExpiryTracker;
 use crate::lease::{Incarnation, Lease, LeaseKey, Member, RESERVED_PREFIX};
 use crate::store::{Outcome, StoreError};
@@ -505,8 +505,21 @@ async fn look(shared: &Arc<Shared>, key: LeaseKey, lease: Option<Lease>, start: 
         } else if held_tenure.is_none() {
             if shared.lock().shutting_down {
                 place(shared, lease, start + shared.config.store_timeout).await;
-            } else {
-                let _ = take(shared, lease, Report::Quiet, start).await;
+            } else if let Answer::Unanswered { .. } =
+                take(shared, lease, Report::Quiet, start).await
+            {
+                // It may have landed: then the lease is this session's in the table and held
+                // nowhere, and nothing would look at it before the slow scan (seed
+                // 8279275819625688726). A round a beat later resumes it, or takes it again.
+                let later = Arc::clone(shared);
+                shared.jobs.spawn(
+                    async move {
+                        let at = later.now() + later.config.renew_interval;
+                        later.clock.sleep_until(at).await;
+                        later.rescan.notify_one();
+                    }
+                    .in_current_span(),
+                );
             }
         }
         return true;
