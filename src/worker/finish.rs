@@ -55,6 +55,19 @@ async fn finish_now(shared: &Arc<Shared>, key: LeaseKey, finish: Finish) {
                 Ok(Outcome::Done(handed)) => {
                     metrics::handed_off(me);
                     tracing::info!(lease_key = %key, to = %to, "lease handed over");
+                    // Asked, maybe, by peers that saw this worker publish capacity 0 in a slow
+                    // spell just over: it may be left below its share, and with sessions no
+                    // round of its own would come before the slow scan (seen in
+                    // `scripts/chaos.sh 300 1 --protocol sessions`: a worker left with no
+                    // lease for the last 17 s). A round once the handoffs are done.
+                    let config = &shared.config;
+                    if config.sessions()
+                        && shared
+                            .health
+                            .recovered_within(shared.now(), config.lease_duration)
+                    {
+                        shared.rescan.notify_one();
+                    }
                     shared.emit(LeaseEvent::HandedOff {
                         key: key.clone(),
                         to: to.clone(),

@@ -23,6 +23,8 @@ pub(crate) struct Health {
     budget: Duration,
     /// The start of the latest slow round trip since the worker was last healthy.
     slow_since: Mutex<Option<Instant>>,
+    /// When round trips were last found fast again after a slow spell.
+    recovered_at: Mutex<Option<Instant>>,
 }
 
 impl Health {
@@ -30,22 +32,38 @@ impl Health {
         Self {
             budget,
             slow_since: Mutex::new(None),
+            recovered_at: Mutex::new(None),
         }
     }
 
     /// Records a round trip started at `started` and answered at `now`.
-    pub fn answered(&self, worker: &WorkerId, started: Instant, now: Instant) {
+    /// A request started at `started` was answered at `now`. `true` when this ends a slow
+    /// spell.
+    pub fn answered(&self, worker: &WorkerId, started: Instant, now: Instant) -> bool {
         let took = now.saturating_duration_since(started);
         if took > self.budget {
-            return self.slow(worker, started, Some(took));
+            self.slow(worker, started, Some(took));
+            return false;
         }
         let mut slow_since = self.slow_since.lock().unwrap_or_else(|e| e.into_inner());
         if slow_since.is_some_and(|since| started >= since) {
             *slow_since = None;
             drop(slow_since);
+            *self.recovered_at.lock().unwrap_or_else(|e| e.into_inner()) = Some(now);
             metrics::slow_store(worker, false);
             tracing::info!(took = ?took, "store round trips are fast again; taking leases again");
+            return true;
         }
+        false
+    }
+
+    /// Whether a slow spell ended within `window` before `now`: peers may still act on the
+    /// capacity 0 published meanwhile.
+    pub fn recovered_within(&self, now: Instant, window: Duration) -> bool {
+        self.recovered_at
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .is_some_and(|at| now.saturating_duration_since(at) <= window)
     }
 
     /// Records a round trip started at `started` that got no answer in time. (A failure

@@ -107,7 +107,9 @@ async fn heartbeat(shared: &Shared, deadline: Instant) {
         .await;
     // A heartbeat unanswered by the next one's start (its deadline) was too slow.
     match &result {
-        Ok(_) => shared.health.answered(&shared.id, start, shared.now()),
+        Ok(_) => {
+            shared.health.answered(&shared.id, start, shared.now());
+        }
         Err(err) if err.is_ambiguous() => shared.health.unanswered(&shared.id, start),
         Err(_) => {}
     }
@@ -129,7 +131,9 @@ async fn renew_one(shared: &Arc<Shared>, key: LeaseKey, tenure: u64, valid_until
         .renew(&key, &shared.id, tenure, None, valid_until);
     let result = timeout_at(&*shared.clock, valid_until, renewal).await;
     match &result {
-        Ok(Ok(_)) => shared.health.answered(&shared.id, start, shared.now()),
+        Ok(Ok(_)) => {
+            shared.health.answered(&shared.id, start, shared.now());
+        }
         Ok(Err(err)) if !err.is_ambiguous() => return failed(shared, &key, err),
         _ => shared.health.unanswered(&shared.id, start),
     }

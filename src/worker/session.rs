@@ -114,7 +114,14 @@ pub(crate) async fn run(shared: Arc<Shared>, cancel: CancellationToken) {
             result = beat => result,
         };
         match &result {
-            Ok(_) => shared.health.answered(&shared.id, start, shared.now()),
+            Ok(_) => {
+                if shared.health.answered(&shared.id, start, shared.now()) {
+                    // This beat may have published capacity 0 (sent while the spell lasted):
+                    // publish the real one at once, and look at the fleet (see `finish`).
+                    shared.beat_now.notify_one();
+                    shared.rescan.notify_one();
+                }
+            }
             Err(err) if err.is_ambiguous() => shared.health.unanswered(&shared.id, start),
             Err(_) => {}
         }
