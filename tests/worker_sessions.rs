@@ -297,3 +297,42 @@ async fn a_lease_given_back_in_a_new_tenure_is_dropped_and_taken_anew() {
         worker.shutdown().await;
     }
 }
+
+/// A process that finds its own session already open (an open whose answer was lost) must not
+/// count that session's validity from its own read: observers may have seen the record long
+/// before. It beats at once, so the validity counts from a write, and the heartbeat they
+/// watch moves.
+#[tokio::test(start_paused = true)]
+async fn a_session_found_open_is_beaten_before_it_is_used() {
+    let store = InMemoryStore::new();
+    let id = WorkerId::new("a").unwrap();
+    let incarnation = Incarnation::new(7);
+    let deadline = Instant::now() + Duration::from_secs(5);
+    let opened = store
+        .open_session(&id, incarnation, None, None, deadline)
+        .await
+        .unwrap();
+    let heartbeat = opened.done().unwrap().heartbeat;
+    // Observers see that heartbeat from now; the process only reads it 8 s later, 2 s before
+    // they may judge the session over.
+    tokio::time::sleep(Duration::from_secs(8)).await;
+    let worker = Worker::builder(Arc::new(store.clone()), id.clone())
+        .incarnation(incarnation)
+        .config(config())
+        .shards(vec![key("s1")])
+        .start()
+        .await
+        .unwrap();
+    let now = store
+        .get_member(&id, true, Instant::now() + Duration::from_secs(5))
+        .await
+        .unwrap()
+        .expect("the session's record");
+    assert_eq!(now.incarnation, Some(incarnation));
+    assert!(
+        now.heartbeat > heartbeat,
+        "the session was used without a beat: heartbeat still {}",
+        now.heartbeat
+    );
+    worker.shutdown().await;
+}

@@ -26,10 +26,12 @@ USAGE: cargo run --release --example simulate -- [OPTIONS]
 
   --scenario NAME      what happens to the fleet (default: join); one of
                        cold-start, join, crash, leave, rolling-restart, autoscale,
-                       shards, pause, cut-off; or `all` for every one in turn
+                       shards, pause, cut-off, crash-join (k crash, then k
+                       start); or `all` for every one in turn
   --workers N          workers (autoscale: the peak, from 4) (default: 10)
   --leases L           leases (default: 1000)
-  --k N                workers a join, crash, leave, pause or cut-off concerns
+  --k N                workers a join, crash, leave, pause, cut-off or crash-join
+                       concerns
                        (default: a tenth of the workers, at least 1)
   --policy P           ours, kcl, both (ours and kcl), sessions (ours on the session
                        protocol being built) or all (default: both)

@@ -81,6 +81,15 @@ pub enum Move {
 pub trait BalancePolicy: Send + Sync + 'static {
     /// The moves `me` should make, given `view`.
     fn plan(&self, view: &FleetView, me: &WorkerId) -> Vec<Move>;
+
+    /// As [`plan`](Self::plan), given the count [`Assignment`] of the same view, which the
+    /// caller has computed already (with `Protocol::Sessions` a worker places others'
+    /// leases by it). A policy that plans by that assignment takes its moves from it
+    /// instead of computing it again; by default, `plan`.
+    fn plan_with(&self, view: &FleetView, me: &WorkerId, assignment: &Assignment) -> Vec<Move> {
+        let _ = assignment;
+        self.plan(view, me)
+    }
 }
 
 /// Balance by lease count: floor or ceil of L/W per worker, sticky, minimal moves.
@@ -93,6 +102,10 @@ impl BalancePolicy for CountBalance {
             .moves
             .remove(me)
             .unwrap_or_default()
+    }
+
+    fn plan_with(&self, _view: &FleetView, me: &WorkerId, assignment: &Assignment) -> Vec<Move> {
+        assignment.moves.get(me).cloned().unwrap_or_default()
     }
 }
 
@@ -322,6 +335,29 @@ mod tests {
         // c crashed earlier: its two leases are available. a and b already have their share.
         assert_eq!(settle(&mut fleet), 2);
         assert_eq!(counts(&fleet), [2, 2, 2]);
+    }
+
+    #[test]
+    fn planning_with_the_assignment_at_hand_plans_the_same() {
+        let fleet = view(
+            &[
+                ("s0", Some("a")),
+                ("s1", Some("a")),
+                ("s2", Some("a")),
+                ("s3", None),
+                ("s4", Some("b")),
+            ],
+            &["a", "b", "c"],
+        );
+        let assignment = Assignment::compute(&fleet);
+        for me in ["a", "b", "c"] {
+            let planned = CountBalance.plan(&fleet, &w(me));
+            assert_eq!(CountBalance.plan_with(&fleet, &w(me), &assignment), planned);
+        }
+        assert!(
+            !CountBalance.plan(&fleet, &w("c")).is_empty(),
+            "c has moves to make"
+        );
     }
 
     #[test]

@@ -36,7 +36,13 @@ impl Default for InMemoryStore {
 }
 
 fn member_key(worker: &WorkerId) -> String {
-    format!("{RESERVED_PREFIX}member#{worker}")
+    format!("{}{worker}", member_key_prefix())
+}
+
+/// Every membership record's key starts with this (and no lease key can: see
+/// [`RESERVED_PREFIX`]).
+fn member_key_prefix() -> String {
+    format!("{RESERVED_PREFIX}member#")
 }
 
 impl InMemoryStore {
@@ -53,6 +59,24 @@ impl InMemoryStore {
     pub fn with_page_size(mut self, page_size: usize) -> Self {
         self.page_size = page_size.max(1);
         self
+    }
+
+    /// How many items the table holds, and their total size as measured by `lease_size` and
+    /// `member_size` (a simulator bills a scan by it without copying the table).
+    pub fn extent(
+        &self,
+        lease_size: impl Fn(&Lease) -> usize,
+        member_size: impl Fn(&Member) -> usize,
+    ) -> (usize, usize) {
+        let items = self.lock();
+        let bytes = items
+            .values()
+            .map(|item| match item {
+                Item::Lease(lease) => lease_size(lease),
+                Item::Member(member) => member_size(member),
+            })
+            .sum();
+        (items.len(), bytes)
     }
 
     fn lock(&self) -> MutexGuard<'_, BTreeMap<String, Item>> {
@@ -145,6 +169,20 @@ impl LeaseStore for InMemoryStore {
             Some(Item::Lease(lease)) => Some(lease.clone()),
             _ => None,
         })
+    }
+
+    async fn list_members(&self, _deadline: Instant) -> StoreResult<Vec<Member>> {
+        use std::ops::Bound::{Included, Unbounded};
+        let prefix = member_key_prefix();
+        let items = self.lock();
+        Ok(items
+            .range::<str, _>((Included(prefix.as_str()), Unbounded))
+            .take_while(|(key, _)| key.starts_with(&prefix))
+            .filter_map(|(_, item)| match item {
+                Item::Member(member) => Some(member.clone()),
+                Item::Lease(_) => None,
+            })
+            .collect())
     }
 
     async fn list_page(&self, from: Option<PageToken>, _deadline: Instant) -> StoreResult<Page> {

@@ -335,6 +335,15 @@ pub trait LeaseStore: Send + Sync + 'static {
         self.list_page(from, deadline).await
     }
 
+    /// Every membership record, strongly consistent, without the leases. A worker checking
+    /// who else uses the table before it starts needs only these, and a store that keeps
+    /// them apart can list them without reading (or copying) every lease. By default, a
+    /// [`snapshot`](Self::snapshot)'s members (on DynamoDB the read costs the same either
+    /// way: a scan is billed by what it reads, filtered or not).
+    async fn list_members(&self, deadline: Instant) -> StoreResult<Vec<Member>> {
+        Ok(self.snapshot(deadline).await?.members)
+    }
+
     /// Lists the whole table, page after page, with
     /// [`list_page_eventually`](Self::list_page_eventually).
     async fn snapshot_eventually(&self, deadline: Instant) -> StoreResult<Snapshot> {

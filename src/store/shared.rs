@@ -211,4 +211,8 @@ impl<S: LeaseStore + ?Sized> LeaseStore for Arc<S> {
     async fn snapshot_eventually(&self, deadline: Instant) -> StoreResult<Snapshot> {
         (**self).snapshot_eventually(deadline).await
     }
+
+    async fn list_members(&self, deadline: Instant) -> StoreResult<Vec<Member>> {
+        (**self).list_members(deadline).await
+    }
 }

@@ -271,6 +271,11 @@ impl LeaseStore for Bounded {
         self.bound("scan", "", deadline, call).await
     }
 
+    async fn list_members(&self, deadline: Instant) -> StoreResult<Vec<Member>> {
+        let call = self.inner.list_members(deadline);
+        self.bound("scan", "", deadline, call).await
+    }
+
     async fn snapshot_eventually(&self, deadline: Instant) -> StoreResult<Snapshot> {
         let call = self.inner.snapshot_eventually(deadline);
         self.bound("scan", "", deadline, call).await

@@ -41,9 +41,8 @@ pub(crate) async fn others(
     sessions: bool,
     deadline: Instant,
 ) -> Result<Vec<Member>, StoreError> {
-    let snapshot = store.snapshot(deadline).await?;
-    Ok(snapshot
-        .members
+    let members = store.list_members(deadline).await?;
+    Ok(members
         .into_iter()
         .filter(|member| member.session != sessions)
         .collect())

@@ -36,12 +36,30 @@ pub(crate) async fn open(shared: &Shared, deadline: Instant) -> Result<bool, Sto
     for _ in 0..3 {
         let start = shared.now();
         let current = shared.store.get_member(&shared.id, true, deadline).await?;
-        if let Some(member) = current
+        if current
             .as_ref()
-            .filter(|m| m.incarnation == Some(shared.incarnation()))
+            .is_some_and(|m| m.incarnation == Some(shared.incarnation()))
         {
-            shared.beaten(start, member.heartbeat);
-            return Ok(true);
+            // This process's own session, opened by an attempt whose answer was lost (or
+            // written for it): its validity runs from that write, which others may have seen
+            // long before this read. Beat it: the validity counts from this beat's start,
+            // and the new heartbeat restarts every observer's count.
+            let start = shared.now();
+            let beat = shared
+                .store
+                .beat(
+                    &shared.id,
+                    shared.incarnation(),
+                    shared.published_capacity(),
+                    &[],
+                    deadline,
+                )
+                .await?;
+            if let Outcome::Done(member) = beat {
+                shared.beaten(start, member.heartbeat);
+                return Ok(true);
+            }
+            continue;
         }
         let opened = shared
             .store

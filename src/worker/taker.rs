@@ -45,7 +45,7 @@ pub(crate) struct Taker {
     /// incarnation (they can never beat again), by when this worker first saw them so.
     ended: ExpiryTracker<(WorkerId, Option<Incarnation>)>,
     /// With sessions: when each lease of the last round may be started by others (its owner's
-    /// session surely over), or a far instant while that session lives.
+    /// session surely over); a lease whose session lives is absent.
     expiry: HashMap<LeaseKey, Instant>,
     /// With sessions: the predecessor this worker last told that it joined next to it.
     announced_to: Option<WorkerId>,
@@ -249,7 +249,13 @@ impl Taker {
         let statuses = lifecycle::statuses(&snapshot.leases);
         let actions = self.actions(&snapshot, &statuses, now);
         let view = self.view(&snapshot, &statuses, &live, &expiry, now);
-        let moves = self.policy.plan(&view, &self.shared.id);
+        // With sessions the assignment also places others' leases: computed once (at 100,000
+        // leases it is a good part of a round's work).
+        let placement = sessions.then(|| Assignment::compute(&view));
+        let moves = match &placement {
+            Some(assignment) => self.policy.plan_with(&view, &self.shared.id, assignment),
+            None => self.policy.plan(&view, &self.shared.id),
+        };
         // With sessions, nothing else brings the next round: keep looking while this worker
         // moved something or is below its share.
         let mut fleet: Vec<WorkerId> = live.keys().cloned().collect();
@@ -257,9 +263,12 @@ impl Taker {
         let fleet_changed = fleet != self.last_fleet;
         self.last_fleet = fleet;
         let moved = !moves.is_empty() || !actions.is_empty() || {
-            let assignment = Assignment::compute(&view);
             let me = &self.shared.id;
-            assignment.counts.get(me) < assignment.targets.get(me)
+            let below = |a: &Assignment| a.counts.get(me) < a.targets.get(me);
+            match &placement {
+                Some(assignment) => below(assignment),
+                None => below(&Assignment::compute(&view)),
+            }
         };
         let by_key: HashMap<&LeaseKey, &Lease> =
             snapshot.leases.iter().map(|l| (&l.key, l)).collect();
@@ -268,7 +277,9 @@ impl Taker {
             if self.is_smallest(&live) {
                 self.notice_changes(&snapshot, now).await;
             }
-            self.place(&snapshot, &view, &by_key, now).await;
+            if let Some(assignment) = &placement {
+                self.place(&snapshot, assignment, &by_key, now).await;
+            }
             let deadline = now + config.store_timeout;
             for (owner, incarnation, key) in std::mem::take(&mut self.revokes) {
                 tracing::info!(lease_key = %key, owner = %owner, "handoff not done in time: telling its owner to give the lease up");
@@ -385,10 +396,13 @@ impl Taker {
             })
             .collect();
         self.ended.retain(|s| named.contains(s));
+        // Only the leases others may start some day are kept: at rest that is none, and a
+        // worker of a large fleet must not hold a map of every lease between rounds.
         self.expiry = snapshot
             .leases
             .iter()
             .zip(&expiry)
+            .filter(|(_, at)| **at < far)
             .map(|(l, at)| (l.key.clone(), *at))
             .collect();
         expiry
@@ -425,7 +439,7 @@ impl Taker {
     async fn place(
         &mut self,
         snapshot: &Snapshot,
-        view: &FleetView,
+        assignment: &Assignment,
         by_key: &HashMap<&LeaseKey, &Lease>,
         now: Instant,
     ) {
@@ -434,7 +448,6 @@ impl Taker {
         }
         let me = &self.shared.id;
         let incarnations = incarnations(snapshot);
-        let assignment = Assignment::compute(view);
         tracing::debug!(
             counts = ?assignment.counts.iter().collect::<BTreeMap<_, _>>(),
             targets = ?assignment.targets.iter().collect::<BTreeMap<_, _>>(),

@@ -737,6 +737,26 @@ pub async fn listing_separates_leases_from_members<T: Target>(target: &T, test: 
     // every read consistently; DynamoDB may lag by a moment).
     let eventually = store.snapshot_eventually(deadline()).await.unwrap();
     assert_eq!(eventually, snapshot);
+    // The members alone, as a starting worker lists them: the same records, no lease.
+    let members = store.list_members(deadline()).await.unwrap();
+    assert_eq!(members, snapshot.members);
+    let b = worker("b");
+    done(
+        store
+            .heartbeat(&b, PROCESS, None, None, deadline())
+            .await
+            .unwrap(),
+        "heartbeat",
+    );
+    let mut ids: Vec<_> = store
+        .list_members(deadline())
+        .await
+        .unwrap()
+        .into_iter()
+        .map(|m| m.worker)
+        .collect();
+    ids.sort();
+    assert_eq!(ids, [a, b], "every member");
 }
 
 pub async fn sixteen_concurrent_takers_have_exactly_one_winner<T: Target>(target: &T, test: &str) {

@@ -182,6 +182,10 @@ struct Fleet {
     rng: StdRng,
 }
 
+/// Between the starts of the scenario's first workers: 1,000 start within 10 s (a rolling
+/// deployment), and few of them scan the table at one time.
+pub const INITIAL_GAP: Duration = Duration::from_millis(10);
+
 /// How long a restarted worker's process is down (stop, deploy, start).
 pub const RESTART_DOWNTIME: Duration = Duration::from_secs(10);
 
@@ -228,6 +232,20 @@ impl Fleet {
             let mut table = net.ownership.lock().unwrap();
             table.owner.insert(key.clone(), (owner, Instant::now()));
         }
+        if settings.policy == Policy::Sessions {
+            // With sessions, the leases' holders also have their sessions open, as a fleet
+            // that has run for a while leaves them: each first worker adopts its session when
+            // it starts (its process opened it, as after an answer lost), instead of finding
+            // leases named by sessions without a record, which others would place after a
+            // lease duration while the fleet is still starting.
+            for index in 0..first {
+                let opened = net
+                    .table
+                    .open_session(&worker_id(index), incarnation(index), None, None, deadline)
+                    .await;
+                assert!(opened.expect("in memory").is_done());
+            }
+        }
         let ledger = Arc::new(Mutex::new(Ledger::default()));
         ledger.lock().unwrap().set_shards(shards.len());
         Self {
@@ -245,6 +263,12 @@ impl Fleet {
     }
 
     async fn start(&mut self, index: usize) {
+        let running = self.launch(index).await;
+        self.running.insert(index, running);
+    }
+
+    /// Starts the process of worker `index` and its application.
+    fn launch(&self, index: usize) -> impl std::future::Future<Output = Running> + 'static {
         let (store, link) = SimStore::new(Arc::clone(&self.net), index as u64);
         let mut builder = Worker::builder(Arc::new(store), worker_id(index))
             .incarnation(incarnation(index))
@@ -255,15 +279,35 @@ impl Fleet {
         if let Some(source) = &self.source {
             builder = builder.source(source.clone());
         }
-        let mut worker = builder.start().await.expect("worker starts");
-        let events = worker.take_events().expect("first call");
-        let app = tokio::spawn(run_app(
-            index,
-            events,
-            Arc::clone(&self.ledger),
-            self.settings.checkpoint_every,
-        ));
-        self.running.insert(index, Running { worker, link, app });
+        let ledger = Arc::clone(&self.ledger);
+        let checkpoint_every = self.settings.checkpoint_every;
+        async move {
+            let mut worker = builder.start().await.expect("worker starts");
+            let events = worker.take_events().expect("first call");
+            let app = tokio::spawn(run_app(index, events, ledger, checkpoint_every));
+            Running { worker, link, app }
+        }
+    }
+
+    /// Starts the scenario's first `n` workers, `gap` apart, each start running while the
+    /// next begins (a fleet deployed at once), unlike [`start_new`](Self::start_new), which
+    /// waits for each start before the next.
+    async fn start_initial(&mut self, n: usize, gap: Duration) {
+        let mut starts = tokio::task::JoinSet::new();
+        for i in 0..n {
+            let index = self.next_index;
+            self.next_index += 1;
+            let launch = self.launch(index);
+            let at = Instant::now() + gap * i as u32;
+            starts.spawn(async move {
+                tokio::time::sleep_until(at).await;
+                (index, launch.await)
+            });
+        }
+        while let Some(started) = starts.join_next().await {
+            let (index, running) = started.expect("a start does not panic");
+            self.running.insert(index, running);
+        }
     }
 
     async fn start_new(&mut self, n: usize, gap: Duration) {
@@ -625,7 +669,7 @@ pub async fn run(settings: Settings) -> Report {
     });
     let scenario = settings.scenario.clone();
     let mut fleet = Fleet::new(settings.clone()).await;
-    fleet.start_new(scenario.initial, Duration::ZERO).await;
+    fleet.start_initial(scenario.initial, INITIAL_GAP).await;
     let setup = if scenario.initial > 0 {
         fleet.until_balanced(Instant::now()).await
     } else {

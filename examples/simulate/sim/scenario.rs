@@ -62,6 +62,7 @@ pub const NAMES: &[&str] = &[
     "shards",
     "pause",
     "cut-off",
+    "crash-join",
 ];
 
 /// How long a pause lasts unless told: two lease durations.
@@ -119,6 +120,11 @@ pub fn scenario(
         }
         "pause" => plain(workers, vec![Step::Pause(k, outage.unwrap_or(PAUSE))]),
         "cut-off" => plain(workers, vec![Step::CutOff(k, outage.unwrap_or(CUT_OFF))]),
+        // A crash, and once its orphans are placed, as many new workers (a replacement).
+        "crash-join" => {
+            let k = k.min(workers - 1);
+            plain(workers, vec![Step::Crash(k), Step::Start(k)])
+        }
         other => {
             return Err(format!(
                 "unknown scenario {other:?}; one of: {}",
@@ -143,6 +149,15 @@ mod tests {
         });
         assert_eq!((grown, shrunk), (60, 60));
         assert_eq!(s.steps.len(), 8);
+    }
+
+    #[test]
+    fn crash_join_replaces_the_crashed() {
+        let s = scenario("crash-join", 1000, 100_000, 1, None).unwrap();
+        assert_eq!(
+            (s.initial, s.steps),
+            (1000, vec![Step::Crash(1), Step::Start(1)])
+        );
     }
 
     #[test]
