@@ -10,7 +10,7 @@ use std::time::Duration;
 use fleet::{App, Fleet, Record};
 use shardlease::balance::KclBalance;
 use shardlease::store::memory::InMemoryStore;
-use shardlease::WorkerConfig;
+use shardlease::{Protocol, WorkerConfig};
 
 const QUICK: App = App::FinishAfter(Duration::from_millis(100));
 
@@ -74,7 +74,26 @@ async fn joining_workers_reach_their_share_within_two_taker_rounds() {
 
 #[tokio::test(start_paused = true)]
 async fn a_graceful_handoff_starts_the_new_owner_right_after_the_old_one_stops() {
-    let mut fleet = fleet(2);
+    graceful_handoff(
+        config(),
+        "graceful handoff: old owner's stop to new owner's start",
+    )
+    .await;
+}
+
+#[tokio::test(start_paused = true)]
+async fn with_sessions_a_graceful_handoff_starts_the_new_owner_right_after_the_old_one_stops() {
+    graceful_handoff(
+        config().protocol(Protocol::Sessions),
+        "graceful handoff with sessions: old owner's stop to new owner's start",
+    )
+    .await;
+}
+
+/// `a` holds both leases and finishes 2 s after it is asked; `b` joins and gets one by a
+/// graceful handoff, which must start at most 0.5 s after `a` stopped, from `a`'s checkpoint.
+async fn graceful_handoff(config: WorkerConfig, figure: &str) {
+    let mut fleet = Fleet::new(Arc::new(InMemoryStore::new()), config, 2);
     fleet.start("a", App::FinishAfter(secs(2))).await;
     fleet.until(secs(30), |f| f.counts() == [2]).await;
     fleet.start("b", QUICK).await;
@@ -92,10 +111,7 @@ async fn a_graceful_handoff_starts_the_new_owner_right_after_the_old_one_stops()
     let started = fleet.first_start("b", Some(&moved));
     let (stopped, (started, checkpoint)) = (stopped.unwrap(), started.unwrap());
     let gap = started - stopped;
-    Fleet::figure(
-        "graceful handoff: old owner's stop to new owner's start",
-        gap,
-    );
+    Fleet::figure(figure, gap);
     assert!(
         gap <= Duration::from_millis(500),
         "the new owner started {gap:?} after the old one stopped"
