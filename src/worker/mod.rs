@@ -51,6 +51,7 @@ mod state;
 mod taker;
 mod watcher;
 
+use std::collections::BTreeMap;
 use std::sync::Arc;
 
 use tokio::sync::mpsc;
@@ -575,10 +576,10 @@ impl Worker {
 /// notice per owner, within `deadline`.
 async fn tell_owners(
     shared: &Shared,
-    asking: std::collections::BTreeMap<LeaseKey, (WorkerId, Incarnation)>,
+    asking: BTreeMap<LeaseKey, (WorkerId, Incarnation)>,
     deadline: tokio::time::Instant,
 ) {
-    let mut by_owner: std::collections::BTreeMap<_, Vec<String>> = Default::default();
+    let mut by_owner: BTreeMap<_, Vec<String>> = BTreeMap::new();
     for (key, owner) in asking {
         by_owner
             .entry(owner)

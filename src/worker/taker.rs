@@ -772,12 +772,7 @@ impl Taker {
             .cloned();
         // So must it when a session was fenced here (or replaced): its process may have died
         // between giving a lease and telling the receiver, and only the chores tell again.
-        let fenced = self
-            .shared
-            .fenced
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .len();
+        let fenced = self.fenced().len();
         let news = fenced > self.fenced_told;
         self.fenced_told = fenced;
         if chores != self.chores || news {
