@@ -36,7 +36,9 @@ impl Default for InMemoryStore {
 }
 
 fn member_key(worker: &WorkerId) -> String {
-    format!("{}{worker}", member_key_prefix())
+    let mut key = member_key_prefix();
+    key.push_str(worker.as_str());
+    key
 }
 
 /// Every membership record's key starts with this (and no lease key can: see
