@@ -15,7 +15,7 @@
 //! Options: `--id ID` (default: host and pid), `--table NAME` (default `shardlease-demo`),
 //! `--endpoint URL` (default: the AWS chain, or `AWS_ENDPOINT_URL`), `--shards N` (create
 //! `shard-0000`.. if missing), `--lease-secs S` (default 10), `--protocol leases|sessions`
-//! (default `leases`; every process of one table must use the same), `--events-log PATH` (append
+//! (default `sessions`, the library's; every process of one table must use the same), `--events-log PATH` (append
 //! `{"ts_unix_nanos":..,"worker":..,"lease":..,"event":..}` per event: acquired, stopped,
 //! handed_off, released, lost, and checkpointed or checkpoint_failed with an `error`).
 
@@ -54,7 +54,7 @@ fn parse_args() -> Result<Args, String> {
         shards: 0,
         lease_secs: 10.0,
         events_log: None,
-        protocol: Protocol::Leases,
+        protocol: Protocol::Sessions,
     };
     let mut it = std::env::args().skip(1);
     while let Some(flag) = it.next() {

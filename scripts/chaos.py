@@ -363,7 +363,7 @@ def main():
     ap.add_argument("--workers", type=int, default=5)
     ap.add_argument("--shards", type=int, default=32)
     ap.add_argument("--lease-secs", type=float, default=4.0)
-    ap.add_argument("--protocol", choices=["leases", "sessions"], default="leases",
+    ap.add_argument("--protocol", choices=["leases", "sessions"], default="sessions",
                     help="the lease protocol every worker runs")
     ap.add_argument("--warmup", type=float, default=None, help="s before the first fault")
     ap.add_argument("--heal", type=float, default=None, help="quiet s at the end")

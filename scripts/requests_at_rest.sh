@@ -2,7 +2,7 @@
 # Requests per minute a fleet of real `lease_worker` processes sends to dynalite at rest.
 #
 # usage: scripts/requests_at_rest.sh [PROTOCOL] [PROCS] [SHARDS] [WARMUP_SECS] [MEASURE_SECS]
-#   PROTOCOL: leases (default) or sessions
+#   PROTOCOL: sessions (default, the library's) or leases
 #
 # Starts dynalite if it is not running (scripts/emulators.sh), puts a counting proxy
 # (scripts/count_requests.py) in front of it, starts PROCS workers (default 2) over SHARDS
@@ -11,7 +11,7 @@
 # operation.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-protocol=${1:-leases}
+protocol=${1:-sessions}
 procs=${2:-2}
 shards=${3:-4}
 warmup=${4:-30}

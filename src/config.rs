@@ -13,14 +13,19 @@ pub struct ConfigError(pub String);
 #[non_exhaustive]
 pub enum Protocol {
     /// Every held lease is renewed each `renew_interval`, and every worker scans the table
-    /// each `taker_interval`: cost grows with workers x leases. The default, for now.
-    #[default]
+    /// each `taker_interval`: cost grows with workers x leases. The protocol of versions
+    /// before sessions became the default; a fleet still on it keeps it with
+    /// `.protocol(Protocol::Leases)` until all its workers can be stopped together: the two
+    /// do not share a table (see
+    /// [`WorkerError::MixedProtocols`](crate::worker::WorkerError::MixedProtocols)).
     Leases,
-    /// A lease's validity follows its owner's session (its membership record, beaten each
-    /// `renew_interval`); takeovers and handoff requests reach an owner as notices in its
-    /// session record; each worker watches one neighbour's session, and the table is scanned
-    /// only when something changed, plus one slow scan (`slow_scan_interval`) by one worker.
-    /// Being built (see `docs/ARCHITECTURE.md`, "Sessions"): not yet for production.
+    /// The default. A lease's validity follows its owner's session (its membership record,
+    /// beaten each `renew_interval`); takeovers and handoff requests reach an owner as notices
+    /// in its session record; each worker watches one neighbour's session, and the table is
+    /// scanned only when something changed, plus one slow scan (`slow_scan_interval`) by one
+    /// worker. At rest a worker costs one write and one read per beat, whatever it holds (see
+    /// `docs/ARCHITECTURE.md`, "Sessions").
+    #[default]
     Sessions,
 }
 
@@ -33,8 +38,10 @@ pub struct WorkerConfig {
     /// How long a lease stays valid without a renewal: the failover time after a crash.
     /// Default: 10 s (KCL's `failoverTimeMillis`).
     pub lease_duration: Duration,
-    /// How often held leases are renewed (and the membership record refreshed).
-    /// Default: `lease_duration / 3` (KCL renews every 10/3 s), so two renewals can fail
+    /// How often the worker's session is beaten ([`Protocol::Sessions`]) or its held leases
+    /// renewed and its membership record refreshed ([`Protocol::Leases`]). Default: 45 % of
+    /// `lease_duration` with sessions (4.5 s of 10 s; see [`protocol`](Self::protocol)),
+    /// `lease_duration / 3` with leases (KCL renews every 10/3 s), so two renewals can fail
     /// before a lease is lost.
     pub renew_interval: Duration,
     /// How often the taker scans the table when nothing is about to expire. The taker also
@@ -83,7 +90,7 @@ pub struct WorkerConfig {
     /// and deletes the lease once its application finished. It keeps a shard that drops out
     /// of one listing from being retired. Default: 60 s.
     pub retire_after: Duration,
-    /// The lease protocol. Default: [`Protocol::Leases`].
+    /// The lease protocol. Default: [`Protocol::Sessions`].
     pub protocol: Protocol,
     /// With [`Protocol::Sessions`]: how often one worker of the fleet (the smallest live id)
     /// scans the whole table for what nobody announced (a lease edited or deleted by hand, a
@@ -99,12 +106,12 @@ impl Default for WorkerConfig {
 }
 
 impl WorkerConfig {
-    /// The defaults, scaled to `lease_duration`: renew every third, scan every half, drift
-    /// allowance a twentieth.
+    /// The defaults, scaled to `lease_duration`: beat at 45 % (sessions), scan every half,
+    /// drift allowance a twentieth.
     pub fn with_lease_duration(lease_duration: Duration) -> Self {
         Self {
             lease_duration,
-            renew_interval: lease_duration / 3,
+            renew_interval: lease_duration * 9 / 20,
             taker_interval: lease_duration / 2,
             scan_at_expiry: true,
             drift_allowance: lease_duration / 20,
@@ -117,13 +124,15 @@ impl WorkerConfig {
             store_timeout: Duration::from_secs(5),
             discovery_interval: Duration::from_secs(10),
             retire_after: Duration::from_secs(60),
-            protocol: Protocol::Leases,
+            protocol: Protocol::Sessions,
             slow_scan_interval: Duration::from_secs(50),
         }
     }
 
-    /// Sets [`protocol`](Self::protocol). [`Protocol::Sessions`] also sets `renew_interval`
-    /// (the session's beat) to 45 % of the lease duration (4.5 s of 10 s). At rest a worker
+    /// Sets [`protocol`](Self::protocol) and `renew_interval` to that protocol's default, so
+    /// set a `renew_interval` of your own after this. [`Protocol::Leases`] renews every third
+    /// of the lease duration. [`Protocol::Sessions`] (the default) beats the session at 45 % of
+    /// the lease duration (4.5 s of 10 s). At rest a worker
     /// then sends two requests per beat (its beat and one read of its neighbour's record): two
     /// workers send 55 a minute. A failed beat is retried every quarter of an interval, so a
     /// session survives four failed attempts in a row. A crashed worker's leases are started
@@ -134,9 +143,10 @@ impl WorkerConfig {
     #[must_use]
     pub fn protocol(mut self, protocol: Protocol) -> Self {
         self.protocol = protocol;
-        if protocol == Protocol::Sessions {
-            self.renew_interval = self.lease_duration * 9 / 20;
-        }
+        self.renew_interval = match protocol {
+            Protocol::Leases => self.lease_duration / 3,
+            Protocol::Sessions => self.lease_duration * 9 / 20,
+        };
         self
     }
 
@@ -269,8 +279,14 @@ mod tests {
     fn defaults_follow_the_lease_duration_and_are_valid() {
         let config = WorkerConfig::default();
         assert_eq!(config.lease_duration, Duration::from_secs(10));
-        assert_eq!(config.renew_interval, Duration::from_secs(10) / 3);
+        assert_eq!(config.protocol, Protocol::Sessions);
+        assert_eq!(config.renew_interval, Duration::from_millis(4500));
         assert_eq!(config.validity(), Duration::from_millis(9500));
+        let leases = WorkerConfig::default().protocol(Protocol::Leases);
+        assert_eq!(leases.renew_interval, Duration::from_secs(10) / 3);
+        leases.validate().unwrap();
+        let back = leases.protocol(Protocol::Sessions);
+        assert_eq!(back.renew_interval, Duration::from_millis(4500));
         config.validate().unwrap();
         WorkerConfig::with_lease_duration(Duration::from_millis(300))
             .validate()

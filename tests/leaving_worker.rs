@@ -6,72 +6,22 @@
 //! peer waited on handoffs from it was still counted at its membership record, so the balance
 //! gave the leases it had just released back to it, and they went unprocessed until its
 //! shutdown ended 30 s later.
+//!
+//! Every case runs on both protocols: `sessions::` (the default) and `leases::`.
 
 #[path = "common/fleet.rs"]
 mod fleet;
 
-use std::sync::Arc;
-use std::time::Duration;
-
-use fleet::{App, Fleet, Record};
-use shardlease::store::memory::InMemoryStore;
-use shardlease::WorkerConfig;
-
-fn secs(s: u64) -> Duration {
-    Duration::from_secs(s)
+mod sessions {
+    fn base() -> shardlease::WorkerConfig {
+        shardlease::WorkerConfig::default()
+    }
+    include!("cases/leaving_worker.rs");
 }
 
-#[tokio::test(start_paused = true)]
-async fn the_leases_a_leaving_worker_releases_are_taken_while_it_winds_down() {
-    let config = WorkerConfig::default();
-    let mut fleet = Fleet::new(Arc::new(InMemoryStore::new()), config.clone(), 8);
-    // a's application lets go of half its leases at once and of the others after 25 s.
-    let app = App::Uneven {
-        fast: Duration::from_millis(100),
-        slow: secs(25),
-    };
-    fleet.start("a", app).await;
-    fleet.until(secs(30), |f| f.counts() == [8]).await;
-    fleet
-        .start("b", App::FinishAfter(Duration::from_millis(100)))
-        .await;
-    // Let b ask a for its share: a's application takes 25 s to hand the slow ones over.
-    fleet.idle(config.taker_interval * 2).await;
-
-    let shutdown = fleet.begin_leave("a");
-
-    // The leases a released at once are processed by b within a taker round or two, long
-    // before a's slow leases let a go.
-    let released = fleet
-        .until(secs(20), |f| {
-            let released: Vec<String> = f
-                .records()
-                .into_iter()
-                .filter_map(|r| match r {
-                    Record::Released { worker, key } if worker == "a" => Some(key),
-                    _ => None,
-                })
-                .collect();
-            !released.is_empty()
-                && released
-                    .iter()
-                    .all(|key| f.first_start("b", Some(key.as_str())).is_some())
-        })
-        .await;
-    Fleet::figure(
-        "leaving worker: its released leases processed by a peer",
-        released,
-    );
-    assert!(
-        released <= config.taker_interval * 2,
-        "b took a's released leases {released:?} after a began to leave"
-    );
-    assert!(
-        !shutdown.is_finished(),
-        "a's shutdown ended before its slow leases let go"
-    );
-    shutdown.await.unwrap();
-    fleet.until(secs(60), |f| f.counts() == [8]).await;
-    fleet.assert_safe();
-    fleet.shutdown_all().await;
+mod leases {
+    fn base() -> shardlease::WorkerConfig {
+        shardlease::WorkerConfig::default().protocol(shardlease::Protocol::Leases)
+    }
+    include!("cases/leaving_worker.rs");
 }

@@ -8,7 +8,9 @@ use std::time::Duration;
 
 use shardlease::store::memory::InMemoryStore;
 use shardlease::store::{LeaseStore, Outcome};
-use shardlease::{Incarnation, Lease, LeaseKey, NewLease, Worker, WorkerConfig, WorkerId};
+use shardlease::{
+    Incarnation, Lease, LeaseKey, NewLease, Protocol, Worker, WorkerConfig, WorkerId,
+};
 use tokio::time::Instant;
 
 fn secs(s: u64) -> Duration {
@@ -50,7 +52,9 @@ async fn a_lease_re_created_at_an_old_counter_between_two_scans_is_not_taken_as_
     let store = InMemoryStore::new();
     let key = LeaseKey::new("s").unwrap();
     let other = WorkerId::new("other").unwrap();
-    let config = WorkerConfig::default();
+    // The lease protocol, whose observers judge expiry by a lease's counter (with sessions they
+    // judge its owner's session, and "another" renewing it is a session that beats).
+    let config = WorkerConfig::default().protocol(Protocol::Leases);
     let first = held_at_counter_three(&store, &key, &other).await;
 
     // w scans now: it first sees counter 3 of the first item now.

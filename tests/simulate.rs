@@ -64,7 +64,8 @@ fn a_seed_replays_a_run_with_faults_exactly() {
 
 #[test]
 fn a_join_moves_the_minimum_and_nothing_at_rest() {
-    let ours = simulate(settings("join", 4, 100, Policy::Ours));
+    // The lease protocol (the session protocol's join is below).
+    let ours = simulate(settings("join", 4, 100, Policy::Leases));
     // 4 workers hold 25 each; 2 join: 100 / 6 = 17 for four, 16 for two. At best the four
     // keep 17 each and give 8 each: 32 leases must move.
     assert_eq!(ours.minimum(), 32);
@@ -85,53 +86,75 @@ fn a_join_moves_the_minimum_and_nothing_at_rest() {
         "KCL steals one lease per 20 s round"
     );
     assert_eq!(kcl.double_holding, 0);
+    // KCL's pattern renews every lease too.
+    let writes = kcl.rest.usage.writes as f64 / kcl.rest.lease_hours;
+    assert!((1080.0..1200.0).contains(&writes), "{writes}");
 }
 
 #[test]
 fn every_orphan_of_a_crash_is_taken_and_processed_again() {
-    let mut run = settings("crash", 5, 100, Policy::Ours);
-    run.faults.throttle = 0.05;
-    let report = simulate(run);
-    let failover = report.failover().expect("a crash step");
-    assert_eq!(failover.held.missing + failover.processing.missing, 0);
-    assert_eq!(failover.held.n, 40, "2 of 5 workers held 20 each");
-    let lease = 10.0;
-    assert!(failover.processing.min >= lease * 0.9, "{failover:?}");
-    assert!(failover.processing.min >= failover.held.min);
-    assert_eq!(report.double_holding, 0);
-    assert!(report.balanced().is_some());
+    for policy in [Policy::Ours, Policy::Leases] {
+        let mut run = settings("crash", 5, 100, policy);
+        run.faults.throttle = 0.05;
+        let report = simulate(run);
+        let failover = report.failover().expect("a crash step");
+        assert_eq!(failover.held.missing + failover.processing.missing, 0);
+        assert_eq!(failover.held.n, 40, "2 of 5 workers held 20 each");
+        let lease = 10.0;
+        assert!(failover.processing.min >= lease * 0.9, "{failover:?}");
+        assert!(failover.processing.min >= failover.held.min);
+        assert_eq!(report.double_holding, 0);
+        assert!(report.balanced().is_some(), "{}", report.json());
+    }
 }
 
 #[test]
 fn added_and_removed_shards_are_discovered_and_retired() {
-    let report = simulate(settings("shards", 3, 30, Policy::Ours));
-    assert_eq!(report.steps.len(), 2);
-    for step in &report.steps {
-        assert!(step.balanced.is_some(), "{}", report.json());
+    for policy in [Policy::Ours, Policy::Leases] {
+        let report = simulate(settings("shards", 3, 30, policy));
+        assert_eq!(report.steps.len(), 2);
+        for step in &report.steps {
+            assert!(step.balanced.is_some(), "{}", report.json());
+        }
+        // 3 shards added must each be placed; removing 3 leaves the fleet within one.
+        assert!(report.steps[0].moves >= 3);
+        assert_eq!(report.double_holding, 0);
     }
-    // 3 shards added must each be placed; removing 3 leaves the fleet within one.
-    assert!(report.steps[0].moves >= 3);
-    assert_eq!(report.double_holding, 0);
 }
 
-/// Every fault kind of the campaign, 200 schedules (the CI share of the record run in
-/// BENCHMARKS.md); the first one also rests a simulated day: no task or memory growth.
+/// Every fault kind of the campaign, 200 schedules on the default protocol (sessions; the CI
+/// share of the record run in BENCHMARKS.md); the first one also rests a simulated day: no
+/// task or memory growth.
 #[test]
 fn two_hundred_fault_schedules_break_no_invariant() {
+    fault_schedules_break_no_invariant(shardlease::Protocol::default(), 200);
+}
+
+/// The same faults on the lease protocol, which fleets may still choose.
+#[test]
+fn fault_schedules_break_no_invariant_on_the_lease_protocol() {
+    fault_schedules_break_no_invariant(shardlease::Protocol::Leases, 100);
+}
+
+fn fault_schedules_break_no_invariant(protocol: shardlease::Protocol, schedules: u64) {
     let faults = parse_faults("all").unwrap();
     let options = Options {
-        schedules: 200,
+        schedules,
         seed: 1,
         faults: faults.clone(),
-        day_every: 200,
+        day_every: schedules,
+        knobs: Knobs {
+            protocol,
+            ..Knobs::default()
+        },
         ..Options::default()
     };
     let mut lines = Vec::new();
     let summary = campaign(&options, &mut |line| lines.push(line.to_owned()));
     assert_eq!(summary.violations, 0, "{}", lines.join("\n"));
     assert_eq!(
-        lines.last().map(String::as_str),
-        Some("campaign: 200 schedules, 0 violations")
+        lines.last().cloned(),
+        Some(format!("campaign: {schedules} schedules, 0 violations"))
     );
     for fault in &faults {
         let injected = summary.injected.get(fault).copied().unwrap_or(0);
@@ -162,13 +185,13 @@ fn a_fault_schedule_replays_exactly() {
     assert!(first.1.len() > 5, "a mix of faults: {:?}", first.1);
 }
 
-// The session protocol (`Protocol::Sessions`, being built): the same scenarios, its costs at
-// rest, and the fault schedules that found its bugs.
+// The session protocol (`Protocol::Sessions`, the default: `Policy::Ours`): the same
+// scenarios, its costs at rest, and the fault schedules that found its bugs.
 
 #[test]
 fn sessions_fail_over_within_a_lease_and_a_beat_and_move_the_minimum() {
     // One worker crashes (as in the targets at 10 x 1,000).
-    let mut crash = settings("crash", 6, 60, Policy::Sessions);
+    let mut crash = settings("crash", 6, 60, Policy::Ours);
     crash.scenario = scenario("crash", 6, 60, 1, None).unwrap();
     let report = simulate(crash);
     let failover = report.failover().expect("a crash step");
@@ -190,7 +213,7 @@ fn sessions_fail_over_within_a_lease_and_a_beat_and_move_the_minimum() {
 fn sessions_join_and_leave_move_the_minimum() {
     for name in ["join", "leave", "cold-start"] {
         // One worker joins or leaves (as in the targets at 10 x 1,000).
-        let mut one = settings(name, 6, 60, Policy::Sessions);
+        let mut one = settings(name, 6, 60, Policy::Ours);
         one.scenario = scenario(name, 6, 60, 1, None).unwrap();
         let report = simulate(one);
         assert!(report.balanced().is_some(), "{name}: {}", report.json());
@@ -211,14 +234,12 @@ fn sessions_join_and_leave_move_the_minimum() {
 /// record once per beat; one worker scans the table every 50 s. Nothing grows with the leases.
 #[test]
 fn sessions_at_rest_cost_one_beat_and_one_read_per_worker() {
-    let mut at_rest = settings("join", 6, 600, Policy::Sessions);
+    let mut at_rest = settings("join", 6, 600, Policy::Ours);
     at_rest.rest = Duration::from_secs(3600);
     let report = simulate(at_rest);
     let usage = report.rest.usage;
     let workers = 8.0; // 6 and the two that joined
-    let interval = shardlease::WorkerConfig::default()
-        .protocol(shardlease::Protocol::Sessions)
-        .renew_interval;
+    let interval = shardlease::WorkerConfig::default().renew_interval;
     let beats = workers * 3600.0 / interval.as_secs_f64();
     assert!(
         (usage.writes as f64) < beats * 1.02 && (usage.writes as f64) > beats * 0.98,
@@ -263,7 +284,7 @@ fn sessions_survive_the_cut_off_schedules_that_broke_them() {
 /// rest after a crash of 2 of 20 workers before the fix, 2 after it.
 #[test]
 fn sessions_keep_beating_while_notices_wake_them_early() {
-    let mut crash = settings("crash", 20, 400, Policy::Sessions);
+    let mut crash = settings("crash", 20, 400, Policy::Ours);
     crash.rest = Duration::from_secs(300);
     let report = simulate(crash);
     assert!(report.rest.moves < 20, "{}", report.json());

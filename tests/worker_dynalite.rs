@@ -13,15 +13,20 @@ use std::time::Duration;
 use fleet::{App, Fleet, Processing, Record};
 use shardlease::source::StaticShardSource;
 use shardlease::store::dynamodb::DynamoConfig;
-use shardlease::{LeaseKey, WorkerConfig};
+use shardlease::{LeaseKey, Protocol, WorkerConfig};
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn workers_on_dynalite_join_crash_and_leave_without_overlap() {
+    let config = WorkerConfig::with_lease_duration(Duration::from_secs(2));
+    fleet_joins_crashes_and_leaves(config.clone()).await;
+    fleet_joins_crashes_and_leaves(config.protocol(Protocol::Leases)).await;
+}
+
+async fn fleet_joins_crashes_and_leaves(config: WorkerConfig) {
     let emulator = dynamo::Emulator::dynalite();
     let store = emulator
         .store(DynamoConfig::new(dynamo::unique_table("worker-fleet")))
         .await;
-    let config = WorkerConfig::with_lease_duration(Duration::from_secs(2));
     let mut fleet = Fleet::new(Arc::new(store), config, 6);
     let app = App::FinishAfter(Duration::from_millis(50));
     let limit = Duration::from_secs(60);

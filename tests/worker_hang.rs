@@ -12,7 +12,7 @@ use std::time::Duration;
 
 use fleet::{App, Fleet, Record};
 use shardlease::store::memory::InMemoryStore;
-use shardlease::{LeaseKey, WorkerConfig};
+use shardlease::{LeaseKey, Protocol, WorkerConfig};
 use tokio::time::Instant;
 
 const QUICK: App = App::FinishAfter(Duration::from_millis(100));
@@ -21,12 +21,24 @@ fn secs(s: u64) -> Duration {
     Duration::from_secs(s)
 }
 
+/// The lease protocol: its renewals and heartbeats are what the first two tests hang. The
+/// session protocol's beats are hung by the fault campaign (`never`, `cutoff`); the tests of
+/// whole-store hangs run on both.
 fn config() -> WorkerConfig {
-    WorkerConfig::default()
+    WorkerConfig::default().protocol(Protocol::Leases)
 }
 
 fn fleet(shards: usize) -> Fleet {
-    Fleet::new(Arc::new(InMemoryStore::new()), config(), shards)
+    fleet_with(shards, config())
+}
+
+fn fleet_with(shards: usize, config: WorkerConfig) -> Fleet {
+    Fleet::new(Arc::new(InMemoryStore::new()), config, shards)
+}
+
+/// The default (sessions) and the lease protocol.
+fn both_protocols() -> [WorkerConfig; 2] {
+    [WorkerConfig::default(), config()]
 }
 
 #[tokio::test(start_paused = true)]
@@ -59,10 +71,12 @@ async fn a_heartbeat_that_never_returns_does_not_stop_renewals() {
 
 #[tokio::test(start_paused = true)]
 async fn shutdown_returns_within_its_timeout_and_one_store_timeout_while_every_request_hangs() {
-    let config = config();
-    let limit = config.shutdown_timeout + config.store_timeout;
-    for app in [QUICK, App::FinishAfter(secs(20)), App::NeverFinish] {
-        let mut fleet = fleet(4);
+    for (config, app) in both_protocols()
+        .into_iter()
+        .flat_map(|c| [QUICK, App::FinishAfter(secs(20)), App::NeverFinish].map(|a| (c.clone(), a)))
+    {
+        let limit = config.shutdown_timeout + config.store_timeout;
+        let mut fleet = fleet_with(4, config.clone());
         fleet.start("a", app).await;
         fleet.until(secs(30), |f| f.counts() == [4]).await;
         fleet.faults("a").set_hang(true);
@@ -80,11 +94,13 @@ async fn shutdown_returns_within_its_timeout_and_one_store_timeout_while_every_r
 
 #[tokio::test(start_paused = true)]
 async fn after_thirty_seconds_unanswered_a_worker_gets_its_share_back_within_two_taker_intervals() {
-    let config = config();
     // Heal at several phases of the loops (taker, heartbeat, renewals) of the held worker.
-    for extra_ms in [0, 1_250, 2_500, 3_750] {
+    for (config, extra_ms) in both_protocols()
+        .into_iter()
+        .flat_map(|c| [0, 1_250, 2_500, 3_750].map(|ms| (c.clone(), ms)))
+    {
         let hold = secs(30) + Duration::from_millis(extra_ms);
-        let mut fleet = fleet(4);
+        let mut fleet = fleet_with(4, config.clone());
         fleet.start("a", QUICK).await;
         fleet.start("b", QUICK).await;
         fleet.until(secs(60), |f| f.counts() == [2, 2]).await;

@@ -33,8 +33,9 @@ USAGE: cargo run --release --example simulate -- [OPTIONS]
   --k N                workers a join, crash, leave, pause, cut-off or crash-join
                        concerns
                        (default: a tenth of the workers, at least 1)
-  --policy P           ours, kcl, both (ours and kcl), sessions (ours on the session
-                       protocol being built) or all (default: both)
+  --policy P           ours (the library's defaults: the session protocol; `sessions`
+                       says the same), leases (ours on the lease protocol), kcl, both
+                       (ours and kcl) or all (ours, leases and kcl) (default: both)
   --seed S             seed; the same seed replays the same run (default: 1)
   --latency MED,P99    store latency in ms, log-normal, of every request (default: 5,25)
   --read-latency MED,P99, --write-latency MED,P99, --scan-latency MED,P99
@@ -165,14 +166,14 @@ fn parse() -> Result<Option<Args>, String> {
             "--k" => args.k = Some(count()?),
             "--policy" => {
                 args.policies = match value.as_str() {
-                    "ours" => vec![Policy::Ours],
+                    "ours" | "sessions" => vec![Policy::Ours],
+                    "leases" => vec![Policy::Leases],
                     "kcl" => vec![Policy::Kcl],
                     "both" => vec![Policy::Ours, Policy::Kcl],
-                    "sessions" => vec![Policy::Sessions],
-                    "all" => vec![Policy::Ours, Policy::Sessions, Policy::Kcl],
+                    "all" => vec![Policy::Ours, Policy::Leases, Policy::Kcl],
                     _ => {
                         return Err(format!(
-                            "--policy {value:?}: ours, kcl, both, sessions or all"
+                            "--policy {value:?}: ours, sessions, leases, kcl, both or all"
                         ))
                     }
                 }

@@ -38,32 +38,34 @@ use self::scenario::{Scenario, Step};
 /// The balancing policy the fleet runs.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Policy {
-    /// The library's defaults: `CountBalance`, graceful handoffs, 10 s lease, 5 s taker
-    /// interval and scans at observed expiry moments.
+    /// The library's defaults: the session protocol, `CountBalance`, graceful handoffs, a
+    /// 10 s lease and a beat every 4.5 s.
     Ours,
+    /// The lease protocol (`Protocol::Leases`, the default before sessions): every lease
+    /// renewed every 10/3 s, a 5 s taker interval and scans at observed expiry moments.
+    Leases,
     /// KCL 2.x: its taker policy (`KclBalance`), a 10 s lease and a 20 s taker interval, on
-    /// the interval only.
+    /// the interval only, on the lease protocol.
     Kcl,
-    /// The library's defaults on the session protocol being built (`Protocol::Sessions`).
-    Sessions,
 }
 
 impl Policy {
     pub fn name(self) -> &'static str {
         match self {
             Policy::Ours => "shardlease",
+            Policy::Leases => "lease protocol",
             Policy::Kcl => "KCL 2.x",
-            Policy::Sessions => "sessions",
         }
     }
 
     pub fn config(self) -> WorkerConfig {
         match self {
             Policy::Ours => WorkerConfig::default(),
+            Policy::Leases => WorkerConfig::default().protocol(Protocol::Leases),
             Policy::Kcl => WorkerConfig::default()
+                .protocol(Protocol::Leases)
                 .taker_interval(Duration::from_secs(20))
                 .scan_at_expiry(false),
-            Policy::Sessions => WorkerConfig::default().protocol(Protocol::Sessions),
         }
     }
 }
@@ -232,7 +234,7 @@ impl Fleet {
             let mut table = net.ownership.lock().unwrap();
             table.owner.insert(key.clone(), (owner, Instant::now()));
         }
-        if settings.policy == Policy::Sessions {
+        if settings.policy.config().protocol == Protocol::Sessions {
             // With sessions, the leases' holders also have their sessions open, as a fleet
             // that has run for a while leaves them: each first worker adopts its session when
             // it starts (its process opened it, as after an answer lost), instead of finding

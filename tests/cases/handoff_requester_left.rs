@@ -1,0 +1,145 @@
+// The cases of tests/handoff_requester_left.rs, included once per protocol (`sessions` and `leases`):
+// `base()` is that protocol's default configuration.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use crate::fleet::{App, Fleet, Record};
+use shardlease::store::memory::InMemoryStore;
+use shardlease::LeaseKey;
+use tokio::time::Instant;
+
+fn secs(s: u64) -> Duration {
+    Duration::from_secs(s)
+}
+
+/// Waits (30 s at most) until `requester` has asked for a handoff of one lease; returns it.
+async fn asked_for(fleet: &Fleet, requester: &str) -> LeaseKey {
+    let started = Instant::now();
+    loop {
+        assert!(
+            Instant::now() - started < secs(30),
+            "{requester} asked for nothing"
+        );
+        for key in &fleet.shards {
+            let lease = fleet
+                .store
+                .get(key, Instant::now() + secs(5))
+                .await
+                .unwrap();
+            if lease.is_some_and(|l| l.handoff_to.as_ref().map(|t| t.as_str()) == Some(requester)) {
+                return key.clone();
+            }
+        }
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_handoff_is_not_completed_to_a_requester_that_left() {
+    let mut fleet = Fleet::new(Arc::new(InMemoryStore::new()), base(), 2);
+    // a's application takes 8 s to let go of a lease.
+    fleet.start("a", App::FinishAfter(secs(8))).await;
+    fleet.until(secs(30), |f| f.counts() == [2]).await;
+    fleet
+        .start("b", App::FinishAfter(Duration::from_millis(100)))
+        .await;
+
+    // b asks a for one of its leases...
+    let key = asked_for(&fleet, "b").await;
+    // ...and leaves before a's application has let go of it.
+    fleet.leave("b").await;
+    let left = Instant::now();
+
+    fleet
+        .until(secs(30), |f| {
+            f.count(|r| matches!(r, Record::Stopped { worker, key: k, .. } if worker == "a" && k == key.as_str())) == 1
+        })
+        .await;
+    let let_go = Instant::now();
+    assert!(
+        let_go - left >= base().taker_interval,
+        "a round of a's taker saw b gone"
+    );
+    let took = fleet.until(secs(30), |f| f.counts() == [2]).await;
+    Fleet::figure(
+        "handoff: requester left, from the owner letting go until processed again",
+        took,
+    );
+
+    if base().protocol == shardlease::Protocol::Leases {
+        let handed = fleet.count(|r| matches!(r, Record::HandedOff { to, .. } if to == "b"));
+        assert_eq!(handed, 0, "handed over to a worker that had left");
+        let released = fleet.count(
+            |r| matches!(r, Record::Released { worker, key: k } if worker == "a" && k == key.as_str()),
+        );
+        assert_eq!(released, 1);
+    }
+    // With sessions the owner hands the lease over, finds that the receiver has no session and
+    // places it again at once (here, on itself): processed again as soon.
+    assert!(
+        took <= base().taker_interval,
+        "processed again {took:?} after a let go"
+    );
+    let lease = fleet
+        .store
+        .get(&key, Instant::now() + secs(5))
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(lease.owner.as_ref().map(|o| o.as_str()), Some("a"));
+    fleet.assert_safe();
+    fleet.shutdown_all().await;
+}
+
+/// The owner dies while it winds a requested lease down: the requester takes it when it
+/// expires, as any expired lease, and does not wait for the handoff timeout and then a further
+/// lease duration (found by the fault campaign, schedule 737443435314715779: the twin holding
+/// the lease was stopped mid-handoff, and the requester's forced take at the handoff timeout
+/// came 20 ms before the expiry and waited a whole lease duration more).
+#[tokio::test(start_paused = true)]
+async fn a_handoff_whose_owner_dies_is_taken_when_the_lease_expires() {
+    let config = base().handoff_timeout(secs(12));
+    let (lease, taker) = (config.lease_duration, config.taker_interval);
+    let mut fleet = Fleet::new(Arc::new(InMemoryStore::new()), config.clone(), 2);
+    // a's application never finishes a handoff in time.
+    fleet.start("a", App::FinishAfter(secs(600))).await;
+    fleet.until(secs(30), |f| f.counts() == [2]).await;
+    fleet
+        .start("b", App::FinishAfter(Duration::from_millis(100)))
+        .await;
+    let key = asked_for(&fleet, "b").await;
+    // Let the request reach a at a renewal (it asks its application to stop), then a dies.
+    fleet.idle(base().renew_interval + secs(1)).await;
+    fleet.crash("a");
+    let crashed = Instant::now();
+    let took = fleet
+        .until(secs(60), |f| {
+            f.first_start("b", Some(key.as_str())).is_some()
+        })
+        .await;
+    Fleet::figure(
+        "handoff: owner died mid-handoff, from its death until processed again",
+        took,
+    );
+    assert!(
+        took <= lease + taker,
+        "processed again {took:?} after its owner died (expiry: {lease:?} after its last renewal)"
+    );
+    // Expiry counts from the last renewal (lease protocol) or beat (sessions) the taker saw,
+    // up to one interval before the crash.
+    let last_seen = match config.protocol {
+        shardlease::Protocol::Leases => Duration::ZERO,
+        _ => config.renew_interval,
+    };
+    assert!(
+        Instant::now() - crashed >= lease - last_seen - config_drift(),
+        "taken before it expired"
+    );
+    fleet.assert_safe();
+    fleet.shutdown_all().await;
+}
+
+fn config_drift() -> Duration {
+    base().drift_allowance
+}
