@@ -67,7 +67,7 @@ async fn shards_added_while_running_join_the_balance() {
         source.add(Shard::new(key(&format!("s{i}"))));
     }
     let took = fleet.until(secs(60), |f| f.counts() == [4, 4]).await;
-    Fleet::figure(
+    figure(
         "discovery: 4 shards added, until held and balanced 4+4",
         took,
     );
@@ -91,7 +91,7 @@ async fn removed_shards_are_retired_without_errors() {
             held.len() == 4 && !held.contains("s0") && !held.contains("s5")
         })
         .await;
-    Fleet::figure(
+    figure(
         "discovery: 2 shards removed, until their leases retired",
         took,
     );
@@ -138,7 +138,7 @@ async fn a_split_and_a_merge_keep_every_child_after_its_parents() {
             f.held_keys() == ["s3", "s4", "s5"].map(String::from).into()
         })
         .await;
-    Fleet::figure("discovery: split + merge, until every child held", took);
+    figure("discovery: split + merge, until every child held", took);
     fleet.assert_parents_first("s3", &["s0"]);
     fleet.assert_parents_first("s4", &["s0"]);
     fleet.assert_parents_first("s5", &["s1", "s2"]);
@@ -203,7 +203,7 @@ async fn discovery_runs_on_one_worker_and_moves_when_it_crashes() {
     let took = fleet
         .until(secs(120), |f| f.held_keys().contains("s3"))
         .await;
-    Fleet::figure(
+    figure(
         "discovery: discoverer crashed + shard added, until held",
         took,
     );
@@ -278,7 +278,7 @@ async fn a_lease_deleted_by_hand_is_recreated_from_its_last_checkpoint() {
             f.count(|r| matches!(r, Record::Started { key, .. } if key == "s0")) == 2
         })
         .await;
-    Fleet::figure(
+    figure(
         "discovery: lease deleted by hand, from Lost until processed again",
         took,
     );
@@ -370,7 +370,7 @@ async fn a_failing_source_is_backed_off_and_no_error_reaches_the_application() {
             n + 1
         );
     }
-    Fleet::figure("discovery: 4 failed listings, until leases held", took);
+    figure("discovery: 4 failed listings, until leases held", took);
     finish(fleet).await;
 }
 
@@ -489,7 +489,7 @@ async fn a_discoverer_that_cannot_list_is_relieved_by_the_standby_within_a_stand
     let took = fleet
         .until(secs(600), |f| f.held_keys().contains("s2"))
         .await;
-    Fleet::figure(
+    figure(
         "discovery: the discoverer cannot list + shard added, until held",
         took,
     );
@@ -501,4 +501,13 @@ async fn a_discoverer_that_cannot_list_is_relieved_by_the_standby_within_a_stand
     );
     assert!(calls.get("b").copied().unwrap_or(0) >= 2, "{calls:?}");
     finish(fleet).await;
+}
+
+/// Prints a `FIGURE` line naming the protocol.
+fn figure(name: &str, value: Duration) {
+    let protocol = match base().protocol {
+        shardlease::Protocol::Leases => "leases",
+        _ => "sessions",
+    };
+    Fleet::figure(&format!("{protocol}: {name}"), value);
 }

@@ -62,7 +62,7 @@ async fn a_handoff_is_not_completed_to_a_requester_that_left() {
         "a round of a's taker saw b gone"
     );
     let took = fleet.until(secs(30), |f| f.counts() == [2]).await;
-    Fleet::figure(
+    figure(
         "handoff: requester left, from the owner letting go until processed again",
         took,
     );
@@ -118,7 +118,7 @@ async fn a_handoff_whose_owner_dies_is_taken_when_the_lease_expires() {
             f.first_start("b", Some(key.as_str())).is_some()
         })
         .await;
-    Fleet::figure(
+    figure(
         "handoff: owner died mid-handoff, from its death until processed again",
         took,
     );
@@ -142,4 +142,13 @@ async fn a_handoff_whose_owner_dies_is_taken_when_the_lease_expires() {
 
 fn config_drift() -> Duration {
     base().drift_allowance
+}
+
+/// Prints a `FIGURE` line naming the protocol.
+fn figure(name: &str, value: Duration) {
+    let protocol = match base().protocol {
+        shardlease::Protocol::Leases => "leases",
+        _ => "sessions",
+    };
+    Fleet::figure(&format!("{protocol}: {name}"), value);
 }

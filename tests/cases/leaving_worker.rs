@@ -48,7 +48,7 @@ async fn the_leases_a_leaving_worker_releases_are_taken_while_it_winds_down() {
                     .all(|key| f.first_start("b", Some(key.as_str())).is_some())
         })
         .await;
-    Fleet::figure(
+    figure(
         "leaving worker: its released leases processed by a peer",
         released,
     );
@@ -64,4 +64,13 @@ async fn the_leases_a_leaving_worker_releases_are_taken_while_it_winds_down() {
     fleet.until(secs(60), |f| f.counts() == [8]).await;
     fleet.assert_safe();
     fleet.shutdown_all().await;
+}
+
+/// Prints a `FIGURE` line naming the protocol.
+fn figure(name: &str, value: Duration) {
+    let protocol = match base().protocol {
+        shardlease::Protocol::Leases => "leases",
+        _ => "sessions",
+    };
+    Fleet::figure(&format!("{protocol}: {name}"), value);
 }

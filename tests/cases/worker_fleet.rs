@@ -41,7 +41,7 @@ async fn joining_workers_reach_their_share_within_two_taker_rounds() {
 
     fleet.start("b", QUICK).await;
     let took = fleet.until(secs(60), |f| f.counts() == [2, 2]).await;
-    Fleet::figure("join: 4 leases, 1 -> 2 workers, until 2+2", took);
+    figure("join: 4 leases, 1 -> 2 workers, until 2+2", took);
     assert!(
         took <= 2 * config().taker_interval,
         "2 workers balanced after {took:?}"
@@ -76,7 +76,7 @@ async fn a_graceful_handoff_starts_the_new_owner_right_after_the_old_one_stops()
 
 /// `a` holds both leases and finishes 2 s after it is asked; `b` joins and gets one by a
 /// graceful handoff, which must start at most 0.5 s after `a` stopped, from `a`'s checkpoint.
-async fn graceful_handoff(config: WorkerConfig, figure: &str) {
+async fn graceful_handoff(config: WorkerConfig, name: &str) {
     let mut fleet = Fleet::new(Arc::new(InMemoryStore::new()), config, 2);
     fleet.start("a", App::FinishAfter(secs(2))).await;
     fleet.until(secs(30), |f| f.counts() == [2]).await;
@@ -95,7 +95,7 @@ async fn graceful_handoff(config: WorkerConfig, figure: &str) {
     let started = fleet.first_start("b", Some(&moved));
     let (stopped, (started, checkpoint)) = (stopped.unwrap(), started.unwrap());
     let gap = started - stopped;
-    Fleet::figure(figure, gap);
+    figure(name, gap);
     assert!(
         gap <= Duration::from_millis(500),
         "the new owner started {gap:?} after the old one stopped"
@@ -118,13 +118,13 @@ async fn a_handoff_the_owner_does_not_finish_is_forced_without_overlap() {
     .await;
 }
 
-async fn forced_handoff(config: WorkerConfig, figure: &str) {
+async fn forced_handoff(config: WorkerConfig, name: &str) {
     let mut fleet = Fleet::new(Arc::new(InMemoryStore::new()), config.clone(), 4);
     fleet.start("a", App::NeverFinish).await;
     fleet.until(secs(30), |f| f.counts() == [4]).await;
     fleet.start("b", QUICK).await;
     let took = fleet.until(secs(120), |f| f.counts() == [2, 2]).await;
-    Fleet::figure(figure, took);
+    figure(name, took);
     // Asked at once, forced after the handoff timeout. The lease protocol reports the take a
     // lease duration later (the owner may go on believing it holds the lease until then);
     // with sessions the owner's session acknowledges the revocation at its next beat, once
@@ -157,7 +157,7 @@ async fn a_crashed_workers_leases_are_taken_about_one_lease_duration_later() {
     fleet.idle(secs(7)).await;
     fleet.crash("c");
     let took = fleet.until(secs(120), |f| f.counts() == [3, 3]).await;
-    Fleet::figure(
+    figure(
         "crash: 6 leases on 3 workers, crash to all held again",
         took,
     );
@@ -185,7 +185,7 @@ async fn a_worker_that_leaves_gracefully_releases_its_leases_for_the_others() {
     let released = fleet.count(|r| matches!(r, Record::Released { worker, .. } if worker == "b"));
     assert_eq!(released, 2);
     let took = fleet.until(secs(60), |f| f.counts() == [3, 3]).await;
-    Fleet::figure("graceful leave: end of shutdown to all held again", took);
+    figure("graceful leave: end of shutdown to all held again", took);
     assert!(
         took <= config().taker_interval + secs(1),
         "peers took over after {took:?}"
@@ -203,7 +203,7 @@ async fn a_worker_cut_off_from_the_store_stops_before_anyone_else_starts() {
     fleet.faults("b").set_cut_off(true);
     let config = config();
     let stopped = fleet.until(secs(60), |f| f.held()["b"].is_empty()).await;
-    Fleet::figure("cut off: cut to the worker's own stop", stopped);
+    figure("cut off: cut to the worker's own stop", stopped);
     assert!(
         stopped <= config.lease_duration,
         "b stopped after {stopped:?}"
@@ -268,7 +268,7 @@ async fn fifty_workers_share_a_thousand_leases_with_minimal_moves_and_then_rest(
         fleet.start(&format!("w{i:02}"), QUICK).await;
     }
     let took = fleet.until(secs(300), Fleet::balanced).await;
-    Fleet::figure("25 -> 50 workers over 1,000 leases, until 20 each", took);
+    figure("25 -> 50 workers over 1,000 leases, until 20 each", took);
     assert!(
         took <= 2 * config().taker_interval,
         "balanced {took:?} after the joins"
@@ -468,7 +468,7 @@ async fn staggered_joins_of_fifty_workers_settle() {
         fleet.idle(Duration::from_millis(100)).await;
     }
     let took = fleet.until(secs(600), Fleet::balanced).await;
-    Fleet::figure(
+    figure(
         "50 workers joining 100 ms apart, last join -> balanced",
         took,
     );
@@ -493,7 +493,9 @@ async fn ten_leases_joined_by_two_workers_ours_and_kcls() {
     for kcl in [false, true] {
         let mut config = config();
         if kcl {
-            // KCL's taker runs on its 20 s interval only.
+            // KCL renews every lease (the lease protocol), and its taker runs on its 20 s
+            // interval only.
+            config = config.protocol(Protocol::Leases);
             config.taker_interval = secs(20);
             config.scan_at_expiry = false;
         }
@@ -512,7 +514,7 @@ async fn ten_leases_joined_by_two_workers_ours_and_kcls() {
             .await;
         let moves = fleet.ledger.lock().unwrap().starts() - 10;
         let name = if kcl { "KCL 2.x baseline" } else { "ours" };
-        Fleet::figure(
+        figure(
             &format!("join: 10 leases, 1 -> 3 workers, until 4+3+3 ({name}, {moves} moves)"),
             took,
         );
@@ -530,4 +532,13 @@ async fn ten_leases_joined_by_two_workers_ours_and_kcls() {
         figures[0],
         figures[1]
     );
+}
+
+/// Prints a `FIGURE` line naming the protocol.
+fn figure(name: &str, value: Duration) {
+    let protocol = match base().protocol {
+        shardlease::Protocol::Leases => "leases",
+        _ => "sessions",
+    };
+    Fleet::figure(&format!("{protocol}: {name}"), value);
 }
