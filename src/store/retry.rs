@@ -23,8 +23,8 @@ pub struct RetryPolicy {
     /// transient, ambiguous failure (the request may still have been applied). It bounds a
     /// request on a half-open connection (accepted, never answered), which no other timeout
     /// does. Default: 2 s: a hundred times a slow DynamoDB round trip, and short enough that
-    /// a renewal sent at the default `renew_interval` (3.3 s) gets a second attempt long
-    /// before the lease's validity (9.5 s) ends.
+    /// a beat or renewal sent at the default `renew_interval` (4.5 s with sessions, 3.3 s
+    /// with leases) gets a second attempt long before the validity (9.5 s) ends.
     pub attempt_timeout: Duration,
 }
 

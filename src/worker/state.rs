@@ -339,6 +339,16 @@ impl Shared {
         self.session.lock().unwrap_or_else(|e| e.into_inner())
     }
 
+    /// With sessions: the session is open and its validity has not run out here. A session
+    /// whose beats went unanswered past its validity may have been fenced by a peer already
+    /// (it learns so at its next beat's answer): until a beat lands it must neither take nor
+    /// ask for a lease, which it could not start (or would have to give on again).
+    pub fn session_valid(&self) -> bool {
+        let now = self.now();
+        let session = self.session();
+        session.open && now < session.valid_until
+    }
+
     /// How long a lease whose take started at `start` is valid here: a lease duration (less
     /// the drift allowance) from `start`; with sessions, as long as the session (and not at
     /// all while it is not open).

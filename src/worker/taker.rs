@@ -59,6 +59,8 @@ pub(crate) struct Taker {
     /// and not yet taken, or asked of its holder in a handoff not yet done), and since when
     /// (this worker's clock) it has waited so.
     waiting: HashMap<LeaseKey, (Waiting, Instant)>,
+    /// With sessions, on the worker doing the chores: when it last looked for leases waiting.
+    last_look: Option<Instant>,
     /// With sessions: handoffs asked by this worker and not done in time, whose owners this
     /// round tells to give them up (see `REVOKE`).
     revokes: Vec<(WorkerId, Incarnation, LeaseKey)>,
@@ -162,6 +164,7 @@ impl Taker {
             chores: None,
             holders: HashMap::new(),
             waiting: HashMap::new(),
+            last_look: None,
             revokes: Vec::new(),
             fenced_told: 0,
         }
@@ -443,7 +446,7 @@ impl Taker {
         by_key: &HashMap<&LeaseKey, &Lease>,
         now: Instant,
     ) {
-        if self.shared.health.is_slow() || !self.shared.session().open {
+        if self.shared.health.is_slow() || !self.shared.session_valid() {
             return;
         }
         let me = &self.shared.id;
@@ -614,9 +617,18 @@ impl Taker {
                 ),
                 (Some(_), None) => continue,
             };
+            // A give first seen now happened since this worker last looked, and may be as old
+            // as that look: its giver may have died before it told the receiver, and nothing
+            // may have made this worker look for a while (seen in the campaign, seed
+            // 2087271171323689699: a lease given by a process that died at once waited 26 s).
+            // If it is fresh after all, the receiver is told twice, harmlessly.
+            let first_seen = match (&what.3, self.last_look) {
+                (None, Some(looked)) => looked,
+                _ => now,
+            };
             let since = match self.waiting.get(&lease.key) {
                 Some((seen, since)) if *seen == what => *since,
-                _ => now,
+                _ => first_seen,
             };
             let since = match session {
                 Some(incarnation)
@@ -641,6 +653,7 @@ impl Taker {
             waiting.insert(lease.key.clone(), (what, since));
         }
         self.waiting = waiting;
+        self.last_look = Some(now);
         let deadline = now + self.shared.config.store_timeout;
         for ((worker, incarnation), mut keys) in told {
             keys.sort();
@@ -745,10 +758,10 @@ impl Taker {
             }
         });
         let incarnations = incarnations(snapshot);
-        // Only with the session open: an announcement made while it is closed reaches a
+        // Only with the session open and valid: an announcement made while it is closed reaches a
         // predecessor that finds no record of this worker, watches the next one instead, and
         // would never hear of this worker again (the session reopening starts a round).
-        let open = self.shared.session().open;
+        let open = self.shared.session_valid();
         if let Some(predecessor) = predecessor
             .filter(|p| self.announced_to.as_ref() != Some(p))
             .filter(|_| open)
@@ -1177,13 +1190,16 @@ impl Taker {
     ) {
         // Too slow to hold leases (see `health.rs`): whatever it took now it would lose again,
         // while its late writes kept the leases looking alive to the peers.
-        let closed = self.shared.config.sessions() && !self.shared.session().open;
-        if self.shared.health.is_slow() || closed {
+        let slow = self.shared.health.is_slow();
+        let closed = self.shared.config.sessions() && !self.shared.session_valid();
+        if slow || closed {
             if !actions.is_empty() || !moves.is_empty() {
-                tracing::info!(
-                    skipped = actions.len() + moves.len(),
+                let why = if slow {
                     "store round trips too slow: taking nothing this round"
-                );
+                } else {
+                    "session not valid here (closed, or no beat landed within its validity): taking nothing this round"
+                };
+                tracing::info!(skipped = actions.len() + moves.len(), "{why}");
             }
             return;
         }
