@@ -10,16 +10,8 @@
 #[path = "common/fleet.rs"]
 mod fleet;
 
-mod sessions {
-    fn base() -> shardlease::WorkerConfig {
-        shardlease::WorkerConfig::default()
-    }
-    include!("cases/handoff_requester_left.rs");
-}
+#[macro_use]
+#[path = "common/protocols.rs"]
+mod protocols;
 
-mod leases {
-    fn base() -> shardlease::WorkerConfig {
-        shardlease::WorkerConfig::default().protocol(shardlease::Protocol::Leases)
-    }
-    include!("cases/handoff_requester_left.rs");
-}
+on_both_protocols!("cases/handoff_requester_left.rs");

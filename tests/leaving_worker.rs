@@ -12,16 +12,8 @@
 #[path = "common/fleet.rs"]
 mod fleet;
 
-mod sessions {
-    fn base() -> shardlease::WorkerConfig {
-        shardlease::WorkerConfig::default()
-    }
-    include!("cases/leaving_worker.rs");
-}
+#[macro_use]
+#[path = "common/protocols.rs"]
+mod protocols;
 
-mod leases {
-    fn base() -> shardlease::WorkerConfig {
-        shardlease::WorkerConfig::default().protocol(shardlease::Protocol::Leases)
-    }
-    include!("cases/leaving_worker.rs");
-}
+on_both_protocols!("cases/leaving_worker.rs");

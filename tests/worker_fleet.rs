@@ -6,16 +6,8 @@
 #[path = "common/fleet.rs"]
 mod fleet;
 
-mod sessions {
-    fn base() -> shardlease::WorkerConfig {
-        shardlease::WorkerConfig::default()
-    }
-    include!("cases/worker_fleet.rs");
-}
+#[macro_use]
+#[path = "common/protocols.rs"]
+mod protocols;
 
-mod leases {
-    fn base() -> shardlease::WorkerConfig {
-        shardlease::WorkerConfig::default().protocol(shardlease::Protocol::Leases)
-    }
-    include!("cases/worker_fleet.rs");
-}
+on_both_protocols!("cases/worker_fleet.rs");
