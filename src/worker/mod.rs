@@ -38,6 +38,7 @@
 
 mod bounded;
 mod discoverer;
+mod fenced;
 mod finish;
 mod grant;
 mod health;

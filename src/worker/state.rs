@@ -14,6 +14,7 @@ use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 
+use super::fenced::Fenced;
 use super::grant::{Finished, LeaseEvent, LeaseGrant, LetGo, StopReason};
 use super::health::Health;
 use super::metrics;
@@ -204,9 +205,10 @@ pub(crate) struct Shared {
     /// With sessions: the watcher is done with the session it was named (fenced or gone) and
     /// waits to be named one, even the same worker again (restarted under a new session).
     pub watch_done: AtomicBool,
-    /// With sessions: sessions this process ended by a fence after seeing them expire; their
-    /// leases may be started at once.
-    pub fenced: Mutex<HashSet<(WorkerId, Incarnation)>>,
+    /// With sessions: sessions this process ended by a fence after seeing them expire (or
+    /// whose record it replaced); their leases may be started at once. Each round of the taker
+    /// forgets those the table no longer names.
+    pub fenced: Mutex<Fenced>,
     /// With sessions: leases taken here from a live session whose acknowledgement has not
     /// come yet, with that session. Taken again here (its validity here ran out meanwhile),
     /// such a lease still waits for it: the other session may still be working on it.
@@ -503,18 +505,17 @@ impl Shared {
     /// Records that `worker`'s session `incarnation` is over (fenced here, or its record
     /// replaced here after it was seen unchanged for a lease duration).
     pub fn note_fenced(&self, worker: &WorkerId, incarnation: Incarnation) {
-        self.fenced
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .insert((worker.clone(), incarnation));
+        self.fenced().insert((worker.clone(), incarnation));
+    }
+
+    /// The sessions known here to be over.
+    pub fn fenced(&self) -> MutexGuard<'_, Fenced> {
+        self.fenced.lock().unwrap_or_else(|e| e.into_inner())
     }
 
     /// Whether `worker`'s session `incarnation` is known here to be over.
     pub fn is_fenced(&self, worker: &WorkerId, incarnation: Incarnation) -> bool {
-        self.fenced
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .contains(&(worker.clone(), incarnation))
+        self.fenced().contains(worker, incarnation)
     }
 
     /// Reads the table for where leases released here should go (the sessions that take

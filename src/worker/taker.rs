@@ -19,6 +19,7 @@ use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 use tracing::Instrument;
 
+use super::fenced::{Fenced, SessionId};
 use super::grant::LeaseEvent;
 use super::identity::{Identity, Ownership};
 use super::metrics;
@@ -65,7 +66,7 @@ pub(crate) struct Taker {
     /// round tells to give them up (see `REVOKE`).
     revokes: Vec<(WorkerId, Incarnation, LeaseKey)>,
     /// With sessions: how many sessions this process had fenced at its last round.
-    fenced_told: usize,
+    fenced_told: u64,
 }
 
 /// Who holds a lease, as the worker doing the chores last saw it: the session, the tenure,
@@ -379,7 +380,7 @@ impl Taker {
                 };
                 let session = (owner.clone(), lease.owner_incarnation);
                 if let Some(incarnation) = lease.owner_incarnation {
-                    if fenced.contains(&(owner.clone(), incarnation)) {
+                    if fenced.contains(owner, incarnation) {
                         return now;
                     }
                 }
@@ -399,6 +400,29 @@ impl Taker {
             })
             .collect();
         self.ended.retain(|s| named.contains(s));
+        // The sessions fenced here that the table no longer names: nothing can be started on
+        // their account any more, so they are forgotten. Under the lock, so that a fence made
+        // meanwhile is judged too: a session fenced after this snapshot was read is one it
+        // names (its record had been seen unchanged for a lease duration). Were one forgotten
+        // too early, its leases would wait a lease duration, as any session's without a record.
+        let mut fenced = self.fenced();
+        if fenced.len() > 0 {
+            let leases = snapshot
+                .leases
+                .iter()
+                .filter_map(|l| Some((l.owner.as_ref()?, l.owner_incarnation?)));
+            let records = snapshot
+                .members
+                .iter()
+                .filter_map(|m| Some((&m.worker, m.incarnation?)));
+            let still_named: HashSet<SessionId> = leases
+                .chain(records)
+                .filter(|(worker, incarnation)| fenced.contains(worker, *incarnation))
+                .map(|(worker, incarnation)| (worker.clone(), incarnation))
+                .collect();
+            fenced.retain_named(&still_named);
+        }
+        drop(fenced);
         // Only the leases others may start some day are kept: at rest that is none, and a
         // worker of a large fleet must not hold a map of every lease between rounds.
         self.expiry = snapshot
@@ -411,8 +435,8 @@ impl Taker {
         expiry
     }
 
-    fn fenced(&self) -> std::sync::MutexGuard<'_, HashSet<(WorkerId, Incarnation)>> {
-        self.shared.fenced.lock().unwrap_or_else(|e| e.into_inner())
+    fn fenced(&self) -> std::sync::MutexGuard<'_, Fenced> {
+        self.shared.fenced()
     }
 
     /// With sessions: the live workers are the members whose session is open and has not
@@ -423,10 +447,7 @@ impl Taker {
             .members
             .iter()
             .filter(|m| !self.members.is_expired(&m.worker, now))
-            .filter(|m| {
-                m.incarnation
-                    .is_none_or(|i| !fenced.contains(&(m.worker.clone(), i)))
-            })
+            .filter(|m| m.incarnation.is_none_or(|i| !fenced.contains(&m.worker, i)))
             .map(|m| (m.worker.clone(), m.capacity))
             .collect();
         live.insert(
@@ -684,7 +705,7 @@ impl Taker {
         let Some((victim, incarnation)) = suspect else {
             return;
         };
-        if self.fenced().contains(&(victim.clone(), incarnation)) {
+        if self.fenced().contains(&victim, incarnation) {
             return;
         }
         let of_victim = |lease: &Lease| {
@@ -785,7 +806,7 @@ impl Taker {
             .cloned();
         // So must it when a session was fenced here (or replaced): its process may have died
         // between giving a lease and telling the receiver, and only the chores tell again.
-        let fenced = self.fenced().len();
+        let fenced = self.fenced().added();
         let news = fenced > self.fenced_told;
         self.fenced_told = fenced;
         if chores != self.chores || news {

@@ -1,0 +1,95 @@
+//! With sessions: the sessions this process knows to be over (it fenced them after seeing them
+//! expire, or replaced their record), whose leases it may start at once. A session is kept
+//! while the table still names it (a lease's owner incarnation or a membership record): once
+//! nothing names it, nothing can be started on its account, and a fleet that fences a session
+//! a minute would otherwise grow this set for as long as the process runs.
+
+use std::collections::HashSet;
+
+use crate::lease::{Incarnation, WorkerId};
+
+/// One session: a worker id and the incarnation of the process that opened it.
+pub(crate) type SessionId = (WorkerId, Incarnation);
+
+/// The sessions known here to be over, and how many were ever added.
+#[derive(Debug, Clone, Default)]
+pub(crate) struct Fenced {
+    sessions: HashSet<SessionId>,
+    added: u64,
+}
+
+impl Fenced {
+    /// Records that `session` is over; true if it was not known yet.
+    pub fn insert(&mut self, session: SessionId) -> bool {
+        let new = self.sessions.insert(session);
+        if new {
+            self.added += 1;
+        }
+        new
+    }
+
+    /// Whether `worker`'s session `incarnation` is known here to be over.
+    pub fn contains(&self, worker: &WorkerId, incarnation: Incarnation) -> bool {
+        // Asked for every lease of every round: no id is copied while nothing is fenced.
+        !self.sessions.is_empty() && self.sessions.contains(&(worker.clone(), incarnation))
+    }
+
+    /// How many sessions were ever recorded: it only grows, so a reader that compares it with
+    /// its last reading learns of every new fence, whatever was forgotten meanwhile.
+    pub fn added(&self) -> u64 {
+        self.added
+    }
+
+    /// Forgets the sessions `named` does not name.
+    pub fn retain_named(&mut self, named: &HashSet<SessionId>) {
+        self.sessions.retain(|s| named.contains(s));
+    }
+
+    /// How many sessions are kept.
+    pub fn len(&self) -> usize {
+        self.sessions.len()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn session(worker: &str, incarnation: u64) -> SessionId {
+        (
+            WorkerId::new(worker).unwrap(),
+            Incarnation::new(incarnation),
+        )
+    }
+
+    #[test]
+    fn sessions_nothing_names_are_forgotten_and_every_fence_still_counts() {
+        let mut fenced = Fenced::default();
+        assert!(fenced.insert(session("a", 1)));
+        assert!(!fenced.insert(session("a", 1)));
+        assert!(fenced.insert(session("b", 2)));
+        assert_eq!((fenced.len(), fenced.added()), (2, 2));
+
+        // The table names only b's session now: a's is forgotten.
+        fenced.retain_named(&HashSet::from([session("b", 2), session("c", 3)]));
+        assert!(!fenced.contains(&WorkerId::new("a").unwrap(), Incarnation::new(1)));
+        assert!(fenced.contains(&WorkerId::new("b").unwrap(), Incarnation::new(2)));
+        assert_eq!(fenced.len(), 1);
+
+        // A new fence after the pruning leaves the size where it was, yet counts as news.
+        let before = fenced.added();
+        fenced.retain_named(&HashSet::new());
+        assert!(fenced.insert(session("c", 3)));
+        assert_eq!(fenced.len(), 1);
+        assert!(fenced.added() > before);
+
+        // A thousand sessions fenced one after another, each forgotten once its leases moved
+        // on: the set stays at one.
+        for i in 0..1000 {
+            fenced.insert(session("d", 100 + i));
+            fenced.retain_named(&HashSet::from([session("d", 100 + i)]));
+            assert_eq!(fenced.len(), 1);
+        }
+        assert_eq!(fenced.added(), before + 1001);
+    }
+}
