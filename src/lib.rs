@@ -31,6 +31,7 @@
 //! # Ok(())
 //! # }
 //! ```
+#![cfg_attr(docsrs, feature(doc_cfg))]
 #![forbid(unsafe_code)]
 #![warn(missing_docs)]
 
@@ -40,6 +41,7 @@ pub mod config;
 pub mod expiry;
 pub mod jitter;
 #[cfg(feature = "kinesis")]
+#[cfg_attr(docsrs, doc(cfg(feature = "kinesis")))]
 pub mod kinesis;
 pub mod lease;
 pub mod lifecycle;

@@ -140,3 +140,20 @@ async fn a_kinesis_client_without_credentials_is_told_where_to_put_them() {
     );
     assert_one_actionable_line(&err, "no AWS credentials found: set AWS_ACCESS_KEY_ID");
 }
+
+/// A builder prints what it was given, for a log line or a failed assertion.
+#[test]
+fn a_consumer_builder_prints_its_stream_and_worker() {
+    let builder = KinesisConsumer::builder(
+        complete("http://127.0.0.1:1"),
+        "orders",
+        Arc::new(InMemoryStore::new()),
+        WorkerId::new("host-a").unwrap(),
+    )
+    .processor(|_: &LeaseKey| Ignore);
+    let printed = format!("{builder:?}");
+    assert!(
+        printed.contains("orders") && printed.contains("host-a"),
+        "{printed}"
+    );
+}

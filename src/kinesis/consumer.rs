@@ -214,6 +214,17 @@ pub struct KinesisConsumerBuilder<F> {
     observer: Observer,
 }
 
+impl<F> std::fmt::Debug for KinesisConsumerBuilder<F> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("KinesisConsumerBuilder")
+            .field("stream", &self.stream)
+            .field("id", &self.id)
+            .field("worker_config", &self.worker_config)
+            .field("config", &self.config)
+            .finish_non_exhaustive()
+    }
+}
+
 impl<F> KinesisConsumerBuilder<F> {
     /// Sets the worker's configuration (lease duration, intervals). Default:
     /// [`WorkerConfig::default`].

@@ -83,6 +83,7 @@ pub(crate) mod retry;
 mod shared;
 
 #[cfg(feature = "dynamodb")]
+#[cfg_attr(docsrs, doc(cfg(feature = "dynamodb")))]
 pub mod dynamodb;
 #[cfg(any(feature = "dynamodb", feature = "kinesis"))]
 pub(crate) mod sdk;
@@ -130,9 +131,29 @@ pub(crate) fn new_nonce() -> u64 {
     (crate::jitter::uniform(1.0, (1u64 << 53) as f64) as u64).max(1)
 }
 
-/// An opaque position in a paged listing.
+/// A position in a paged listing. Opaque to callers; a store of your own builds its tokens
+/// with [`PageToken::new`] (for example from the last key of a page) and reads them back with
+/// [`PageToken::as_str`].
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct PageToken(pub(crate) String);
+
+impl PageToken {
+    /// A token carrying `position`, in whatever form the store that hands it out reads back.
+    ///
+    /// ```
+    /// use shardlease::store::PageToken;
+    /// let next = PageToken::new("shard-0042"); // the last key of this page
+    /// assert_eq!(next.as_str(), "shard-0042");
+    /// ```
+    pub fn new(position: impl Into<String>) -> Self {
+        Self(position.into())
+    }
+
+    /// The position this token carries.
+    pub fn as_str(&self) -> &str {
+        &self.0
+    }
+}
 
 /// One page of a listing.
 #[derive(Debug, Clone, Default, PartialEq)]

@@ -122,6 +122,18 @@ pub struct WorkerBuilder {
     incarnation: Option<Incarnation>,
 }
 
+impl std::fmt::Debug for WorkerBuilder {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("WorkerBuilder")
+            .field("id", &self.id)
+            .field("config", &self.config)
+            .field("shards", &self.shards.len())
+            .field("source", &self.source.is_some())
+            .field("incarnation", &self.incarnation)
+            .finish_non_exhaustive()
+    }
+}
+
 impl WorkerBuilder {
     /// Sets the configuration. Default: [`WorkerConfig::default`].
     #[must_use]
@@ -407,7 +419,17 @@ impl std::fmt::Debug for WorkerMonitor {
 }
 
 impl Worker {
-    /// A builder for a worker `id` over `store`.
+    /// A builder for a worker `id` over `store`. It prints what it was given (`{:?}`).
+    ///
+    /// ```
+    /// use std::sync::Arc;
+    /// use shardlease::store::memory::InMemoryStore;
+    /// use shardlease::{Worker, WorkerId};
+    ///
+    /// let builder = Worker::builder(Arc::new(InMemoryStore::new()), WorkerId::new("host-a")?);
+    /// assert!(format!("{builder:?}").contains("host-a"));
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
     pub fn builder(store: Arc<dyn LeaseStore>, id: WorkerId) -> WorkerBuilder {
         WorkerBuilder {
             store,
