@@ -502,12 +502,3 @@ async fn a_discoverer_that_cannot_list_is_relieved_by_the_standby_within_a_stand
     assert!(calls.get("b").copied().unwrap_or(0) >= 2, "{calls:?}");
     finish(fleet).await;
 }
-
-/// Prints a `FIGURE` line naming the protocol.
-fn figure(name: &str, value: Duration) {
-    let protocol = match base().protocol {
-        shardlease::Protocol::Leases => "leases",
-        _ => "sessions",
-    };
-    Fleet::figure(&format!("{protocol}: {name}"), value);
-}

@@ -143,12 +143,3 @@ async fn a_handoff_whose_owner_dies_is_taken_when_the_lease_expires() {
 fn config_drift() -> Duration {
     base().drift_allowance
 }
-
-/// Prints a `FIGURE` line naming the protocol.
-fn figure(name: &str, value: Duration) {
-    let protocol = match base().protocol {
-        shardlease::Protocol::Leases => "leases",
-        _ => "sessions",
-    };
-    Fleet::figure(&format!("{protocol}: {name}"), value);
-}

@@ -65,12 +65,3 @@ async fn the_leases_a_leaving_worker_releases_are_taken_while_it_winds_down() {
     fleet.assert_safe();
     fleet.shutdown_all().await;
 }
-
-/// Prints a `FIGURE` line naming the protocol.
-fn figure(name: &str, value: Duration) {
-    let protocol = match base().protocol {
-        shardlease::Protocol::Leases => "leases",
-        _ => "sessions",
-    };
-    Fleet::figure(&format!("{protocol}: {name}"), value);
-}

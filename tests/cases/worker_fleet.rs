@@ -533,12 +533,3 @@ async fn ten_leases_joined_by_two_workers_ours_and_kcls() {
         figures[1]
     );
 }
-
-/// Prints a `FIGURE` line naming the protocol.
-fn figure(name: &str, value: Duration) {
-    let protocol = match base().protocol {
-        shardlease::Protocol::Leases => "leases",
-        _ => "sessions",
-    };
-    Fleet::figure(&format!("{protocol}: {name}"), value);
-}

@@ -78,7 +78,7 @@ async fn a_worker_whose_requests_land_late_gives_its_leases_up_and_takes_them_ba
     let fraction = processed_fraction(&records, &slow, began, healed);
     println!(
         "FIGURE {}: slow worker: its leases processed {:.1} % of the slow spell",
-        format!("{:?}", base().protocol).to_lowercase(),
+        PROTOCOL,
         fraction * 100.0
     );
     // Its leases' validity there ends within a lease duration; then they are processed by its
