@@ -31,7 +31,7 @@ impl Fenced {
     /// Whether `worker`'s session `incarnation` is known here to be over.
     pub fn contains(&self, worker: &WorkerId, incarnation: Incarnation) -> bool {
         // Asked for every lease of every round: no id is copied while nothing is fenced.
-        !self.sessions.is_empty() && self.sessions.contains(&(worker.clone(), incarnation))
+        !self.is_empty() && self.sessions.contains(&(worker.clone(), incarnation))
     }
 
     /// How many sessions were ever recorded: it only grows, so a reader that compares it with
@@ -40,12 +40,20 @@ impl Fenced {
         self.added
     }
 
-    /// Forgets the sessions `named` does not name.
-    pub fn retain_named(&mut self, named: &HashSet<SessionId>) {
-        self.sessions.retain(|s| named.contains(s));
+    /// Forgets the sessions `judged` knew that `named` does not name; those added since
+    /// `judged` was copied are kept.
+    pub fn forget_unnamed(&mut self, judged: &Fenced, named: &HashSet<SessionId>) {
+        self.sessions
+            .retain(|s| !judged.sessions.contains(s) || named.contains(s));
+    }
+
+    /// Whether no session is kept.
+    pub fn is_empty(&self) -> bool {
+        self.sessions.is_empty()
     }
 
     /// How many sessions are kept.
+    #[cfg(test)]
     pub fn len(&self) -> usize {
         self.sessions.len()
     }
@@ -71,23 +79,32 @@ mod tests {
         assert_eq!((fenced.len(), fenced.added()), (2, 2));
 
         // The table names only b's session now: a's is forgotten.
-        fenced.retain_named(&HashSet::from([session("b", 2), session("c", 3)]));
+        let judged = fenced.clone();
+        fenced.forget_unnamed(&judged, &HashSet::from([session("b", 2), session("c", 3)]));
         assert!(!fenced.contains(&WorkerId::new("a").unwrap(), Incarnation::new(1)));
         assert!(fenced.contains(&WorkerId::new("b").unwrap(), Incarnation::new(2)));
         assert_eq!(fenced.len(), 1);
 
-        // A new fence after the pruning leaves the size where it was, yet counts as news.
+        // A fence made after the round copied the set survives that round's pruning; the
+        // next round, which judges it, forgets it once nothing names it.
         let before = fenced.added();
-        fenced.retain_named(&HashSet::new());
+        let judged = fenced.clone();
         assert!(fenced.insert(session("c", 3)));
+        fenced.forget_unnamed(&judged, &HashSet::new());
+        assert!(fenced.contains(&WorkerId::new("c").unwrap(), Incarnation::new(3)));
         assert_eq!(fenced.len(), 1);
+        // It leaves the size where it was, yet counts as news.
         assert!(fenced.added() > before);
+        let judged = fenced.clone();
+        fenced.forget_unnamed(&judged, &HashSet::new());
+        assert!(fenced.is_empty());
 
         // A thousand sessions fenced one after another, each forgotten once its leases moved
         // on: the set stays at one.
         for i in 0..1000 {
             fenced.insert(session("d", 100 + i));
-            fenced.retain_named(&HashSet::from([session("d", 100 + i)]));
+            let judged = fenced.clone();
+            fenced.forget_unnamed(&judged, &HashSet::from([session("d", 100 + i)]));
             assert_eq!(fenced.len(), 1);
         }
         assert_eq!(fenced.added(), before + 1001);

@@ -370,6 +370,8 @@ impl Taker {
             .collect();
         let fenced = self.fenced().clone();
         let mut named = HashSet::new();
+        // The sessions fenced here that the table still names.
+        let mut still_fenced: HashSet<SessionId> = HashSet::new();
         let far = now + FAR;
         let expiry: Vec<Instant> = snapshot
             .leases
@@ -381,6 +383,7 @@ impl Taker {
                 let session = (owner.clone(), lease.owner_incarnation);
                 if let Some(incarnation) = lease.owner_incarnation {
                     if fenced.contains(owner, incarnation) {
+                        still_fenced.insert((owner.clone(), incarnation));
                         return now;
                     }
                 }
@@ -401,28 +404,19 @@ impl Taker {
             .collect();
         self.ended.retain(|s| named.contains(s));
         // The sessions fenced here that the table no longer names: nothing can be started on
-        // their account any more, so they are forgotten. Under the lock, so that a fence made
-        // meanwhile is judged too: a session fenced after this snapshot was read is one it
-        // names (its record had been seen unchanged for a lease duration). Were one forgotten
-        // too early, its leases would wait a lease duration, as any session's without a record.
-        let mut fenced = self.fenced();
-        if fenced.len() > 0 {
-            let leases = snapshot
-                .leases
-                .iter()
-                .filter_map(|l| Some((l.owner.as_ref()?, l.owner_incarnation?)));
-            let records = snapshot
-                .members
-                .iter()
-                .filter_map(|m| Some((&m.worker, m.incarnation?)));
-            let still_named: HashSet<SessionId> = leases
-                .chain(records)
-                .filter(|(worker, incarnation)| fenced.contains(worker, *incarnation))
-                .map(|(worker, incarnation)| (worker.clone(), incarnation))
-                .collect();
-            fenced.retain_named(&still_named);
+        // their account any more, so they are forgotten. Only those this round judged: a fence
+        // made since it copied the set is kept for the next round. (Were one forgotten too
+        // early, its leases would wait a lease duration, as any session's without a record.)
+        if !fenced.is_empty() {
+            still_fenced.extend(
+                snapshot
+                    .members
+                    .iter()
+                    .filter_map(|m| Some((m.worker.clone(), m.incarnation?)))
+                    .filter(|(worker, incarnation)| fenced.contains(worker, *incarnation)),
+            );
+            self.fenced().forget_unnamed(&fenced, &still_fenced);
         }
-        drop(fenced);
         // Only the leases others may start some day are kept: at rest that is none, and a
         // worker of a large fleet must not hold a map of every lease between rounds.
         self.expiry = snapshot
