@@ -115,6 +115,7 @@ fn reason_name(reason: &StopReason) -> &'static str {
         StopReason::Handoff { .. } => "handoff",
         StopReason::Shutdown { .. } => "shutdown",
         StopReason::Retired { .. } => "retired",
+        _ => "other",
     }
 }
 
@@ -342,14 +343,11 @@ async fn run(args: Args) -> Result<(), Error> {
         worker: worker.clone(),
         file,
     };
-    let config = ConsumerConfig {
-        initial_position: if args.latest {
-            InitialPosition::Latest
-        } else {
-            InitialPosition::TrimHorizon
-        },
-        ..ConsumerConfig::default()
-    };
+    let config = ConsumerConfig::default().initial_position(if args.latest {
+        InitialPosition::Latest
+    } else {
+        InitialPosition::TrimHorizon
+    });
     let name = worker.clone();
     let consumer = KinesisConsumer::builder(
         kinesis.clone(),

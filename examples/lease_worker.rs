@@ -140,7 +140,7 @@ impl EventLog {
 async fn process(mut grant: LeaseGrant, log: EventLog) {
     let reason = grant.stopped().await;
     if reason != StopReason::Lost {
-        match grant.checkpoint_at("done").await {
+        match grant.checkpoint("done").await {
             Ok(()) => {
                 tracing::info!(lease_key = %grant.key(), "checkpointed");
                 log.write(grant.key(), "checkpointed");

@@ -46,7 +46,7 @@ async fn start(
                         "{} {name:<7} starts  {} from checkpoint {}",
                         t(),
                         grant.key(),
-                        grant.checkpoint().unwrap_or("-")
+                        grant.initial_checkpoint().unwrap_or("-")
                     );
                     let name = name.clone();
                     tokio::spawn(async move {
@@ -56,7 +56,7 @@ async fn start(
                         }
                         if reason != StopReason::Lost {
                             let checkpoint = format!("{name}@{}", t().trim());
-                            if grant.checkpoint_at(&checkpoint).await.is_ok() {
+                            if grant.checkpoint(&checkpoint).await.is_ok() {
                                 println!(
                                     "{} {name:<7} saved   {} at {checkpoint}",
                                     t(),

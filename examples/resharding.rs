@@ -38,15 +38,9 @@ async fn process(
         tokio::select! {
             reason = grant.stopped() => {
                 if reason != StopReason::Lost {
-                    let _ = grant.checkpoint_at(&read.to_string()).await;
+                    let _ = grant.checkpoint(&read.to_string()).await;
                 }
-                let why = match reason {
-                    StopReason::Lost => "lost",
-                    StopReason::Handoff { .. } => "handoff",
-                    StopReason::Shutdown { .. } => "shutdown",
-                    StopReason::Retired { .. } => "retired: its shard left the source",
-                };
-                println!("{} {name} stops   {} ({why}) after {read} records", t(), grant.key());
+                println!("{} {name} stops   {} ({reason}) after {read} records", t(), grant.key());
                 return;
             }
             _ = sleep(Duration::from_millis(100)) => read += 1,
@@ -91,7 +85,7 @@ async fn start(
         while let Some(event) = events.recv().await {
             match event {
                 LeaseEvent::Acquired(grant) => {
-                    let from = grant.checkpoint().unwrap_or("-").to_owned();
+                    let from = grant.initial_checkpoint().unwrap_or("-").to_owned();
                     println!(
                         "{} {name} starts  {} from checkpoint {from}",
                         t(),

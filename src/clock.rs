@@ -10,12 +10,17 @@
 //! tokio's monotonic clock and so follows paused time in tests). The simulator gives each worker
 //! a clock of its own that runs a little fast or slow, or stops as a frozen process does, to
 //! check the protocol under the clock-rate skew it claims to tolerate.
+//!
+//! The other thing a simulation must fix is chance: [`seed_thread`] seeds the generator every
+//! jitter and backoff of the crate draws from, so that a run on one thread replays exactly.
 
 use std::fmt::Debug;
 use std::future::Future;
 use std::pin::Pin;
 
 use tokio::time::Instant;
+
+pub use crate::jitter::seed_thread;
 
 /// A sleep on a [`Clock`].
 pub type Sleep = Pin<Box<dyn Future<Output = ()> + Send + 'static>>;

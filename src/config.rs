@@ -3,10 +3,44 @@
 
 use std::time::Duration;
 
-/// A configuration value that cannot work.
+/// A configuration value that cannot work: which field, and why. Every configuration of this
+/// crate ([`WorkerConfig`], the DynamoDB store's and the Kinesis consumer's) reports with it.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-#[error("invalid worker configuration: {0}")]
-pub struct ConfigError(pub String);
+#[non_exhaustive]
+pub enum ConfigError {
+    /// `field` holds a value that cannot work.
+    #[error("invalid configuration: {reason}")]
+    Invalid {
+        /// The field, as named in its struct (`renew_interval`, `table_name`, ...).
+        field: &'static str,
+        /// Why the value cannot work, with the value and what would.
+        reason: String,
+    },
+}
+
+impl ConfigError {
+    /// `field` holds a value that cannot work, because of `reason`.
+    pub fn invalid(field: &'static str, reason: impl Into<String>) -> Self {
+        Self::Invalid {
+            field,
+            reason: reason.into(),
+        }
+    }
+
+    /// The field at fault.
+    pub fn field(&self) -> &'static str {
+        match self {
+            Self::Invalid { field, .. } => field,
+        }
+    }
+
+    /// Why its value cannot work.
+    pub fn reason(&self) -> &str {
+        match self {
+            Self::Invalid { reason, .. } => reason,
+        }
+    }
+}
 
 /// Which lease protocol a worker speaks. Every worker of one table must speak the same one.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
@@ -34,6 +68,7 @@ pub enum Protocol {
 /// Every default says where it comes from. [`WorkerConfig::validate`] explains what is wrong
 /// with a combination that cannot work.
 #[derive(Debug, Clone, PartialEq)]
+#[non_exhaustive]
 pub struct WorkerConfig {
     /// How long a lease stays valid without a renewal: the failover time after a crash.
     /// Default: 10 s (KCL's `failoverTimeMillis`).
@@ -150,6 +185,50 @@ impl WorkerConfig {
         self
     }
 
+    /// Sets [`lease_duration`](Self::lease_duration) alone. To have the intervals follow it
+    /// as the defaults do, start from [`with_lease_duration`](Self::with_lease_duration).
+    #[must_use]
+    pub fn lease_duration(mut self, value: Duration) -> Self {
+        self.lease_duration = value;
+        self
+    }
+
+    /// Sets [`renew_interval`](Self::renew_interval) (after [`protocol`](Self::protocol),
+    /// which sets it to that protocol's default).
+    #[must_use]
+    pub fn renew_interval(mut self, value: Duration) -> Self {
+        self.renew_interval = value;
+        self
+    }
+
+    /// Sets [`drift_allowance`](Self::drift_allowance).
+    #[must_use]
+    pub fn drift_allowance(mut self, value: Duration) -> Self {
+        self.drift_allowance = value;
+        self
+    }
+
+    /// Sets [`handoff_poll_interval`](Self::handoff_poll_interval).
+    #[must_use]
+    pub fn handoff_poll_interval(mut self, value: Duration) -> Self {
+        self.handoff_poll_interval = value;
+        self
+    }
+
+    /// Sets [`max_concurrent_renewals`](Self::max_concurrent_renewals).
+    #[must_use]
+    pub fn max_concurrent_renewals(mut self, value: usize) -> Self {
+        self.max_concurrent_renewals = value;
+        self
+    }
+
+    /// Sets [`store_timeout`](Self::store_timeout).
+    #[must_use]
+    pub fn store_timeout(mut self, value: Duration) -> Self {
+        self.store_timeout = value;
+        self
+    }
+
     /// Sets [`slow_scan_interval`](Self::slow_scan_interval).
     #[must_use]
     pub fn slow_scan_interval(mut self, value: Duration) -> Self {
@@ -230,25 +309,34 @@ impl WorkerConfig {
 
     /// Checks that the values can work together.
     pub fn validate(&self) -> Result<(), ConfigError> {
-        let fail = |msg: String| Err(ConfigError(msg));
+        let fail = |field, reason: String| Err(ConfigError::invalid(field, reason));
         if self.lease_duration < Duration::from_millis(100) {
-            return fail(format!(
-                "lease_duration {:?} is too short: at least 100 ms",
-                self.lease_duration
-            ));
+            return fail(
+                "lease_duration",
+                format!(
+                    "lease_duration {:?} is too short: at least 100 ms",
+                    self.lease_duration
+                ),
+            );
         }
         if self.renew_interval.is_zero() || self.renew_interval * 2 > self.lease_duration {
-            return fail(format!(
-                "renew_interval {:?} must be non-zero and at most half of lease_duration {:?} \
+            return fail(
+                "renew_interval",
+                format!(
+                    "renew_interval {:?} must be non-zero and at most half of lease_duration {:?} \
                  (a third is the default), so that one failed renewal does not lose the lease",
-                self.renew_interval, self.lease_duration
-            ));
+                    self.renew_interval, self.lease_duration
+                ),
+            );
         }
         if self.drift_allowance + self.renew_interval >= self.lease_duration {
-            return fail(format!(
+            return fail(
+                "drift_allowance",
+                format!(
                 "drift_allowance {:?} + renew_interval {:?} must be less than lease_duration {:?}",
                 self.drift_allowance, self.renew_interval, self.lease_duration
-            ));
+            ),
+            );
         }
         for (name, value) in [
             ("taker_interval", self.taker_interval),
@@ -258,14 +346,20 @@ impl WorkerConfig {
             ("slow_scan_interval", self.slow_scan_interval),
         ] {
             if value.is_zero() {
-                return fail(format!("{name} must be non-zero"));
+                return fail(name, format!("{name} must be non-zero"));
             }
         }
         if self.max_leases_per_worker == 0 {
-            return fail("max_leases_per_worker must be at least 1".into());
+            return fail(
+                "max_leases_per_worker",
+                "max_leases_per_worker must be at least 1".into(),
+            );
         }
         if self.max_concurrent_renewals == 0 {
-            return fail("max_concurrent_renewals must be at least 1".into());
+            return fail(
+                "max_concurrent_renewals",
+                "max_concurrent_renewals must be at least 1".into(),
+            );
         }
         Ok(())
     }
@@ -295,32 +389,36 @@ mod tests {
 
     #[test]
     fn a_renew_interval_close_to_the_lease_duration_is_refused() {
-        let config = WorkerConfig {
-            renew_interval: Duration::from_secs(9),
-            ..WorkerConfig::default()
-        };
+        let config = WorkerConfig::default().renew_interval(Duration::from_secs(9));
         let err = config.validate().unwrap_err();
-        assert!(err.0.contains("renew_interval"), "{err}");
-        assert!(err.0.contains("half of lease_duration"), "{err}");
+        assert_eq!(err.field(), "renew_interval", "{err}");
+        assert!(err.reason().contains("half of lease_duration"), "{err}");
     }
 
     #[test]
     fn zero_limits_are_refused() {
-        let config = WorkerConfig::default().max_leases_per_worker(0);
-        assert!(config
-            .validate()
-            .unwrap_err()
-            .0
-            .contains("max_leases_per_worker"));
-        let config = WorkerConfig {
-            taker_interval: Duration::ZERO,
-            ..WorkerConfig::default()
-        };
-        assert!(config.validate().unwrap_err().0.contains("taker_interval"));
-        let config = WorkerConfig {
-            drift_allowance: Duration::from_secs(7),
-            ..WorkerConfig::default()
-        };
-        assert!(config.validate().unwrap_err().0.contains("drift_allowance"));
+        let field = |config: WorkerConfig| config.validate().unwrap_err().field();
+        let base = WorkerConfig::default;
+        assert_eq!(
+            field(base().max_leases_per_worker(0)),
+            "max_leases_per_worker"
+        );
+        assert_eq!(
+            field(base().max_concurrent_renewals(0)),
+            "max_concurrent_renewals"
+        );
+        assert_eq!(
+            field(base().taker_interval(Duration::ZERO)),
+            "taker_interval"
+        );
+        assert_eq!(field(base().store_timeout(Duration::ZERO)), "store_timeout");
+        assert_eq!(
+            field(base().drift_allowance(Duration::from_secs(7))),
+            "drift_allowance"
+        );
+        assert_eq!(
+            field(base().lease_duration(Duration::from_millis(50))),
+            "lease_duration"
+        );
     }
 }

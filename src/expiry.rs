@@ -80,11 +80,6 @@ impl<K: Eq + Hash + Clone, V: PartialEq> ExpiryTracker<K, V> {
         self.seen.len()
     }
 
-    /// True when it remembers no key.
-    pub fn is_empty(&self) -> bool {
-        self.seen.is_empty()
-    }
-
     /// Forgets every key for which `keep` is false (items that disappeared).
     pub fn retain(&mut self, mut keep: impl FnMut(&K) -> bool) {
         self.seen.retain(|key, _| keep(key));

@@ -176,7 +176,7 @@ impl Incarnation {
     }
 
     /// A fresh incarnation, drawn from the crate's generator (seeded by
-    /// [`jitter::seed_thread`](crate::jitter::seed_thread) in a simulation, so a run replays).
+    /// [`clock::seed_thread`](crate::clock::seed_thread) in a simulation, so a run replays).
     pub fn random() -> Self {
         Self(crate::jitter::next_u64())
     }
@@ -254,7 +254,7 @@ pub struct Lease {
     pub load: Option<f64>,
     /// Drawn at random by the store when it creates the item and never changed: a lease
     /// deleted and re-created under the same key has another one, so an observer never takes
-    /// the new item's counter for the old one's (see [`LeaseVersion`](crate::expiry::LeaseVersion)).
+    /// the new item's counter for the old one's.
     /// 0 for items written before nonces existed.
     pub nonce: u64,
 }

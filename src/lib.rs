@@ -1,36 +1,85 @@
 //! # shardlease
 //!
 //! Leaderless lease coordination for the shards of a stream (Kinesis shards, LogHub shards,
-//! Kafka-style partitions, any keyed unit of work) over a lease table with conditional
-//! writes: DynamoDB for fleets, an in-memory table for demos, tests and simulation.
+//! Kafka-style partitions, any keyed unit of work): every worker of a fleet keeps its leases
+//! alive, takes expired or unowned ones and balances the fleet on its own, through a lease
+//! table written only with single-item conditional writes. A lease moved for balance is
+//! handed over gracefully (the old owner checkpoints, then the new one starts); a worker that
+//! cannot prove it still owns a lease stops work on it.
 //!
-//! The entry point today is the [`store::LeaseStore`] trait and its two backends,
-//! [`store::memory::InMemoryStore`] and (feature `dynamodb`, on by default)
-//! [`store::dynamodb::DynamoStore`]. The smallest working program:
+//! ## Where to start
+//!
+//! - **Any keyed units of work**: a [`Worker`] over a [`LeaseStore`]. The worker gives the
+//!   application one [`LeaseEvent::Acquired`] per lease it may work on, with a [`LeaseGrant`]:
+//!   where to resume ([`LeaseGrant::initial_checkpoint`]), a fenced
+//!   [`checkpoint`](LeaseGrant::checkpoint), and [`stopped`](LeaseGrant::stopped), which says
+//!   when and why to stop ([`StopReason`]).
+//! - **A Kinesis stream**: `kinesis::KinesisConsumer` (feature `kinesis`): a worker whose
+//!   leases follow the stream's shards, and a record loop per lease calling your
+//!   `kinesis::RecordProcessor`.
 //!
 //! ```
-//! use std::time::Duration;
-//! use shardlease::store::{memory::InMemoryStore, LeaseStore, Outcome};
-//! use shardlease::{Incarnation, LeaseKey, NewLease, WorkerId};
-//! use tokio::time::Instant;
+//! use std::sync::Arc;
+//! use shardlease::store::memory::InMemoryStore;
+//! use shardlease::{LeaseEvent, LeaseKey, StopReason, Worker, WorkerConfig, WorkerId};
 //!
-//! # #[tokio::main(flavor = "current_thread")]
+//! # #[tokio::main(flavor = "current_thread", start_paused = true)]
 //! # async fn main() -> Result<(), Box<dyn std::error::Error>> {
-//! let store = InMemoryStore::new();
-//! let deadline = Instant::now() + Duration::from_secs(5);
-//! let key = LeaseKey::new("shardId-000000000000")?;
-//! let me = WorkerId::new("worker-1")?;
-//! let process = Incarnation::random(); // tells this process from others with the same id
-//!
-//! let lease = store.create(NewLease::new(key.clone()), deadline).await?.done().unwrap();
-//! let Outcome::Done(mine) = store.take(&key, &me, process, lease.counter, deadline).await? else {
-//!     panic!("somebody else took it first");
-//! };
-//! store.checkpoint(&key, &me, mine.tenure, "seq-42", deadline).await?;
-//! assert_eq!(store.get(&key, deadline).await?.unwrap().checkpoint.as_deref(), Some("seq-42"));
+//! let store = Arc::new(InMemoryStore::new()); // or DynamoStore, or your own LeaseStore
+//! let shards = vec![LeaseKey::new("shard-0")?, LeaseKey::new("shard-1")?];
+//! let mut worker = Worker::builder(store, WorkerId::new("host-a")?)
+//!     .config(WorkerConfig::default()) // a 10 s lease; every field has a setter
+//!     .shards(shards)
+//!     .start()
+//!     .await?;
+//! let mut events = worker.take_events().expect("taken once");
+//! while let Some(event) = events.recv().await {
+//!     if let LeaseEvent::Acquired(mut grant) = event {
+//!         tokio::spawn(async move {
+//!             // ... work on grant.key() from grant.initial_checkpoint() on ...
+//!             let reason = grant.stopped().await; // a handoff, a shutdown, a loss
+//!             if !matches!(reason, StopReason::Lost) {
+//!                 let _ = grant.checkpoint("where-I-stopped").await;
+//!             }
+//!             grant.finish(); // hand the lease over (or release it) now
+//!         });
+//!     }
+//!     if worker.held_leases().len() == 2 {
+//!         break;
+//!     }
+//! }
+//! worker.shutdown().await; // every grant is asked to stop; leases released; the worker leaves
 //! # Ok(())
 //! # }
 //! ```
+//!
+//! ## The pieces
+//!
+//! | you need | use |
+//! |---|---|
+//! | a lease table | [`store::memory::InMemoryStore`] (demos, tests, simulation), [`DynamoStore`](store::dynamodb::DynamoStore) (feature `dynamodb`, on by default), or your own [`LeaseStore`] (check it with the conformance suite in `tests/conformance/`) |
+//! | configuration | [`WorkerConfig`] (every duration and limit, each with a setter; [`ConfigError`] names the field at fault) and [`Protocol`] |
+//! | the leases to hold | [`WorkerBuilder::shards`](worker::WorkerBuilder::shards) for a fixed set, or a [`ShardSource`] the discoverer follows (new, split, merged and vanished shards, children after their parents) |
+//! | to leave | [`Worker::shutdown`], or [`graceful_shutdown_on`](worker::WorkerBuilder::graceful_shutdown_on) a signal, then [`Worker::stopped`] |
+//! | events as callbacks | [`worker::LeaseListener`] |
+//! | health and metrics | [`Worker::monitor`] ([`worker::WorkerMonitor::is_healthy`] for a readiness probe); metric names in [`worker::metrics`] |
+//! | another balance | [`balance::BalancePolicy`] |
+//! | a simulation | [`clock::Clock`] and [`clock::seed_thread`] |
+//!
+//! ## Features
+//!
+//! - `dynamodb` (default): [`DynamoStore`](store::dynamodb::DynamoStore), on the AWS SDK.
+//! - `kinesis`: the Kinesis consumer, `kinesis::KinesisConsumer`.
+//!
+//! ## What is guaranteed
+//!
+//! Every write is conditional on what the writer last saw, and each worker judges expiry on
+//! its own monotonic clock, so no two workers are ever told they hold one lease at once as
+//! long as clocks run at nearly the same rate (within `drift_allowance` over a lease
+//! duration): a worker that cannot renew in time stops work before its lease can be taken.
+//! The fault model, every condition expression and why is in `docs/ARCHITECTURE.md`.
+// Without the `dynamodb` feature the crate doc's links to the DynamoDB store have no target.
+#![cfg_attr(not(feature = "dynamodb"), allow(rustdoc::broken_intra_doc_links))]
 #![cfg_attr(docsrs, feature(doc_cfg))]
 #![forbid(unsafe_code)]
 #![warn(missing_docs)]
@@ -38,13 +87,13 @@
 pub mod balance;
 pub mod clock;
 pub mod config;
-pub mod expiry;
-pub mod jitter;
+mod expiry;
+mod jitter;
 #[cfg(feature = "kinesis")]
 #[cfg_attr(docsrs, doc(cfg(feature = "kinesis")))]
 pub mod kinesis;
 pub mod lease;
-pub mod lifecycle;
+mod lifecycle;
 pub mod source;
 pub mod store;
 pub mod worker;
@@ -55,7 +104,7 @@ pub use lease::{
 };
 pub use source::{Shard, ShardSource, StaticShardSource};
 pub use store::{LeaseStore, Outcome, StoreError, StoreResult};
-pub use worker::{LeaseEvent, LeaseGrant, StopReason, Worker};
+pub use worker::{LeaseEvent, LeaseGrant, StopReason, Worker, WorkerBuilder};
 
 /// The README's examples, compiled as doc tests so that they stay true.
 #[cfg(doctest)]

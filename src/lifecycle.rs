@@ -203,11 +203,6 @@ impl Discovery {
         self.missing.clear();
     }
 
-    /// How many checkpoints and missing marks it remembers.
-    pub fn remembered(&self) -> (usize, usize) {
-        (self.known.len(), self.missing.len())
-    }
-
     /// Forgets a lease the discoverer deleted on purpose: if its shard comes back, it starts
     /// afresh.
     pub fn forget(&mut self, key: &LeaseKey) {
@@ -215,8 +210,15 @@ impl Discovery {
         self.missing.remove(key);
     }
 
+    /// How many checkpoints and missing marks it remembers.
+    #[cfg(test)]
+    fn remembered(&self) -> (usize, usize) {
+        (self.known.len(), self.missing.len())
+    }
+
     /// The last checkpoint seen of `key`, if any.
-    pub fn known_checkpoint(&self, key: &LeaseKey) -> Option<&str> {
+    #[cfg(test)]
+    fn known_checkpoint(&self, key: &LeaseKey) -> Option<&str> {
         self.known.get(key).and_then(|k| k.checkpoint.as_deref())
     }
 

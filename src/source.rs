@@ -62,6 +62,7 @@ impl Shard {
 
 /// A failed listing. The discoverer logs it and tries again after a jittered backoff.
 #[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
 pub enum SourceError {
     /// The source asked us to slow down (Kinesis `LimitExceededException`): backed off
     /// like any error, and counted apart in the metrics.

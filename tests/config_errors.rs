@@ -180,10 +180,7 @@ async fn an_endpoint_where_nothing_listens_is_named() {
 #[tokio::test]
 async fn a_missing_table_is_named_when_the_store_may_not_create_it() {
     let table = dynamo::unique_table("config-errors-missing");
-    let config = DynamoConfig {
-        create_if_missing: false,
-        ..DynamoConfig::new(&table)
-    };
+    let config = DynamoConfig::new(&table).create_if_missing(false);
     let err = DynamoStore::connect(dynamo::Emulator::dynalite().client(), config)
         .await
         .expect_err("the table does not exist");

@@ -29,13 +29,11 @@ fn worker_config() -> WorkerConfig {
 }
 
 fn consumer_config() -> ConsumerConfig {
-    ConsumerConfig {
-        initial_position: InitialPosition::TrimHorizon,
-        max_records: 50,
-        min_call_interval: Duration::from_millis(100),
-        idle_time_between_reads: Duration::from_millis(200),
-        ..ConsumerConfig::default()
-    }
+    ConsumerConfig::default()
+        .initial_position(InitialPosition::TrimHorizon)
+        .max_records(50)
+        .min_call_interval(Duration::from_millis(100))
+        .idle_time_between_reads(Duration::from_millis(200))
 }
 
 async fn store(test: &str) -> Arc<dyn LeaseStore> {
@@ -425,7 +423,7 @@ fn builder(
     stream: &str,
     store: &Arc<dyn LeaseStore>,
     events: &Events,
-) -> shardlease::kinesis::KinesisConsumerBuilder<()> {
+) -> shardlease::kinesis::KinesisConsumerBuilder {
     KinesisConsumer::builder(
         client.clone(),
         stream,
@@ -433,10 +431,7 @@ fn builder(
         WorkerId::new(name).unwrap(),
     )
     .worker_config(worker_config())
-    .config(ConsumerConfig {
-        max_backoff: Duration::from_secs(1),
-        ..consumer_config()
-    })
+    .config(consumer_config().max_backoff(Duration::from_secs(1)))
     .on_event(events.observer())
 }
 
@@ -458,10 +453,7 @@ async fn latest_does_not_replay_the_children_of_a_shard_closed_before_the_first_
     let ledger = Arc::new(Mutex::new(Ledger::default()));
     let events = Events::default();
     let consumer = builder("a", &client, &stream, &store, &events)
-        .config(ConsumerConfig {
-            initial_position: InitialPosition::Latest,
-            ..consumer_config()
-        })
+        .config(consumer_config().initial_position(InitialPosition::Latest))
         .processor(kinesis::processors("a", &ledger, Duration::from_millis(10)))
         .start()
         .await
@@ -625,5 +617,48 @@ async fn a_lease_lost_and_taken_back_during_a_long_batch_is_never_read_by_two_lo
     .await;
     let ledger = ledger.lock().unwrap().clone();
     assert!(ledger.violations.is_empty(), "{:#?}", ledger.violations);
+    consumer.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_shutdown_signal_checkpoints_releases_and_ends_every_record_loop() {
+    let client = kinesis::client();
+    let stream = kinesis::unique_stream("signal");
+    kinesis::create_stream(&client, &stream, 2).await;
+    let store = store("kinesis-signal").await;
+    let ledger = Arc::new(Mutex::new(Ledger::default()));
+    let events = Events::default();
+    let (fire, signal) = tokio::sync::oneshot::channel::<()>();
+    let consumer = builder("a", &client, &stream, &store, &events)
+        .graceful_shutdown_on(async {
+            let _ = signal.await;
+        })
+        .processor(kinesis::processors("a", &ledger, Duration::from_millis(10)))
+        .start()
+        .await
+        .unwrap();
+    let producer = Producer::new(client.clone(), &stream, 4);
+    producer.round().await;
+    let total = producer.total() as usize;
+    until("every record processed", || {
+        ledger.lock().unwrap().distinct() == total
+    })
+    .await;
+
+    fire.send(()).unwrap();
+    tokio::time::timeout(Duration::from_secs(60), consumer.stopped())
+        .await
+        .expect("the consumer left after the signal");
+    let released = |e: &ConsumerEvent| matches!(e, ConsumerEvent::Released { .. });
+    let stopped = |e: &ConsumerEvent| matches!(e, ConsumerEvent::Stopped { .. });
+    assert_eq!(events.count(released), 2, "both leases released");
+    assert_eq!(events.count(stopped), 2, "both record loops ended");
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(5);
+    for lease in store.snapshot(deadline).await.unwrap().leases {
+        assert_eq!(
+            lease.owner, None,
+            "{lease:?} still owned after the departure"
+        );
+    }
     consumer.shutdown().await;
 }

@@ -223,7 +223,7 @@ async fn a_refused_checkpoint_loses_the_lease_at_once() {
     let mut keep = Vec::new();
     let mut grant = grant_of(events, &victim.key, &mut keep).await;
     take_by_hand(&store, &victim).await;
-    let refused = grant.checkpoint_at("42").await;
+    let refused = grant.checkpoint("42").await;
     assert!(refused.is_err(), "{refused:?}");
     // Paused time: the loss is immediate, not a matter of speed.
     let lost = tokio::time::timeout(Duration::from_millis(100), grant.lost()).await;

@@ -16,6 +16,7 @@ use crate::lease::{LeaseKey, WorkerId};
 
 /// Who has a lease, as the observer judges it.
 #[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
 pub enum Holder {
     /// Unowned, or its owner's lease expired: anyone may take it.
     Available,
@@ -63,6 +64,7 @@ pub struct FleetView {
 
 /// A step the observer should take.
 #[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
 pub enum Move {
     /// Take a lease: an available one, or (a steal, as KCL does) one a live worker holds. A
     /// stolen lease is reported to the application only a lease duration after the take,

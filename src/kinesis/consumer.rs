@@ -1,117 +1,36 @@
 //! The consumer: a worker whose discoverer follows the stream's shards, and a record loop for
 //! every lease the worker hands to the application.
 
+use std::future::Future;
 use std::sync::Arc;
-use std::time::{Duration, SystemTime};
 
 use std::collections::HashMap;
 
 use async_trait::async_trait;
 use tokio::sync::mpsc;
 use tokio::task::JoinHandle;
+use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 use tracing::Instrument;
 
+use super::config::{ConsumerConfig, InitialPosition};
+use super::event::{ConsumerEvent, Observer};
 use super::processor::ProcessorFactory;
 use super::reader::{self, ReaderContext};
 use super::source::{KinesisShardSource, StreamError};
-use crate::config::WorkerConfig;
+use crate::config::{ConfigError, WorkerConfig};
 use crate::lease::{LeaseKey, WorkerId};
 use crate::source::{Shard, ShardSource, SourceError};
 use crate::store::LeaseStore;
-use crate::worker::{LeaseEvent, StopReason, Worker, WorkerError};
-
-/// Where a shard with no checkpoint and no parents starts.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum InitialPosition {
-    /// The oldest record still in the stream.
-    TrimHorizon,
-    /// Records written from the moment the lease is first read. The moment is checkpointed
-    /// at once, so a lease that moves before its first checkpoint resumes from that moment
-    /// instead of skipping what came in between (KCL starts such a lease at the new latest).
-    Latest,
-    /// Records written from this moment on.
-    AtTimestamp(SystemTime),
-}
-
-/// How the record loops read. Every default says where it comes from.
-#[derive(Debug, Clone, PartialEq)]
-pub struct ConsumerConfig {
-    /// Where a new shard with no parents starts. A child shard with no checkpoint starts at
-    /// its beginning (its parents' data ran up to its first record), or at the moment of an
-    /// `AtTimestamp` position. With `Latest`, shards that closed before the consumer first
-    /// started get no lease and their children start at `Latest` too, so a stream resharded
-    /// within its retention period is not replayed. Default: `Latest` (as KCL).
-    pub initial_position: InitialPosition,
-    /// Most records per `GetRecords` call, 1 to 10,000. Default: 10,000 (the service's
-    /// maximum, as KCL).
-    pub max_records: i32,
-    /// Least time between two `GetRecords` calls on one shard. Default: 200 ms (the service
-    /// allows 5 calls per second per shard, shared by every consumer of the stream).
-    pub min_call_interval: Duration,
-    /// The wait after a call that returned no records. Default: 1 s (KCL's
-    /// `idleTimeBetweenReadsInMillis`).
-    pub idle_time_between_reads: Duration,
-    /// The longest wait after throttling or errors; the wait doubles from
-    /// `min_call_interval` with full jitter. Also how long a lease whose processor panicked,
-    /// or that Kinesis refused to serve, is held before it is released. Default: 10 s.
-    pub max_backoff: Duration,
-    /// The longest a `GetRecords` or `GetShardIterator` call may go unanswered: then it is
-    /// abandoned as a transient failure and retried after a backoff (a connection that
-    /// accepted the request and never answers would otherwise stall the shard for good).
-    /// Default: 10 s (`GetRecords` answers in well under a second, and the SDK's own timeouts
-    /// bound only the connect).
-    pub call_timeout: Duration,
-}
-
-impl Default for ConsumerConfig {
-    fn default() -> Self {
-        Self {
-            initial_position: InitialPosition::Latest,
-            max_records: 10_000,
-            min_call_interval: Duration::from_millis(200),
-            idle_time_between_reads: Duration::from_secs(1),
-            max_backoff: Duration::from_secs(10),
-            call_timeout: Duration::from_secs(10),
-        }
-    }
-}
-
-impl ConsumerConfig {
-    /// Checks that the values can work.
-    pub fn validate(&self) -> Result<(), ConsumerError> {
-        if !(1..=10_000).contains(&self.max_records) {
-            return Err(ConsumerError::Config(format!(
-                "max_records {} must be between 1 and 10,000 (the GetRecords limit)",
-                self.max_records
-            )));
-        }
-        for (name, value) in [
-            ("min_call_interval", self.min_call_interval),
-            ("idle_time_between_reads", self.idle_time_between_reads),
-            ("call_timeout", self.call_timeout),
-        ] {
-            if value.is_zero() {
-                return Err(ConsumerError::Config(format!("{name} must be non-zero")));
-            }
-        }
-        if self.max_backoff < self.min_call_interval {
-            return Err(ConsumerError::Config(format!(
-                "max_backoff {:?} must be at least min_call_interval {:?}",
-                self.max_backoff, self.min_call_interval
-            )));
-        }
-        Ok(())
-    }
-}
+use crate::worker::{LeaseEvent, ShutdownSignal, Worker, WorkerError};
 
 /// Why a consumer could not start.
 #[derive(Debug, thiserror::Error)]
 #[non_exhaustive]
 pub enum ConsumerError {
     /// The consumer configuration cannot work.
-    #[error("invalid consumer configuration: {0}")]
-    Config(String),
+    #[error(transparent)]
+    Config(#[from] ConfigError),
     /// The stream cannot be read: it does not exist, the Kinesis client has no region or
     /// credentials, nothing listens at its endpoint, or Kinesis refuses the listing.
     #[error(transparent)]
@@ -121,89 +40,11 @@ pub enum ConsumerError {
     Worker(#[from] WorkerError),
 }
 
-/// Something that happened to a lease of this consumer, for logs and metrics.
-#[derive(Debug, Clone, PartialEq, Eq)]
-#[non_exhaustive]
-pub enum ConsumerEvent {
-    /// The lease was acquired; its record loop starts.
-    Acquired {
-        /// The shard.
-        key: LeaseKey,
-        /// Its checkpoint.
-        checkpoint: Option<String>,
-    },
-    /// The record loop of the lease was asked to stop (handoff, shutdown, retirement) and
-    /// calls the processor's `stop_requested`.
-    StopRequested {
-        /// The shard.
-        key: LeaseKey,
-        /// Why.
-        reason: StopReason,
-    },
-    /// The record loop of the lease ended; nothing of it is processed here any more.
-    Stopped {
-        /// The shard.
-        key: LeaseKey,
-    },
-    /// The lease was handed over to `to`.
-    HandedOff {
-        /// The shard.
-        key: LeaseKey,
-        /// The new owner.
-        to: WorkerId,
-    },
-    /// The lease was released (shutdown).
-    Released {
-        /// The shard.
-        key: LeaseKey,
-    },
-    /// The lease was lost.
-    Lost {
-        /// The shard.
-        key: LeaseKey,
-    },
-    /// The shard was processed to its end and its lease released.
-    ShardEnded {
-        /// The shard.
-        key: LeaseKey,
-    },
-    /// The shard left the stream and its lease was deleted.
-    Retired {
-        /// The shard.
-        key: LeaseKey,
-    },
-    /// A checkpoint was stored (a sequence number, or `SHARD_END`).
-    Checkpointed {
-        /// The shard.
-        key: LeaseKey,
-        /// The checkpoint.
-        sequence_number: String,
-    },
-    /// The processor panicked. The panic was caught: the processor is not called again, and
-    /// the lease is released after [`ConsumerConfig::max_backoff`] (at once if a stop comes
-    /// first) for the balance to place again, with a fresh processor, here or on a peer.
-    ProcessorPanicked {
-        /// The shard.
-        key: LeaseKey,
-        /// The panic's message.
-        message: String,
-    },
-    /// Kinesis refused to serve the shard (`GetShardIterator`, or `GetRecords` even with a
-    /// fresh iterator) with an error that retrying cannot fix: the stream was deleted, access
-    /// is denied, the checkpoint is not a sequence number of the shard. The record loop ends
-    /// and the lease is released after [`ConsumerConfig::max_backoff`], as after a panic.
-    ReadFailed {
-        /// The shard.
-        key: LeaseKey,
-        /// The call and the service's error code and message.
-        error: String,
-    },
-}
-
-pub(crate) type Observer = Arc<dyn Fn(ConsumerEvent) + Send + Sync>;
-
 /// Builds a [`KinesisConsumer`].
-pub struct KinesisConsumerBuilder<F> {
+///
+/// `F` is the processor factory: [`NoProcessor`] until [`processor`](Self::processor) sets
+/// one, and [`start`](Self::start) needs one.
+pub struct KinesisConsumerBuilder<F = NoProcessor> {
     client: aws_sdk_kinesis::Client,
     stream: String,
     store: Arc<dyn LeaseStore>,
@@ -212,7 +53,23 @@ pub struct KinesisConsumerBuilder<F> {
     config: ConsumerConfig,
     factory: F,
     observer: Observer,
+    shutdown_signal: Option<ShutdownSignal>,
 }
+
+/// The processor factory of a [`KinesisConsumerBuilder`] before
+/// [`processor`](KinesisConsumerBuilder::processor) set one: not a factory, so that
+/// [`start`](KinesisConsumerBuilder::start) without one does not compile.
+///
+/// ```compile_fail
+/// # async fn run(client: aws_sdk_kinesis::Client, store: std::sync::Arc<dyn shardlease::LeaseStore>) {
+/// use shardlease::kinesis::KinesisConsumer;
+/// let id = shardlease::WorkerId::new("w1").unwrap();
+/// // error: `NoProcessor` is not a processor factory
+/// let consumer = KinesisConsumer::builder(client, "my-stream", store, id).start().await;
+/// # }
+/// ```
+#[derive(Debug, Clone, Copy, Default)]
+pub struct NoProcessor;
 
 impl<F> std::fmt::Debug for KinesisConsumerBuilder<F> {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
@@ -221,6 +78,7 @@ impl<F> std::fmt::Debug for KinesisConsumerBuilder<F> {
             .field("id", &self.id)
             .field("worker_config", &self.worker_config)
             .field("config", &self.config)
+            .field("shutdown_signal", &self.shutdown_signal.is_some())
             .finish_non_exhaustive()
     }
 }
@@ -248,6 +106,18 @@ impl<F> KinesisConsumerBuilder<F> {
         self
     }
 
+    /// Leaves gracefully, as [`KinesisConsumer::shutdown`] does, when `signal` completes;
+    /// [`KinesisConsumer::stopped`] resolves once it has. See
+    /// [`WorkerBuilder::graceful_shutdown_on`](crate::worker::WorkerBuilder::graceful_shutdown_on).
+    #[must_use]
+    pub fn graceful_shutdown_on(
+        mut self,
+        signal: impl Future<Output = ()> + Send + 'static,
+    ) -> Self {
+        self.shutdown_signal = Some(std::sync::Mutex::new(Box::pin(signal)));
+        self
+    }
+
     /// Sets the processor factory: one processor per acquired lease.
     pub fn processor<P: ProcessorFactory>(self, factory: P) -> KinesisConsumerBuilder<P> {
         KinesisConsumerBuilder {
@@ -259,15 +129,18 @@ impl<F> KinesisConsumerBuilder<F> {
             config: self.config,
             factory,
             observer: self.observer,
+            shutdown_signal: self.shutdown_signal,
         }
     }
-}
 
-impl<F: ProcessorFactory> KinesisConsumerBuilder<F> {
     /// Validates the configuration, checks that the stream can be listed
     /// ([`KinesisShardSource::check`]: a missing stream or a misconfigured client fails here,
     /// with a one-line [`ConsumerError::Stream`]), and starts the worker and its record loops.
-    pub async fn start(self) -> Result<KinesisConsumer, ConsumerError> {
+    /// Needs a processor factory: call [`processor`](Self::processor) first.
+    pub async fn start(self) -> Result<KinesisConsumer, ConsumerError>
+    where
+        F: ProcessorFactory,
+    {
         self.config.validate()?;
         let shards = KinesisShardSource::new(self.client.clone(), self.stream.clone());
         shards.check().await?;
@@ -277,9 +150,12 @@ impl<F: ProcessorFactory> KinesisConsumerBuilder<F> {
         };
         let mut worker = Worker::builder(self.store, self.id.clone())
             .config(self.worker_config)
-            .source(source)
-            .start()
-            .await?;
+            .source(source);
+        if let Some(signal) = self.shutdown_signal {
+            let signal = signal.into_inner().unwrap_or_else(|e| e.into_inner());
+            worker = worker.graceful_shutdown_on(signal);
+        }
+        let mut worker = worker.start().await?;
         let events = worker
             .take_events()
             .expect("a new worker has its event stream");
@@ -290,12 +166,21 @@ impl<F: ProcessorFactory> KinesisConsumerBuilder<F> {
             observer: self.observer,
         });
         let readers = TaskTracker::new();
+        let readers_for_dispatch = readers.clone();
         let span = tracing::info_span!("shardlease", worker = %self.id, task = "consumer");
-        let dispatcher =
-            tokio::spawn(dispatch(events, context, self.factory, readers.clone()).instrument(span));
+        let dispatched = CancellationToken::new();
+        let done = dispatched.clone().drop_guard();
+        let dispatcher = tokio::spawn(
+            async move {
+                let _done = done;
+                dispatch(events, context, self.factory, readers_for_dispatch).await;
+            }
+            .instrument(span),
+        );
         Ok(KinesisConsumer {
             worker: Some(worker),
             dispatcher,
+            dispatched,
             readers,
         })
     }
@@ -307,6 +192,8 @@ impl<F: ProcessorFactory> KinesisConsumerBuilder<F> {
 pub struct KinesisConsumer {
     worker: Option<Worker>,
     dispatcher: JoinHandle<()>,
+    /// Cancelled when the dispatcher ends (the worker's events ended).
+    dispatched: CancellationToken,
     readers: TaskTracker,
 }
 
@@ -327,7 +214,7 @@ impl KinesisConsumer {
         stream: impl Into<String>,
         store: Arc<dyn LeaseStore>,
         id: WorkerId,
-    ) -> KinesisConsumerBuilder<()> {
+    ) -> KinesisConsumerBuilder<NoProcessor> {
         KinesisConsumerBuilder {
             client,
             stream: stream.into(),
@@ -335,8 +222,9 @@ impl KinesisConsumer {
             id,
             worker_config: WorkerConfig::default(),
             config: ConsumerConfig::default(),
-            factory: (),
+            factory: NoProcessor,
             observer: Arc::new(|_| {}),
+            shutdown_signal: None,
         }
     }
 
@@ -354,6 +242,18 @@ impl KinesisConsumer {
         self.readers.close();
         self.readers.wait().await;
         let _ = (&mut self.dispatcher).await;
+    }
+
+    /// Resolves once the consumer has left gracefully and every record loop has ended: after
+    /// the signal given to
+    /// [`graceful_shutdown_on`](KinesisConsumerBuilder::graceful_shutdown_on), or
+    /// [`shutdown`](Self::shutdown). Pending until then.
+    pub async fn stopped(&self) {
+        self.worker().stopped().await;
+        // The worker's events have ended: the dispatcher starts no record loop after this.
+        self.dispatched.cancelled().await;
+        self.readers.close();
+        self.readers.wait().await;
     }
 }
 
@@ -397,7 +297,7 @@ async fn dispatch<F: ProcessorFactory>(
         let observed = match event {
             LeaseEvent::Acquired(grant) => {
                 let key = grant.key().clone();
-                let checkpoint = grant.checkpoint().map(str::to_owned);
+                let checkpoint = grant.initial_checkpoint().map(str::to_owned);
                 (context.observer)(ConsumerEvent::Acquired {
                     key: key.clone(),
                     checkpoint,

@@ -45,13 +45,16 @@
 //! field is not needed); the processor's [`RecordProcessor::shard_ended`] checkpoints the end,
 //! and the children start through the discovery rules (parents first).
 
+mod config;
 mod consumer;
+mod event;
 mod processor;
 mod reader;
 mod source;
 
-pub use consumer::{ConsumerConfig, ConsumerError, ConsumerEvent, InitialPosition};
-pub use consumer::{KinesisConsumer, KinesisConsumerBuilder};
+pub use config::{ConsumerConfig, InitialPosition};
+pub use consumer::{ConsumerError, KinesisConsumer, KinesisConsumerBuilder, NoProcessor};
+pub use event::ConsumerEvent;
 pub use processor::{
     KinesisRecord, ProcessorFactory, RecordCheckpointer, RecordProcessor, ShardStart, StartPosition,
 };

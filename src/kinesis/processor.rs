@@ -7,7 +7,7 @@ use std::time::SystemTime;
 
 use async_trait::async_trait;
 
-use super::consumer::{ConsumerEvent, Observer};
+use super::event::{ConsumerEvent, Observer};
 use crate::lease::LeaseKey;
 use crate::worker::{CheckpointError, Checkpointer, StopReason};
 
@@ -26,6 +26,7 @@ pub struct KinesisRecord {
 
 /// Where the reading of a shard starts.
 #[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
 pub enum StartPosition {
     /// The oldest record still in the stream.
     TrimHorizon,
@@ -89,6 +90,12 @@ pub trait RecordProcessor: Send + 'static {
 
 /// Makes a processor for each lease this worker acquires. Any
 /// `Fn(&LeaseKey) -> impl RecordProcessor` is one.
+#[diagnostic::on_unimplemented(
+    message = "`{Self}` is not a processor factory",
+    label = "not a processor factory",
+    note = "a processor factory is any `Fn(&LeaseKey) -> impl RecordProcessor + Send + Sync + 'static`",
+    note = "a consumer builder needs one from `.processor(..)` before `.start()`"
+)]
 pub trait ProcessorFactory: Send + Sync + 'static {
     /// The processor type.
     type Processor: RecordProcessor;

@@ -19,7 +19,8 @@ use aws_sdk_kinesis::primitives::DateTime;
 use aws_sdk_kinesis::types::ShardIteratorType;
 use tokio::time::Instant;
 
-use super::consumer::{ConsumerConfig, ConsumerEvent, InitialPosition, Observer};
+use super::config::{ConsumerConfig, InitialPosition};
+use super::event::{ConsumerEvent, Observer};
 use super::processor::{
     KinesisRecord, RecordCheckpointer, RecordProcessor, ShardStart, StartPosition,
 };
@@ -81,7 +82,7 @@ async fn start_position(
     config: &ConsumerConfig,
     checkpointer: &RecordCheckpointer,
 ) -> StartPosition {
-    if let Some(checkpoint) = grant.checkpoint() {
+    if let Some(checkpoint) = grant.initial_checkpoint() {
         if let Some(millis) = checkpoint
             .strip_prefix(STARTED_AT_PREFIX)
             .and_then(|m| m.parse::<u64>().ok())
@@ -159,7 +160,7 @@ pub(crate) async fn run<P: RecordProcessor>(
     let mut position = start_position(&grant, &context.config, &checkpointer).await;
     let start = ShardStart {
         shard: key.clone(),
-        checkpoint: grant.checkpoint().map(str::to_owned),
+        checkpoint: grant.initial_checkpoint().map(str::to_owned),
         position: position.clone(),
         parents: grant.parents().to_vec(),
     };
@@ -313,7 +314,8 @@ async fn read<P: RecordProcessor>(
             .client
             .get_records()
             .shard_iterator(&current)
-            .limit(config.max_records)
+            // At most 10,000 (validated), so it fits the SDK's i32.
+            .limit(i32::try_from(config.max_records).unwrap_or(i32::MAX))
             .send();
         let answer = tokio::select! {
            biased;

@@ -5,6 +5,8 @@
 
 use std::time::Duration;
 
+use crate::config::ConfigError;
+
 /// A boxed error from a backend (an SDK error, for DynamoDB).
 pub type BoxError = Box<dyn std::error::Error + Send + Sync + 'static>;
 
@@ -92,9 +94,9 @@ pub enum StoreError {
         /// How long the store waited.
         waited: Duration,
     },
-    /// A configuration value is not acceptable.
-    #[error("invalid store configuration: {0}")]
-    InvalidConfig(String),
+    /// A configuration value is not acceptable: the field and why.
+    #[error(transparent)]
+    InvalidConfig(#[from] ConfigError),
     /// The client cannot send any request as it is configured (no region, no credentials).
     /// Nothing was sent; retrying will not cure it: fix the configuration.
     #[error("{problem}")]

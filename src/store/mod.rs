@@ -4,6 +4,32 @@
 //! returns [`Outcome::LostRace`] with the item as it is now (`None` when it does not exist);
 //! that is a normal answer, not an error. [`StoreError`] is kept for "no definite answer".
 //!
+//! The worker is the usual user of a store; used directly, it reads like this:
+//!
+//! ```
+//! use std::time::Duration;
+//! use shardlease::store::{memory::InMemoryStore, LeaseStore, Outcome};
+//! use shardlease::{Incarnation, LeaseKey, NewLease, WorkerId};
+//! use tokio::time::Instant;
+//!
+//! # #[tokio::main(flavor = "current_thread")]
+//! # async fn main() -> Result<(), Box<dyn std::error::Error>> {
+//! let store = InMemoryStore::new();
+//! let deadline = Instant::now() + Duration::from_secs(5);
+//! let key = LeaseKey::new("shardId-000000000000")?;
+//! let me = WorkerId::new("worker-1")?;
+//! let process = Incarnation::random(); // tells this process from others with the same id
+//!
+//! let lease = store.create(NewLease::new(key.clone()), deadline).await?.done().unwrap();
+//! let Outcome::Done(mine) = store.take(&key, &me, process, lease.counter, deadline).await? else {
+//!     panic!("somebody else took it first");
+//! };
+//! store.checkpoint(&key, &me, mine.tenure, "seq-42", deadline).await?;
+//! assert_eq!(store.get(&key, deadline).await?.unwrap().checkpoint.as_deref(), Some("seq-42"));
+//! # Ok(())
+//! # }
+//! ```
+//!
 //! # Conditions
 //!
 //! | operation | condition | effect |
@@ -169,7 +195,7 @@ pub struct Page {
 }
 
 /// The lease table. Implementations: [`memory::InMemoryStore`] and, with the `dynamodb`
-/// feature, [`dynamodb::DynamoStore`].
+/// feature, `dynamodb::DynamoStore`.
 ///
 /// Every operation takes a `deadline` (tokio monotonic time): retries of throttled and
 /// transient failures stop there, and the last error is returned. Reads are strongly

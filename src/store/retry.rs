@@ -10,6 +10,7 @@ use super::{StoreError, StoreResult};
 
 /// How a backend retries throttled and transient failures. Other errors are returned at once.
 #[derive(Debug, Clone, PartialEq)]
+#[non_exhaustive]
 pub struct RetryPolicy {
     /// Backoff before the first retry; doubled on each further retry.
     /// Default: 25 ms (the AWS SDKs' base delay for DynamoDB).
@@ -40,6 +41,34 @@ impl Default for RetryPolicy {
 }
 
 impl RetryPolicy {
+    /// Sets [`base_delay`](Self::base_delay).
+    #[must_use]
+    pub fn base_delay(mut self, value: Duration) -> Self {
+        self.base_delay = value;
+        self
+    }
+
+    /// Sets [`max_delay`](Self::max_delay).
+    #[must_use]
+    pub fn max_delay(mut self, value: Duration) -> Self {
+        self.max_delay = value;
+        self
+    }
+
+    /// Sets [`max_attempts`](Self::max_attempts).
+    #[must_use]
+    pub fn max_attempts(mut self, value: u32) -> Self {
+        self.max_attempts = value;
+        self
+    }
+
+    /// Sets [`attempt_timeout`](Self::attempt_timeout).
+    #[must_use]
+    pub fn attempt_timeout(mut self, value: Duration) -> Self {
+        self.attempt_timeout = value;
+        self
+    }
+
     /// The backoff before retry number `retry` (1-based): "full jitter", uniform in
     /// `[0, min(max_delay, base_delay * 2^(retry-1))]`.
     pub fn backoff(&self, retry: u32) -> Duration {

@@ -4,105 +4,12 @@
 use std::sync::Arc;
 
 use tokio::sync::{mpsc, watch};
-use tokio::time::Instant;
 
-use super::finish::spawn_finish;
-use super::state::Shared;
+use async_trait::async_trait;
+
+use super::stop::{Finished, LetGo, StopReason};
 use crate::lease::{LeaseKey, WorkerId, RESERVED_PREFIX, SHARD_END};
-use crate::store::{Outcome, StoreError};
-
-/// Why the application must stop working on a lease.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum StopReason {
-    /// The lease is no longer this worker's (taken over, deleted, or its validity ran out
-    /// without a renewal). Stop at once; no checkpoint is possible.
-    Lost,
-    /// Another worker asked for the lease to balance the fleet. Finish in-flight work,
-    /// checkpoint, then call [`LeaseGrant::finish`] (or drop the grant) before `deadline`;
-    /// after it, the lease is taken anyway.
-    Handoff {
-        /// The worker the lease goes to.
-        to: WorkerId,
-        /// When the requester stops waiting.
-        deadline: Instant,
-    },
-    /// The worker is shutting down. Checkpoint and finish before `deadline`; the lease is
-    /// then released for a peer to take at once.
-    Shutdown {
-        /// When the worker stops waiting.
-        deadline: Instant,
-    },
-    /// The lease's shard no longer exists in the source. Finish before `deadline`; the
-    /// lease is then deleted (after it, the application is told the lease is lost and the
-    /// lease is deleted anyway).
-    Retired {
-        /// When the worker stops waiting.
-        deadline: Instant,
-    },
-}
-
-/// Something that happened to one of this worker's leases.
-#[derive(Debug)]
-#[non_exhaustive]
-pub enum LeaseEvent {
-    /// The application may start working on a lease.
-    Acquired(LeaseGrant),
-    /// The application must stop working on a lease (the grant's signal fires too).
-    StopRequested {
-        /// The lease.
-        key: LeaseKey,
-        /// Why.
-        reason: StopReason,
-    },
-    /// The lease was handed over to `to` after the application finished.
-    HandedOff {
-        /// The lease.
-        key: LeaseKey,
-        /// The new owner.
-        to: WorkerId,
-    },
-    /// The lease was released (on shutdown) for a peer to take.
-    Released {
-        /// The lease.
-        key: LeaseKey,
-    },
-    /// The lease was lost without a graceful stop.
-    Lost {
-        /// The lease.
-        key: LeaseKey,
-    },
-    /// The shard was processed to its end (checkpointed
-    /// [`SHARD_END`](crate::lease::SHARD_END)) and, the application having finished, its
-    /// lease was released; its children can start.
-    ShardEnded {
-        /// The lease.
-        key: LeaseKey,
-    },
-    /// The lease's shard left the source; the application finished and the lease was deleted.
-    Retired {
-        /// The lease.
-        key: LeaseKey,
-    },
-    /// Another live process uses this worker's id (a restarted process whose old one is
-    /// paused or partitioned, or two hosts with one id). A configuration error: give every
-    /// process an id of its own. Until then neither processes a lease the other holds, each
-    /// keeps what it has, and the fleet counts both as one worker. Reported once per episode
-    /// (again after a lease duration without a sign of the other process).
-    DuplicateWorkerId {
-        /// This worker's id.
-        worker: WorkerId,
-    },
-    /// The application dropped the lease's grant while it was active, without calling
-    /// [`LeaseGrant::finish`] and without a stop request (a task that panicked, or forgot the
-    /// grant). Nobody processes the lease here any more, so it is released at once (a
-    /// [`Released`](Self::Released) event follows once the release is written) and the
-    /// balance places it again, here or on a peer. Counted in
-    /// [`LEASES_ABANDONED`](super::metrics::LEASES_ABANDONED) and logged as a warning.
-    Abandoned {
-        /// The lease.
-        key: LeaseKey,
-    },
-}
+use crate::store::StoreError;
 
 /// Why a checkpoint was refused.
 #[derive(Debug, thiserror::Error)]
@@ -157,10 +64,22 @@ pub enum CheckpointError {
     },
 }
 
+/// Where a grant's checkpoints go: the worker's fenced checkpoint write (implemented in
+/// `checkpoint.rs`, so that this file needs nothing of the worker's state).
+#[async_trait]
+pub(crate) trait Ledger: Send + Sync {
+    /// Stores `value` as the checkpoint of `key` in `tenure`, fenced by that tenure.
+    async fn store(&self, key: &LeaseKey, tenure: u64, value: &str) -> Result<(), CheckpointError>;
+
+    /// The shard of `key` was checkpointed at its end in `tenure`: let the lease go once the
+    /// application has finished.
+    fn shard_ended(&self, key: &LeaseKey, tenure: u64);
+}
+
 /// Stores checkpoints for one lease, fenced by the tenure it was granted in. Cheap to clone.
 #[derive(Clone)]
 pub struct Checkpointer {
-    shared: Arc<Shared>,
+    ledger: Arc<dyn Ledger>,
     key: LeaseKey,
     tenure: u64,
 }
@@ -195,9 +114,7 @@ impl Checkpointer {
     /// refused with [`CheckpointError::ShardEnded`].
     pub async fn end_of_shard(&self) -> Result<(), CheckpointError> {
         self.store(SHARD_END).await?;
-        if let Some(finish) = self.shared.mark_ended(&self.key, self.tenure) {
-            spawn_finish(&self.shared, self.key.clone(), finish);
-        }
+        self.ledger.shard_ended(&self.key, self.tenure);
         tracing::info!(lease_key = %self.key, tenure = self.tenure, "shard processed to its end");
         Ok(())
     }
@@ -210,45 +127,7 @@ impl Checkpointer {
     }
 
     async fn store(&self, value: &str) -> Result<(), CheckpointError> {
-        let not_held = || CheckpointError::NotHeld {
-            key: self.key.clone(),
-            worker: self.shared.id.clone(),
-            tenure: self.tenure,
-        };
-        let Some((valid_until, ended)) = self.shared.valid_until(&self.key, self.tenure) else {
-            return Err(not_held());
-        };
-        if ended {
-            return Err(CheckpointError::ShardEnded {
-                key: self.key.clone(),
-            });
-        }
-        let deadline = valid_until.min(self.shared.now() + self.shared.config.store_timeout);
-        let outcome = self
-            .shared
-            .store
-            .checkpoint(&self.key, &self.shared.id, self.tenure, value, deadline)
-            .await
-            .map_err(|source| CheckpointError::Store {
-                key: self.key.clone(),
-                source,
-            })?;
-        match outcome {
-            Outcome::Done(_) => {
-                tracing::debug!(lease_key = %self.key, tenure = self.tenure, "checkpointed");
-                Ok(())
-            }
-            Outcome::LostRace { .. } => {
-                // The lease moved on under this grant (a take, a hand edit): it is lost here,
-                // whatever else told this worker so far.
-                self.shared.lose(
-                    &self.key,
-                    Some(self.tenure),
-                    "a checkpoint found the lease no longer held in this tenure",
-                );
-                Err(not_held())
-            }
-        }
+        self.ledger.store(&self.key, self.tenure, value).await
     }
 
     /// The lease this checkpointer writes to.
@@ -256,20 +135,6 @@ impl Checkpointer {
         &self.key
     }
 }
-
-/// How the application let go of a grant.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) enum LetGo {
-    /// [`LeaseGrant::finish`]: done with the lease.
-    Finished,
-    /// The grant was dropped without `finish`.
-    Dropped,
-    /// The grant was dropped while its thread unwound a panic.
-    Panicked,
-}
-
-/// A grant let go of: the lease, the tenure of the grant, and how.
-pub(crate) type Finished = (LeaseKey, u64, LetGo);
 
 /// Tells the worker, once, that the application has let go of a grant, and how.
 #[derive(Debug)]
@@ -303,7 +168,7 @@ impl Drop for FinishGuard {
 /// A grant let go of while the lease is active, with no stop requested, gives the lease back
 /// to the fleet at once: [`finish`](Self::finish) releases it (the application is done with
 /// it); dropping the grant without `finish` (a panicking or forgotten task) abandons it: it is
-/// released too, and reported ([`LeaseEvent::Abandoned`], a metric and a warning). Either way
+/// released too, and reported ([`LeaseEvent::Abandoned`](super::LeaseEvent::Abandoned), a metric and a warning). Either way
 /// the balance places the lease again, possibly back here with a new grant.
 #[derive(Debug)]
 pub struct LeaseGrant {
@@ -318,7 +183,7 @@ pub struct LeaseGrant {
 
 impl LeaseGrant {
     pub(crate) fn new(
-        shared: Arc<Shared>,
+        ledger: Arc<dyn Ledger>,
         key: LeaseKey,
         tenure: u64,
         checkpoint: Option<String>,
@@ -328,7 +193,7 @@ impl LeaseGrant {
     ) -> Self {
         Self {
             checkpointer: Checkpointer {
-                shared,
+                ledger,
                 key: key.clone(),
                 tenure,
             },
@@ -356,8 +221,9 @@ impl LeaseGrant {
         self.tenure
     }
 
-    /// The checkpoint stored when the lease was acquired.
-    pub fn checkpoint(&self) -> Option<&str> {
+    /// The checkpoint stored when the lease was acquired: where to resume. (To store one,
+    /// [`checkpoint`](Self::checkpoint).)
+    pub fn initial_checkpoint(&self) -> Option<&str> {
         self.checkpoint.as_deref()
     }
 
@@ -398,7 +264,7 @@ impl LeaseGrant {
     }
 
     /// Stores a checkpoint; see [`Checkpointer::checkpoint`].
-    pub async fn checkpoint_at(&self, value: &str) -> Result<(), CheckpointError> {
+    pub async fn checkpoint(&self, value: &str) -> Result<(), CheckpointError> {
         self.checkpointer.checkpoint(value).await
     }
 
@@ -409,7 +275,7 @@ impl LeaseGrant {
 
     /// The application has finished with the lease: hand it over or release it now (after a
     /// stop request: as the request says; while active: release it for the balance to place
-    /// again, reported as [`LeaseEvent::Released`], not as an abandonment).
+    /// again, reported as [`LeaseEvent::Released`](super::LeaseEvent::Released), not as an abandonment).
     pub fn finish(mut self) {
         self.finish.finished = true;
     }

@@ -2,7 +2,9 @@
 
 use tokio::sync::mpsc;
 
-use super::grant::{LeaseEvent, LeaseGrant, StopReason};
+use super::event::LeaseEvent;
+use super::grant::LeaseGrant;
+use super::stop::StopReason;
 use crate::lease::{LeaseKey, WorkerId};
 
 /// Callbacks for lease events; every method but [`on_acquired`](Self::on_acquired) defaults

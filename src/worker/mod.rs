@@ -19,10 +19,10 @@
 //! while let Some(event) = events.recv().await {
 //!     if let LeaseEvent::Acquired(mut grant) = event {
 //!         tokio::spawn(async move {
-//!             // ... process records of grant.key() from grant.checkpoint() on ...
+//!             // ... process records of grant.key() from grant.initial_checkpoint() on ...
 //!             let reason = grant.stopped().await;
 //!             if !matches!(reason, StopReason::Lost) {
-//!                 let _ = grant.checkpoint_at("last-processed").await;
+//!                 let _ = grant.checkpoint("last-processed").await;
 //!             }
 //!             grant.finish();
 //!         });
@@ -37,7 +37,10 @@
 //! ```
 
 mod bounded;
+mod checkpoint;
+mod control;
 mod discoverer;
+mod event;
 mod fenced;
 mod finish;
 mod grant;
@@ -49,10 +52,14 @@ mod one_protocol;
 mod renewer;
 mod session;
 mod state;
+mod stop;
 mod taker;
 mod watcher;
 
 use std::collections::BTreeMap;
+use std::future::Future;
+use std::pin::Pin;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 
 use tokio::sync::mpsc;
@@ -60,9 +67,11 @@ use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 use tracing::Instrument;
 
-pub use self::grant::{CheckpointError, Checkpointer, LeaseEvent, LeaseGrant, StopReason};
+pub use self::event::LeaseEvent;
+pub use self::grant::{CheckpointError, Checkpointer, LeaseGrant};
 pub use self::listener::LeaseListener;
 pub use self::state::Stall;
+pub use self::stop::StopReason;
 
 use self::finish::spawn_finish;
 use self::state::{Phase, Shared};
@@ -120,7 +129,13 @@ pub struct WorkerBuilder {
     source: Option<Arc<dyn ShardSource>>,
     clock: Arc<dyn Clock>,
     incarnation: Option<Incarnation>,
+    shutdown_signal: Option<ShutdownSignal>,
 }
+
+/// A future that asks a worker to leave gracefully when it completes. In a mutex only so that
+/// the builder stays `Sync` (a `Send` future need not be).
+pub(crate) type ShutdownSignal =
+    std::sync::Mutex<Pin<Box<dyn Future<Output = ()> + Send + 'static>>>;
 
 impl std::fmt::Debug for WorkerBuilder {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
@@ -130,6 +145,7 @@ impl std::fmt::Debug for WorkerBuilder {
             .field("shards", &self.shards.len())
             .field("source", &self.source.is_some())
             .field("incarnation", &self.incarnation)
+            .field("shutdown_signal", &self.shutdown_signal.is_some())
             .finish_non_exhaustive()
     }
 }
@@ -182,6 +198,33 @@ impl WorkerBuilder {
     #[must_use]
     pub fn incarnation(mut self, incarnation: Incarnation) -> Self {
         self.incarnation = Some(incarnation);
+        self
+    }
+
+    /// Leaves gracefully, as [`Worker::shutdown`] does, when `signal` completes (a SIGTERM, a
+    /// Ctrl-C, a cancellation token, the end of a test). [`Worker::stopped`] resolves once the
+    /// worker has left; calling [`Worker::shutdown`] meanwhile waits for the same departure.
+    ///
+    /// ```no_run
+    /// # use std::sync::Arc;
+    /// # use shardlease::{store::memory::InMemoryStore, Worker, WorkerId};
+    /// # async fn run() -> Result<(), Box<dyn std::error::Error>> {
+    /// let worker = Worker::builder(Arc::new(InMemoryStore::new()), WorkerId::new("w1")?)
+    ///     .graceful_shutdown_on(async {
+    ///         let _ = tokio::signal::ctrl_c().await;
+    ///     })
+    ///     .start()
+    ///     .await?;
+    /// worker.stopped().await; // after Ctrl-C, once every lease was finished and released
+    /// # Ok(())
+    /// # }
+    /// ```
+    #[must_use]
+    pub fn graceful_shutdown_on(
+        mut self,
+        signal: impl Future<Output = ()> + Send + 'static,
+    ) -> Self {
+        self.shutdown_signal = Some(std::sync::Mutex::new(Box::pin(signal)));
         self
     }
 
@@ -322,7 +365,7 @@ impl WorkerBuilder {
             );
         }
         loops.spawn(
-            finish::control(Arc::clone(&shared), finished_rx, shared.cancel.clone())
+            control::control(Arc::clone(&shared), finished_rx, shared.cancel.clone())
                 .instrument(span("control")),
         );
         loops.spawn(
@@ -336,12 +379,37 @@ impl WorkerBuilder {
                     .instrument(span("discoverer")),
             );
         }
-        tracing::info!(worker = %self.id, %incarnation, "worker started");
-        Ok(Worker {
-            shared,
+        let leaving = Arc::new(Leaving {
             loops,
             taker_cancel,
             heartbeat_cancel,
+            started: AtomicBool::new(false),
+            done: CancellationToken::new(),
+        });
+        if let Some(signal) = self.shutdown_signal {
+            let signal = signal.into_inner().unwrap_or_else(|e| e.into_inner());
+            let shared = Arc::clone(&shared);
+            let leaving = Arc::clone(&leaving);
+            tokio::spawn(
+                async move {
+                    tokio::select! {
+                        biased;
+                        // Dropped (a crash) or already left.
+                        _ = shared.cancel.cancelled() => {}
+                        _ = leaving.done.cancelled() => {}
+                        _ = signal => {
+                            tracing::info!(worker = %shared.id, "shutdown signal received");
+                            leave(&shared, &leaving).await;
+                        }
+                    }
+                }
+                .instrument(span("shutdown-signal")),
+            );
+        }
+        tracing::info!(worker = %self.id, %incarnation, "worker started");
+        Ok(Worker {
+            shared,
+            leaving,
             events: Some(events_rx),
             stopped: false,
         })
@@ -353,11 +421,19 @@ impl WorkerBuilder {
 /// its lease is lost, so nothing goes on processing.
 pub struct Worker {
     shared: Arc<Shared>,
+    leaving: Arc<Leaving>,
+    events: Option<mpsc::UnboundedReceiver<LeaseEvent>>,
+    stopped: bool,
+}
+
+/// What a graceful departure needs, shared by [`Worker::shutdown`] and the shutdown signal's
+/// task: whichever comes first leaves, the other waits for it.
+struct Leaving {
     loops: TaskTracker,
     taker_cancel: CancellationToken,
     heartbeat_cancel: CancellationToken,
-    events: Option<mpsc::UnboundedReceiver<LeaseEvent>>,
-    stopped: bool,
+    started: AtomicBool,
+    done: CancellationToken,
 }
 
 impl std::fmt::Debug for Worker {
@@ -440,6 +516,7 @@ impl Worker {
             source: None,
             clock: Arc::new(TokioClock),
             incarnation: None,
+            shutdown_signal: None,
         }
     }
 
@@ -500,99 +577,114 @@ impl Worker {
     /// store timeout, and every task stops at once when told to.
     pub async fn shutdown(mut self) {
         self.stopped = true;
-        let shared = Arc::clone(&self.shared);
-        self.taker_cancel.cancel();
-        let deadline = shared.now() + shared.config.shutdown_timeout;
-        let asking;
-        let leases: Vec<(LeaseKey, u64, Phase)> = {
-            let mut state = shared.lock();
-            state.shutting_down = true;
-            state.pending.clear();
-            asking = std::mem::take(&mut state.asking);
-            state
-                .held
-                .iter()
-                .map(|(k, h)| (k.clone(), h.tenure, h.phase.clone()))
-                .collect()
-        };
-        tracing::info!(worker = %shared.id, leases = leases.len(), "shutting down");
-        if shared.config.sessions() {
-            // Where the released leases go: read now, not at the last placement round.
-            let _ = timeout_at(
-                &*shared.clock,
-                deadline,
-                shared.refresh_receivers(shared.now() + shared.config.store_timeout),
-            )
-            .await;
-        }
-        // Tell the peers at once that this worker takes nothing more (a heartbeat with capacity
-        // 0), so that they take the leases it releases instead of leaving them to it.
-        shared.beat_now.notify_one();
-        // Handoffs asked by this worker whose owners were not told yet (the taker stopped in
-        // the middle): told now, they are done (and given on) at once, not when the chores
-        // find them long after the fleet settled (seed 10985549997839306136).
-        tell_owners(&shared, asking, deadline).await;
-        for (key, tenure, phase) in leases {
-            let finish = match phase {
-                // Never reported: nothing to finish here. Released at once only when its
-                // report time has come (a quiet period): a forced take (a handoff timeout, a
-                // steal, another process of this id, an unanswered take) waits for the
-                // previous holder's validity to end, and that holder may still be processing;
-                // a released lease is started at once by whoever takes it. Such a lease is left
-                // to expire instead, which no peer acts on before that validity has ended.
-                Phase::Waiting { report_at } => {
-                    shared.lock().held.remove(&key);
-                    if report_at <= shared.now() {
-                        Some(state::Finish::Release {
-                            tenure,
-                            ended: false,
-                        })
-                    } else {
-                        tracing::info!(lease_key = %key, "taken by force and not yet reported; left to expire rather than released");
-                        None
-                    }
-                }
-                Phase::Active => {
-                    shared.request_stop(&key, tenure, StopReason::Shutdown { deadline })
-                }
-                Phase::Stopping(_) => None,
-            };
-            if let Some(finish) = finish {
-                spawn_finish(&shared, key, finish);
-            }
-        }
-        let _ = timeout_at(&*shared.clock, deadline, shared.all_finished()).await;
-        let unfinished: Vec<LeaseKey> = shared.lock().held.keys().cloned().collect();
-        for key in unfinished {
-            shared.lose(
-                &key,
-                None,
-                "the application did not finish before the shutdown timeout; left to expire",
-            );
-        }
-        self.heartbeat_cancel.cancel();
-        shared.jobs.close();
-        let store_deadline = shared.now().min(deadline) + shared.config.store_timeout;
-        let remove_member = async {
-            if shared.config.sessions() {
-                return end_own_session(&shared, store_deadline).await;
-            }
-            let removed = shared
-                .store
-                .remove_member(&shared.id, None, store_deadline)
-                .await;
-            if let Err(err) = removed {
-                tracing::warn!(error = %err, "could not remove the membership record; it will expire");
-            }
-        };
-        let releases = timeout_at(&*shared.clock, store_deadline, shared.jobs.wait());
-        let _ = tokio::join!(releases, remove_member);
-        shared.cancel.cancel();
-        self.loops.close();
-        self.loops.wait().await;
-        shared.close_events();
-        tracing::info!(worker = %shared.id, "worker stopped");
+        leave(&self.shared, &self.leaving).await;
     }
+
+    /// Resolves once the worker has left gracefully: after [`shutdown`](Self::shutdown), or
+    /// after the signal given to
+    /// [`graceful_shutdown_on`](WorkerBuilder::graceful_shutdown_on) completed and every lease
+    /// was finished (or left to expire) and released. Pending until then.
+    pub async fn stopped(&self) {
+        self.leaving.done.cancelled().await;
+    }
+}
+
+/// Leaves gracefully (see [`Worker::shutdown`]), once: a second caller waits for the first.
+async fn leave(shared: &Arc<Shared>, leaving: &Leaving) {
+    if leaving.started.swap(true, Ordering::SeqCst) {
+        leaving.done.cancelled().await;
+        return;
+    }
+    leaving.taker_cancel.cancel();
+    let deadline = shared.now() + shared.config.shutdown_timeout;
+    let asking;
+    let leases: Vec<(LeaseKey, u64, Phase)> = {
+        let mut state = shared.lock();
+        state.shutting_down = true;
+        state.pending.clear();
+        asking = std::mem::take(&mut state.asking);
+        state
+            .held
+            .iter()
+            .map(|(k, h)| (k.clone(), h.tenure, h.phase.clone()))
+            .collect()
+    };
+    tracing::info!(worker = %shared.id, leases = leases.len(), "shutting down");
+    if shared.config.sessions() {
+        // Where the released leases go: read now, not at the last placement round.
+        let _ = timeout_at(
+            &*shared.clock,
+            deadline,
+            shared.refresh_receivers(shared.now() + shared.config.store_timeout),
+        )
+        .await;
+    }
+    // Tell the peers at once that this worker takes nothing more (a heartbeat with capacity
+    // 0), so that they take the leases it releases instead of leaving them to it.
+    shared.beat_now.notify_one();
+    // Handoffs asked by this worker whose owners were not told yet (the taker stopped in
+    // the middle): told now, they are done (and given on) at once, not when the chores
+    // find them long after the fleet settled (seed 10985549997839306136).
+    tell_owners(shared, asking, deadline).await;
+    for (key, tenure, phase) in leases {
+        let finish = match phase {
+            // Never reported: nothing to finish here. Released at once only when its
+            // report time has come (a quiet period): a forced take (a handoff timeout, a
+            // steal, another process of this id, an unanswered take) waits for the
+            // previous holder's validity to end, and that holder may still be processing;
+            // a released lease is started at once by whoever takes it. Such a lease is left
+            // to expire instead, which no peer acts on before that validity has ended.
+            Phase::Waiting { report_at } => {
+                shared.lock().held.remove(&key);
+                if report_at <= shared.now() {
+                    Some(state::Finish::Release {
+                        tenure,
+                        ended: false,
+                    })
+                } else {
+                    tracing::info!(lease_key = %key, "taken by force and not yet reported; left to expire rather than released");
+                    None
+                }
+            }
+            Phase::Active => shared.request_stop(&key, tenure, StopReason::Shutdown { deadline }),
+            Phase::Stopping(_) => None,
+        };
+        if let Some(finish) = finish {
+            spawn_finish(shared, key, finish);
+        }
+    }
+    let _ = timeout_at(&*shared.clock, deadline, shared.all_finished()).await;
+    let unfinished: Vec<LeaseKey> = shared.lock().held.keys().cloned().collect();
+    for key in unfinished {
+        shared.lose(
+            &key,
+            None,
+            "the application did not finish before the shutdown timeout; left to expire",
+        );
+    }
+    leaving.heartbeat_cancel.cancel();
+    shared.jobs.close();
+    let store_deadline = shared.now().min(deadline) + shared.config.store_timeout;
+    let remove_member = async {
+        if shared.config.sessions() {
+            return end_own_session(shared, store_deadline).await;
+        }
+        let removed = shared
+            .store
+            .remove_member(&shared.id, None, store_deadline)
+            .await;
+        if let Err(err) = removed {
+            tracing::warn!(error = %err, "could not remove the membership record; it will expire");
+        }
+    };
+    let releases = timeout_at(&*shared.clock, store_deadline, shared.jobs.wait());
+    let _ = tokio::join!(releases, remove_member);
+    shared.cancel.cancel();
+    leaving.loops.close();
+    leaving.loops.wait().await;
+    shared.close_events();
+    tracing::info!(worker = %shared.id, "worker stopped");
+    leaving.done.cancel();
 }
 
 /// Tells the owners of leases this worker asked for (`State::asking`) to look at them, one
@@ -644,7 +736,8 @@ async fn end_own_session(shared: &Shared, deadline: tokio::time::Instant) {
 
 impl Drop for Worker {
     fn drop(&mut self) {
-        if !self.stopped {
+        // A departure the shutdown signal started goes on without this handle.
+        if !self.stopped && !self.leaving.started.load(Ordering::SeqCst) {
             self.shared.cancel.cancel();
             self.shared.lose_all_locally();
             self.shared.close_events();

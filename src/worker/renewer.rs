@@ -15,9 +15,9 @@ use tokio_util::sync::CancellationToken;
 use tracing::Instrument;
 
 use super::finish::spawn_finish;
-use super::grant::StopReason;
 use super::metrics;
 use super::state::{Phase, Shared};
+use super::stop::StopReason;
 use crate::clock::timeout_at;
 use crate::lease::LeaseKey;
 use crate::store::{Outcome, StoreError};

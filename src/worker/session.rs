@@ -19,10 +19,11 @@ use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 use tracing::Instrument;
 
+use super::event::LeaseEvent;
 use super::finish::{place, spawn_finish};
-use super::grant::{LeaseEvent, StopReason};
 use super::metrics;
 use super::state::{notice_text, Finish, Phase, Shared, EXPECT_NOTICE, REVOKE_PREFIX};
+use super::stop::StopReason;
 use super::taker::{take, Answer, Report};
 use crate::expiry::ExpiryTracker;
 use crate::lease::{Incarnation, Lease, LeaseKey, Member, RESERVED_PREFIX};

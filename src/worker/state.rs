@@ -14,10 +14,12 @@ use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 
+use super::event::LeaseEvent;
 use super::fenced::Fenced;
-use super::grant::{Finished, LeaseEvent, LeaseGrant, LetGo, StopReason};
+use super::grant::{LeaseGrant, Ledger};
 use super::health::Health;
 use super::metrics;
+use super::stop::{Finished, LetGo, StopReason};
 use crate::clock::Clock;
 use crate::config::WorkerConfig;
 use crate::lease::{Incarnation, Lease, LeaseKey, WorkerId, SHARD_END};
@@ -694,8 +696,15 @@ impl Shared {
 
     /// Starts holding `lease` (just taken or received by this worker), valid until
     /// `valid_until`; reports it to the application at once, or at `report_at` when that is
-    /// later than now.
-    pub fn hold(self: &Arc<Self>, lease: Lease, valid_until: Instant, report_at: Instant) {
+    /// later than now. A lease whose shard was already processed to its end is not held: the
+    /// release to write is returned instead.
+    #[must_use = "a returned release must be written"]
+    pub fn hold(
+        self: &Arc<Self>,
+        lease: Lease,
+        valid_until: Instant,
+        report_at: Instant,
+    ) -> Option<Finish> {
         let Lease {
             key,
             tenure,
@@ -708,19 +717,17 @@ impl Shared {
             // nothing left to do with it but let it go.
             tracing::info!(lease_key = %key, tenure, "lease of a finished shard received; releasing it");
             self.lock().pending.remove(&key);
-            let finish = Finish::Release {
+            return Some(Finish::Release {
                 tenure,
                 ended: true,
-            };
-            super::finish::spawn_finish(self, key, finish);
-            return;
+            });
         }
         let (stop, _) = watch::channel(None);
         let mut state = self.lock();
         match state.held.get(&key).map(|h| h.tenure) {
             // Taken twice by this process at once (a notice and a handoff poll saw it handed
             // over together; the second take reads the first as its own): held already.
-            Some(held) if held == tenure => return,
+            Some(held) if held == tenure => return None,
             // Taken again from itself: the grant of the older tenure ends here.
             Some(older) => {
                 drop(state);
@@ -759,6 +766,7 @@ impl Shared {
         } else {
             tracing::info!(lease_key = %key, tenure, ?report_at, "lease taken; reported once the previous owner's validity has ended");
         }
+        None
     }
 
     /// Sets when a `Waiting` lease of `tenure` is reported (the control task reports it then).
@@ -781,8 +789,9 @@ impl Shared {
             return;
         }
         held.phase = Phase::Active;
+        let ledger: Arc<dyn Ledger> = Arc::new(Arc::clone(self));
         let grant = LeaseGrant::new(
-            Arc::clone(self),
+            ledger,
             key.clone(),
             held.tenure,
             held.checkpoint.clone(),

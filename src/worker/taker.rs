@@ -19,8 +19,9 @@ use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 use tracing::Instrument;
 
+use super::event::LeaseEvent;
 use super::fenced::{Fenced, SessionId};
-use super::grant::LeaseEvent;
+use super::finish::spawn_finish;
 use super::identity::{Identity, Ownership};
 use super::metrics;
 use super::state::{
@@ -1637,7 +1638,9 @@ pub(crate) async fn take(
     let key = taken.key.clone();
     let tenure = taken.tenure;
     shared.lock().took.insert(key.clone(), tenure);
-    shared.hold(taken, shared.validity_from(start), report_at);
+    if let Some(release) = shared.hold(taken, shared.validity_from(start), report_at) {
+        spawn_finish(shared, key.clone(), release);
+    }
     if let Report::Acknowledged { owner, incarnation } = report {
         shared
             .unacknowledged

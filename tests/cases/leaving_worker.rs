@@ -65,3 +65,62 @@ async fn the_leases_a_leaving_worker_releases_are_taken_while_it_winds_down() {
     fleet.assert_safe();
     fleet.shutdown_all().await;
 }
+
+#[tokio::test(start_paused = true)]
+async fn a_shutdown_signal_leaves_gracefully_and_stopped_resolves_once_the_lease_is_released() {
+    use shardlease::{LeaseEvent, LeaseKey, LeaseStore, StopReason, Worker, WorkerId};
+    use tokio::time::{timeout, Instant};
+
+    let store = Arc::new(InMemoryStore::new());
+    let key = LeaseKey::new("shard-0").unwrap();
+    let (fire, signal) = tokio::sync::oneshot::channel::<()>();
+    let mut worker = Worker::builder(store.clone(), WorkerId::new("a").unwrap())
+        .config(base())
+        .shards(vec![key.clone()])
+        .graceful_shutdown_on(async {
+            let _ = signal.await;
+        })
+        .start()
+        .await
+        .unwrap();
+    let mut events = worker.take_events().unwrap();
+    let mut grant = loop {
+        if let LeaseEvent::Acquired(grant) = events.recv().await.unwrap() {
+            break grant;
+        }
+    };
+    assert!(
+        timeout(secs(60), worker.stopped()).await.is_err(),
+        "stopped before any signal"
+    );
+
+    fire.send(()).unwrap();
+    let reason = grant.stopped().await;
+    assert!(matches!(reason, StopReason::Shutdown { .. }), "{reason:?}");
+    assert!(
+        timeout(secs(1), worker.stopped()).await.is_err(),
+        "stopped before the application finished its lease"
+    );
+    grant.checkpoint("42").await.unwrap();
+    grant.finish();
+    timeout(base().shutdown_timeout, worker.stopped())
+        .await
+        .expect("the worker left after the signal");
+
+    let lease = store
+        .get(&key, Instant::now() + secs(5))
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(lease.owner, None, "the lease was released: {lease:?}");
+    assert_eq!(lease.checkpoint.as_deref(), Some("42"));
+    let mut released = false;
+    while let Some(event) = events.recv().await {
+        released |= matches!(event, LeaseEvent::Released { key: k } if k == key);
+    }
+    assert!(released, "no Released event before the stream ended");
+    // A shutdown after the signal's departure has nothing left to do.
+    timeout(secs(1), worker.shutdown())
+        .await
+        .expect("shutdown after the departure returns at once");
+}

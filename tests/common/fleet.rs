@@ -624,7 +624,7 @@ async fn process(
                 progress += 1;
                 last_checkpoint = now;
                 let value = format!("{name}-{progress}");
-                if grant.checkpoint_at(&value).await.is_ok() {
+                if grant.checkpoint(&value).await.is_ok() {
                     ledger.lock().unwrap().records.push(Record::Checkpointed {
                         worker: name.into(),
                         key: key.to_string(),
@@ -647,7 +647,7 @@ async fn run_app(
         match event {
             LeaseEvent::Acquired(mut grant) => {
                 let key = grant.key().to_string();
-                let checkpoint = grant.checkpoint().map(str::to_owned);
+                let checkpoint = grant.initial_checkpoint().map(str::to_owned);
                 ledger.lock().unwrap().start(&name, &key, checkpoint);
                 let (name, ledger) = (name.clone(), Arc::clone(&ledger));
                 let behaviour = behaviour.clone();
@@ -661,7 +661,7 @@ async fn run_app(
                         if let Some(delay) = behaviour.app.finish_after(&key) {
                             tokio::select! {
                                 _ = tokio::time::sleep(delay) => {
-                                    let _ = grant.checkpoint_at(&format!("{name}-done")).await;
+                                    let _ = grant.checkpoint(&format!("{name}-done")).await;
                                     ledger.lock().unwrap().stop(&name, &key);
                                     grant.finish();
                                     return;

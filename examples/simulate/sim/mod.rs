@@ -6,7 +6,7 @@
 //! (nothing happens) and measures the cost and the moves of a fleet at rest.
 //!
 //! Everything runs on one thread; with the library's jitter seeded
-//! ([`shardlease::jitter::seed_thread`]), a seed replays a run exactly.
+//! ([`shardlease::clock::seed_thread`]), a seed replays a run exactly.
 
 #![allow(dead_code)]
 
@@ -636,13 +636,13 @@ async fn run_app(
                         biased;
                         reason = grant.stopped() => break reason,
                         _ = tokio::time::sleep(every) => {
-                            let _ = grant.checkpoint_at("progress").await;
+                            let _ = grant.checkpoint("progress").await;
                         }
                     }
                 },
             };
             if reason != StopReason::Lost {
-                let _ = grant.checkpoint_at("done").await;
+                let _ = grant.checkpoint("done").await;
             }
             ledger.lock().unwrap().stop(index, &key);
             grant.finish();
@@ -731,7 +731,7 @@ pub async fn run(settings: Settings) -> Report {
 /// Runs one simulation on a fresh single-threaded runtime on paused time, with the library's
 /// jitter seeded, so that the same settings give the same report (wall time aside).
 pub fn simulate(settings: Settings) -> Report {
-    shardlease::jitter::seed_thread(settings.seed);
+    shardlease::clock::seed_thread(settings.seed);
     let runtime = tokio::runtime::Builder::new_current_thread()
         .enable_time()
         .start_paused(true)

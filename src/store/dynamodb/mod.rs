@@ -27,10 +27,12 @@ use tokio::time::Instant;
 use self::classify::classify;
 use self::schema::{Decoded, Item};
 use super::{LeaseStore, Outcome, Page, PageToken, RetryPolicy, StoreError, StoreResult};
+use crate::config::ConfigError;
 use crate::lease::{Incarnation, Lease, LeaseKey, Member, NewLease, WorkerId};
 
 /// How the lease table is billed when the store creates it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
 pub enum Billing {
     /// On-demand (pay per request): no capacity planning, no throttling below the account
     /// limits. The default, as in KCL.
@@ -44,8 +46,10 @@ pub enum Billing {
     },
 }
 
-/// Configuration of the DynamoDB store.
-#[derive(Debug, Clone)]
+/// Configuration of the DynamoDB store: [`DynamoConfig::new`] with the table's name, then a
+/// setter per field to change.
+#[derive(Debug, Clone, PartialEq)]
+#[non_exhaustive]
 pub struct DynamoConfig {
     /// The lease table's name. Required.
     pub table_name: String,
@@ -83,27 +87,80 @@ impl DynamoConfig {
         }
     }
 
+    /// Sets [`create_if_missing`](Self::create_if_missing).
+    #[must_use]
+    pub fn create_if_missing(mut self, value: bool) -> Self {
+        self.create_if_missing = value;
+        self
+    }
+
+    /// Sets [`billing`](Self::billing).
+    #[must_use]
+    pub fn billing(mut self, value: Billing) -> Self {
+        self.billing = value;
+        self
+    }
+
+    /// Sets [`tags`](Self::tags).
+    #[must_use]
+    pub fn tags(mut self, value: Vec<(String, String)>) -> Self {
+        self.tags = value;
+        self
+    }
+
+    /// Sets [`deletion_protection`](Self::deletion_protection).
+    #[must_use]
+    pub fn deletion_protection(mut self, value: bool) -> Self {
+        self.deletion_protection = value;
+        self
+    }
+
+    /// Sets [`active_timeout`](Self::active_timeout).
+    #[must_use]
+    pub fn active_timeout(mut self, value: Duration) -> Self {
+        self.active_timeout = value;
+        self
+    }
+
+    /// Sets [`retry`](Self::retry).
+    #[must_use]
+    pub fn retry(mut self, value: RetryPolicy) -> Self {
+        self.retry = value;
+        self
+    }
+
+    /// Sets [`page_limit`](Self::page_limit).
+    #[must_use]
+    pub fn page_limit(mut self, value: Option<u32>) -> Self {
+        self.page_limit = value;
+        self
+    }
+
     fn validate(&self) -> StoreResult<()> {
         let name = &self.table_name;
         let valid_chars = name
             .chars()
             .all(|c| c.is_ascii_alphanumeric() || "_-.".contains(c));
         if !(3..=255).contains(&name.len()) || !valid_chars {
-            return Err(StoreError::InvalidConfig(format!(
-                "table name {name:?} must be 3 to 255 characters of a-z, A-Z, 0-9, '_', '-', '.'"
-            )));
+            return Err(ConfigError::invalid(
+                "table_name",
+                format!(
+                    "table name {name:?} must be 3 to 255 characters of a-z, A-Z, 0-9, '_', '-', '.'"
+                ),
+            )
+            .into());
         }
         if let Billing::Provisioned { read, write } = self.billing {
             if read < 1 || write < 1 {
-                return Err(StoreError::InvalidConfig(format!(
-                    "provisioned capacity must be at least 1 (read {read}, write {write})"
-                )));
+                return Err(ConfigError::invalid(
+                    "billing",
+                    format!("provisioned capacity must be at least 1 (read {read}, write {write})"),
+                )
+                .into());
             }
         }
         if self.page_limit == Some(0) {
-            return Err(StoreError::InvalidConfig(
-                "page_limit must be at least 1".into(),
-            ));
+            return Err(ConfigError::invalid("page_limit", "page_limit must be at least 1").into());
         }
         Ok(())
     }

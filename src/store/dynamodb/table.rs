@@ -18,6 +18,7 @@ use tokio::time::Instant;
 use super::classify::classify;
 use super::schema::KEY;
 use super::{Billing, DynamoConfig};
+use crate::config::ConfigError;
 use crate::store::sdk::EndpointRecorder;
 use crate::store::{Misconfiguration, StoreError, StoreResult};
 
@@ -131,7 +132,13 @@ async fn create(
     deadline: Instant,
 ) -> StoreResult<TableDescription> {
     let table = &config.table_name;
-    let build = |e: aws_sdk_dynamodb::error::BuildError| StoreError::InvalidConfig(e.to_string());
+    // The builders fail only on a required value left out: the key schema's are constants, a
+    // tag's come from the configuration.
+    let build = |field: &'static str| {
+        move |e: aws_sdk_dynamodb::error::BuildError| {
+            StoreError::InvalidConfig(ConfigError::invalid(field, e.to_string()))
+        }
+    };
     let mut request = client
         .create_table()
         .table_name(table)
@@ -140,14 +147,14 @@ async fn create(
                 .attribute_name(KEY)
                 .attribute_type(ScalarAttributeType::S)
                 .build()
-                .map_err(build)?,
+                .map_err(build("table_name"))?,
         )
         .key_schema(
             KeySchemaElement::builder()
                 .attribute_name(KEY)
                 .key_type(KeyType::Hash)
                 .build()
-                .map_err(build)?,
+                .map_err(build("table_name"))?,
         )
         .deletion_protection_enabled(config.deletion_protection);
     request = match config.billing {
@@ -159,7 +166,7 @@ async fn create(
                     .read_capacity_units(read)
                     .write_capacity_units(write)
                     .build()
-                    .map_err(build)?,
+                    .map_err(build("table_name"))?,
             ),
     };
     for (key, value) in &config.tags {
@@ -168,7 +175,7 @@ async fn create(
                 .key(key)
                 .value(value)
                 .build()
-                .map_err(build)?,
+                .map_err(build("tags"))?,
         );
     }
     tracing::info!(table = %table, "creating lease table");

@@ -98,10 +98,11 @@ pub async fn run(
             continue;
         };
         let key = grant.key().clone();
-        ledger
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .start(process, &key, grant.checkpoint());
+        ledger.lock().unwrap_or_else(|e| e.into_inner()).start(
+            process,
+            &key,
+            grant.initial_checkpoint(),
+        );
         let processing = Processing {
             ledger: Arc::clone(&ledger),
             process,
@@ -130,7 +131,7 @@ async fn process_lease(
     late: Duration,
 ) {
     let checkpointer = grant.checkpointer();
-    let mut value = checkpoint_value(grant.checkpoint()).unwrap_or(0);
+    let mut value = checkpoint_value(grant.initial_checkpoint()).unwrap_or(0);
     let reason = loop {
         let next = clock.now() + every;
         tokio::select! {

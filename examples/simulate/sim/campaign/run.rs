@@ -5,7 +5,7 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use shardlease::{jitter, Protocol};
+use shardlease::{clock, Protocol};
 use tokio::time::Instant;
 
 use super::fleet::{Fleet, MAX_PROCESSES};
@@ -54,7 +54,7 @@ const ROUND_TRIPS: Duration = Duration::from_secs(1);
 /// Runs `schedule` on a fresh single-threaded runtime on paused time, with the library's
 /// jitter seeded: the same schedule gives the same outcome.
 pub fn run(schedule: Schedule, knobs: Knobs) -> Outcome {
-    jitter::seed_thread(schedule.seed);
+    clock::seed_thread(schedule.seed);
     let runtime = tokio::runtime::Builder::new_current_thread()
         .enable_time()
         .start_paused(true)

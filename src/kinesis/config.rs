@@ -1,0 +1,164 @@
+//! How the consumer's record loops read: [`ConsumerConfig`] and where a new shard starts.
+
+use std::time::{Duration, SystemTime};
+
+use crate::config::ConfigError;
+
+/// Where a shard with no checkpoint and no parents starts.
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum InitialPosition {
+    /// The oldest record still in the stream.
+    TrimHorizon,
+    /// Records written from the moment the lease is first read. The moment is checkpointed
+    /// at once, so a lease that moves before its first checkpoint resumes from that moment
+    /// instead of skipping what came in between (KCL starts such a lease at the new latest).
+    Latest,
+    /// Records written from this moment on.
+    AtTimestamp(SystemTime),
+}
+
+/// How the record loops read: [`ConsumerConfig::default`], then a setter per field to change.
+/// Every default says where it comes from.
+#[derive(Debug, Clone, PartialEq)]
+#[non_exhaustive]
+pub struct ConsumerConfig {
+    /// Where a new shard with no parents starts. A child shard with no checkpoint starts at
+    /// its beginning (its parents' data ran up to its first record), or at the moment of an
+    /// `AtTimestamp` position. With `Latest`, shards that closed before the consumer first
+    /// started get no lease and their children start at `Latest` too, so a stream resharded
+    /// within its retention period is not replayed. Default: `Latest` (as KCL).
+    pub initial_position: InitialPosition,
+    /// Most records per `GetRecords` call, 1 to 10,000. Default: 10,000 (the service's
+    /// maximum, as KCL).
+    pub max_records: u32,
+    /// Least time between two `GetRecords` calls on one shard. Default: 200 ms (the service
+    /// allows 5 calls per second per shard, shared by every consumer of the stream).
+    pub min_call_interval: Duration,
+    /// The wait after a call that returned no records. Default: 1 s (KCL's
+    /// `idleTimeBetweenReadsInMillis`).
+    pub idle_time_between_reads: Duration,
+    /// The longest wait after throttling or errors; the wait doubles from
+    /// `min_call_interval` with full jitter. Also how long a lease whose processor panicked,
+    /// or that Kinesis refused to serve, is held before it is released. Default: 10 s.
+    pub max_backoff: Duration,
+    /// The longest a `GetRecords` or `GetShardIterator` call may go unanswered: then it is
+    /// abandoned as a transient failure and retried after a backoff (a connection that
+    /// accepted the request and never answers would otherwise stall the shard for good).
+    /// Default: 10 s (`GetRecords` answers in well under a second, and the SDK's own timeouts
+    /// bound only the connect).
+    pub call_timeout: Duration,
+}
+
+impl Default for ConsumerConfig {
+    fn default() -> Self {
+        Self {
+            initial_position: InitialPosition::Latest,
+            max_records: 10_000,
+            min_call_interval: Duration::from_millis(200),
+            idle_time_between_reads: Duration::from_secs(1),
+            max_backoff: Duration::from_secs(10),
+            call_timeout: Duration::from_secs(10),
+        }
+    }
+}
+
+impl ConsumerConfig {
+    /// Sets [`initial_position`](Self::initial_position).
+    #[must_use]
+    pub fn initial_position(mut self, value: InitialPosition) -> Self {
+        self.initial_position = value;
+        self
+    }
+
+    /// Sets [`max_records`](Self::max_records).
+    #[must_use]
+    pub fn max_records(mut self, value: u32) -> Self {
+        self.max_records = value;
+        self
+    }
+
+    /// Sets [`min_call_interval`](Self::min_call_interval).
+    #[must_use]
+    pub fn min_call_interval(mut self, value: Duration) -> Self {
+        self.min_call_interval = value;
+        self
+    }
+
+    /// Sets [`idle_time_between_reads`](Self::idle_time_between_reads).
+    #[must_use]
+    pub fn idle_time_between_reads(mut self, value: Duration) -> Self {
+        self.idle_time_between_reads = value;
+        self
+    }
+
+    /// Sets [`max_backoff`](Self::max_backoff).
+    #[must_use]
+    pub fn max_backoff(mut self, value: Duration) -> Self {
+        self.max_backoff = value;
+        self
+    }
+
+    /// Sets [`call_timeout`](Self::call_timeout).
+    #[must_use]
+    pub fn call_timeout(mut self, value: Duration) -> Self {
+        self.call_timeout = value;
+        self
+    }
+
+    /// Checks that the values can work.
+    pub fn validate(&self) -> Result<(), ConfigError> {
+        if !(1..=10_000).contains(&self.max_records) {
+            return Err(ConfigError::invalid(
+                "max_records",
+                format!(
+                    "max_records {} must be between 1 and 10,000 (the GetRecords limit)",
+                    self.max_records
+                ),
+            ));
+        }
+        for (name, value) in [
+            ("min_call_interval", self.min_call_interval),
+            ("idle_time_between_reads", self.idle_time_between_reads),
+            ("call_timeout", self.call_timeout),
+        ] {
+            if value.is_zero() {
+                return Err(ConfigError::invalid(
+                    name,
+                    format!("{name} must be non-zero"),
+                ));
+            }
+        }
+        if self.max_backoff < self.min_call_interval {
+            return Err(ConfigError::invalid(
+                "max_backoff",
+                format!(
+                    "max_backoff {:?} must be at least min_call_interval {:?}",
+                    self.max_backoff, self.min_call_interval
+                ),
+            ));
+        }
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_defaults_are_valid_and_each_bad_value_names_its_field() {
+        ConsumerConfig::default().validate().unwrap();
+        let field = |config: ConsumerConfig| config.validate().unwrap_err().field();
+        let base = ConsumerConfig::default;
+        assert_eq!(field(base().max_records(0)), "max_records");
+        assert_eq!(field(base().max_records(10_001)), "max_records");
+        assert_eq!(field(base().call_timeout(Duration::ZERO)), "call_timeout");
+        assert_eq!(
+            field(base().idle_time_between_reads(Duration::ZERO)),
+            "idle_time_between_reads"
+        );
+        let slow = base().min_call_interval(Duration::from_secs(20));
+        assert_eq!(field(slow), "max_backoff");
+    }
+}

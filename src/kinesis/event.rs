@@ -1,0 +1,89 @@
+//! What the consumer reports about its leases: [`ConsumerEvent`], and the observer the record
+//! loops report through.
+
+use std::sync::Arc;
+
+use crate::lease::{LeaseKey, WorkerId};
+use crate::worker::StopReason;
+
+/// Something that happened to a lease of this consumer, for logs and metrics.
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum ConsumerEvent {
+    /// The lease was acquired; its record loop starts.
+    Acquired {
+        /// The shard.
+        key: LeaseKey,
+        /// Its checkpoint.
+        checkpoint: Option<String>,
+    },
+    /// The record loop of the lease was asked to stop (handoff, shutdown, retirement) and
+    /// calls the processor's `stop_requested`.
+    StopRequested {
+        /// The shard.
+        key: LeaseKey,
+        /// Why.
+        reason: StopReason,
+    },
+    /// The record loop of the lease ended; nothing of it is processed here any more.
+    Stopped {
+        /// The shard.
+        key: LeaseKey,
+    },
+    /// The lease was handed over to `to`.
+    HandedOff {
+        /// The shard.
+        key: LeaseKey,
+        /// The new owner.
+        to: WorkerId,
+    },
+    /// The lease was released (shutdown).
+    Released {
+        /// The shard.
+        key: LeaseKey,
+    },
+    /// The lease was lost.
+    Lost {
+        /// The shard.
+        key: LeaseKey,
+    },
+    /// The shard was processed to its end and its lease released.
+    ShardEnded {
+        /// The shard.
+        key: LeaseKey,
+    },
+    /// The shard left the stream and its lease was deleted.
+    Retired {
+        /// The shard.
+        key: LeaseKey,
+    },
+    /// A checkpoint was stored (a sequence number, or `SHARD_END`).
+    Checkpointed {
+        /// The shard.
+        key: LeaseKey,
+        /// The checkpoint.
+        sequence_number: String,
+    },
+    /// The processor panicked. The panic was caught: the processor is not called again, and
+    /// the lease is released after [`ConsumerConfig::max_backoff`](super::ConsumerConfig::max_backoff) (at once if a stop comes
+    /// first) for the balance to place again, with a fresh processor, here or on a peer.
+    ProcessorPanicked {
+        /// The shard.
+        key: LeaseKey,
+        /// The panic's message.
+        message: String,
+    },
+    /// Kinesis refused to serve the shard (`GetShardIterator`, or `GetRecords` even with a
+    /// fresh iterator) with an error that retrying cannot fix: the stream was deleted, access
+    /// is denied, the checkpoint is not a sequence number of the shard. The record loop ends
+    /// and the lease is released after [`ConsumerConfig::max_backoff`](super::ConsumerConfig::max_backoff), as after a panic.
+    ReadFailed {
+        /// The shard.
+        key: LeaseKey,
+        /// The call and the service's error code and message.
+        error: String,
+    },
+}
+
+/// Where the record loops report their events.
+pub(crate) type Observer = Arc<dyn Fn(ConsumerEvent) + Send + Sync>;
