@@ -43,7 +43,13 @@ impl ConfigError {
 }
 
 /// Which lease protocol a worker speaks. Every worker of one table must speak the same one.
+/// In a configuration file: `"sessions"` or `"leases"`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+#[cfg_attr(
+    feature = "serde",
+    derive(serde::Deserialize),
+    serde(rename_all = "snake_case")
+)]
 #[non_exhaustive]
 pub enum Protocol {
     /// Every held lease is renewed each `renew_interval`, and every worker scans the table
@@ -68,6 +74,11 @@ pub enum Protocol {
 /// Every default says where it comes from. [`WorkerConfig::validate`] explains what is wrong
 /// with a combination that cannot work.
 #[derive(Debug, Clone, PartialEq)]
+#[cfg_attr(
+    feature = "serde",
+    derive(serde::Deserialize),
+    serde(try_from = "file::WorkerConfigFile")
+)]
 #[non_exhaustive]
 pub struct WorkerConfig {
     /// How long a lease stays valid without a renewal: the failover time after a crash.
@@ -324,7 +335,8 @@ impl WorkerConfig {
                 "renew_interval",
                 format!(
                     "renew_interval {:?} must be non-zero and at most half of lease_duration {:?} \
-                 (a third is the default), so that one failed renewal does not lose the lease",
+                     (the default: 45 % with sessions, a third with leases), so that one failed \
+                     renewal does not lose the lease",
                     self.renew_interval, self.lease_duration
                 ),
             );
@@ -362,6 +374,89 @@ impl WorkerConfig {
             );
         }
         Ok(())
+    }
+}
+
+/// The configuration as a file or the environment gives it: every field optional, durations
+/// as [`humantime`](https://docs.rs/humantime) text (`"10s"`, `"250ms"`, `"1m 30s"`).
+#[cfg(feature = "serde")]
+mod file {
+    use std::time::Duration;
+
+    use super::{ConfigError, Protocol, WorkerConfig};
+
+    #[derive(serde::Deserialize)]
+    #[serde(deny_unknown_fields)]
+    pub(super) struct WorkerConfigFile {
+        #[serde(default, with = "humantime_serde")]
+        lease_duration: Option<Duration>,
+        protocol: Option<Protocol>,
+        #[serde(default, with = "humantime_serde")]
+        renew_interval: Option<Duration>,
+        #[serde(default, with = "humantime_serde")]
+        taker_interval: Option<Duration>,
+        scan_at_expiry: Option<bool>,
+        #[serde(default, with = "humantime_serde")]
+        drift_allowance: Option<Duration>,
+        #[serde(default, with = "humantime_serde")]
+        handoff_timeout: Option<Duration>,
+        #[serde(default, with = "humantime_serde")]
+        handoff_poll_interval: Option<Duration>,
+        #[serde(default, with = "humantime_serde")]
+        quiet_period: Option<Duration>,
+        #[serde(default, with = "humantime_serde")]
+        shutdown_timeout: Option<Duration>,
+        max_leases_per_worker: Option<u32>,
+        max_concurrent_renewals: Option<usize>,
+        #[serde(default, with = "humantime_serde")]
+        store_timeout: Option<Duration>,
+        #[serde(default, with = "humantime_serde")]
+        discovery_interval: Option<Duration>,
+        #[serde(default, with = "humantime_serde")]
+        retire_after: Option<Duration>,
+        #[serde(default, with = "humantime_serde")]
+        slow_scan_interval: Option<Duration>,
+    }
+
+    impl TryFrom<WorkerConfigFile> for WorkerConfig {
+        type Error = ConfigError;
+
+        /// The defaults follow the file's `lease_duration` and `protocol`, as
+        /// [`WorkerConfig::with_lease_duration`] and [`WorkerConfig::protocol`] make them; the
+        /// other fields given override them; the result is validated.
+        fn try_from(file: WorkerConfigFile) -> Result<Self, ConfigError> {
+            let mut config = WorkerConfig::with_lease_duration(
+                file.lease_duration.unwrap_or(Duration::from_secs(10)),
+            );
+            if let Some(protocol) = file.protocol {
+                config = config.protocol(protocol);
+            }
+            macro_rules! set {
+                ($($field:ident),*) => {
+                    $(if let Some(value) = file.$field {
+                        config.$field = value;
+                    })*
+                };
+            }
+            set!(
+                renew_interval,
+                taker_interval,
+                scan_at_expiry,
+                drift_allowance,
+                handoff_timeout,
+                handoff_poll_interval,
+                quiet_period,
+                shutdown_timeout,
+                max_leases_per_worker,
+                max_concurrent_renewals,
+                store_timeout,
+                discovery_interval,
+                retire_after,
+                slow_scan_interval
+            );
+            config.validate()?;
+            Ok(config)
+        }
     }
 }
 
@@ -420,5 +515,52 @@ mod tests {
             field(base().lease_duration(Duration::from_millis(50))),
             "lease_duration"
         );
+    }
+}
+
+#[cfg(all(test, feature = "serde"))]
+mod file_tests {
+    use super::*;
+
+    fn parse(json: &str) -> Result<WorkerConfig, String> {
+        serde_json::from_str(json).map_err(|e| e.to_string())
+    }
+
+    #[test]
+    fn an_empty_file_is_the_defaults() {
+        assert_eq!(parse("{}").unwrap(), WorkerConfig::default());
+    }
+
+    #[test]
+    fn the_intervals_follow_the_lease_duration_and_protocol_the_file_gives() {
+        let config = parse(r#"{"lease_duration": "20s", "protocol": "leases"}"#).unwrap();
+        let expected =
+            WorkerConfig::with_lease_duration(Duration::from_secs(20)).protocol(Protocol::Leases);
+        assert_eq!(config, expected);
+        let config = parse(
+            r#"{"lease_duration": "20s", "renew_interval": "5s", "handoff_timeout": "1m 30s",
+                "max_leases_per_worker": 12, "scan_at_expiry": false}"#,
+        )
+        .unwrap();
+        assert_eq!(config.renew_interval, Duration::from_secs(5));
+        assert_eq!(config.taker_interval, Duration::from_secs(10));
+        assert_eq!(config.handoff_timeout, Duration::from_secs(90));
+        assert_eq!(config.max_leases_per_worker, 12);
+        assert!(!config.scan_at_expiry);
+    }
+
+    #[test]
+    fn a_typo_a_bad_duration_and_an_invalid_value_are_refused_by_name() {
+        let err = parse(r#"{"lease_durration": "20s"}"#).unwrap_err();
+        assert!(err.contains("lease_durration"), "{err}");
+        let err = parse(r#"{"lease_duration": "20 parsecs"}"#).unwrap_err();
+        assert!(
+            err.contains("parsecs") || err.contains("unknown time unit"),
+            "{err}"
+        );
+        let err = parse(r#"{"renew_interval": "9s"}"#).unwrap_err();
+        assert!(err.contains("renew_interval"), "{err}");
+        let err = parse(r#"{"protocol": "paxos"}"#).unwrap_err();
+        assert!(err.contains("paxos"), "{err}");
     }
 }

@@ -5,7 +5,15 @@ use std::time::{Duration, SystemTime};
 use crate::config::ConfigError;
 
 /// Where a shard with no checkpoint and no parents starts.
+///
+/// In a configuration file: `"latest"`, `"trim_horizon"`, or
+/// `{ at_timestamp = "2026-11-30T00:00:00Z" }` (RFC 3339).
 #[derive(Debug, Clone, PartialEq, Eq)]
+#[cfg_attr(
+    feature = "serde",
+    derive(serde::Deserialize),
+    serde(rename_all = "snake_case")
+)]
 #[non_exhaustive]
 pub enum InitialPosition {
     /// The oldest record still in the stream.
@@ -15,12 +23,17 @@ pub enum InitialPosition {
     /// instead of skipping what came in between (KCL starts such a lease at the new latest).
     Latest,
     /// Records written from this moment on.
-    AtTimestamp(SystemTime),
+    AtTimestamp(#[cfg_attr(feature = "serde", serde(with = "humantime_serde"))] SystemTime),
 }
 
 /// How the record loops read: [`ConsumerConfig::default`], then a setter per field to change.
 /// Every default says where it comes from.
 #[derive(Debug, Clone, PartialEq)]
+#[cfg_attr(
+    feature = "serde",
+    derive(serde::Deserialize),
+    serde(try_from = "file::ConsumerConfigFile")
+)]
 #[non_exhaustive]
 pub struct ConsumerConfig {
     /// Where a new shard with no parents starts. A child shard with no checkpoint starts at
@@ -39,8 +52,9 @@ pub struct ConsumerConfig {
     /// `idleTimeBetweenReadsInMillis`).
     pub idle_time_between_reads: Duration,
     /// The longest wait after throttling or errors; the wait doubles from
-    /// `min_call_interval` with full jitter. Also how long a lease whose processor panicked,
-    /// or that Kinesis refused to serve, is held before it is released. Default: 10 s.
+    /// `min_call_interval` with equal jitter (never sooner than half the doubled wait). Also
+    /// how long a lease whose processor panicked, or that Kinesis refused to serve, is held
+    /// before it is released. Default: 10 s.
     pub max_backoff: Duration,
     /// The longest a `GetRecords` or `GetShardIterator` call may go unanswered: then it is
     /// abandoned as a transient failure and retried after a backoff (a connection that
@@ -142,6 +156,55 @@ impl ConsumerConfig {
     }
 }
 
+/// The configuration as a file or the environment gives it: every field optional, durations
+/// as humantime text (`"200ms"`, `"10s"`).
+#[cfg(feature = "serde")]
+mod file {
+    use std::time::Duration;
+
+    use super::{ConfigError, ConsumerConfig, InitialPosition};
+
+    #[derive(serde::Deserialize)]
+    #[serde(deny_unknown_fields)]
+    pub(super) struct ConsumerConfigFile {
+        initial_position: Option<InitialPosition>,
+        max_records: Option<u32>,
+        #[serde(default, with = "humantime_serde")]
+        min_call_interval: Option<Duration>,
+        #[serde(default, with = "humantime_serde")]
+        idle_time_between_reads: Option<Duration>,
+        #[serde(default, with = "humantime_serde")]
+        max_backoff: Option<Duration>,
+        #[serde(default, with = "humantime_serde")]
+        call_timeout: Option<Duration>,
+    }
+
+    impl TryFrom<ConsumerConfigFile> for ConsumerConfig {
+        type Error = ConfigError;
+
+        fn try_from(file: ConsumerConfigFile) -> Result<Self, ConfigError> {
+            let mut config = ConsumerConfig::default();
+            macro_rules! set {
+                ($($field:ident),*) => {
+                    $(if let Some(value) = file.$field {
+                        config.$field = value;
+                    })*
+                };
+            }
+            set!(
+                initial_position,
+                max_records,
+                min_call_interval,
+                idle_time_between_reads,
+                max_backoff,
+                call_timeout
+            );
+            config.validate()?;
+            Ok(config)
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -160,5 +223,29 @@ mod tests {
         );
         let slow = base().min_call_interval(Duration::from_secs(20));
         assert_eq!(field(slow), "max_backoff");
+    }
+}
+
+#[cfg(all(test, feature = "serde"))]
+mod file_tests {
+    use super::*;
+
+    #[test]
+    fn a_file_overrides_the_defaults_and_is_validated() {
+        let config: ConsumerConfig = toml::from_str(
+            "initial_position = { at_timestamp = \"2026-11-30T00:00:00Z\" }\n\
+             max_records = 500\n\
+             min_call_interval = \"250ms\"\n",
+        )
+        .unwrap();
+        let at = SystemTime::UNIX_EPOCH + Duration::from_secs(1_795_996_800);
+        assert_eq!(config.initial_position, InitialPosition::AtTimestamp(at));
+        assert_eq!(config.max_records, 500);
+        assert_eq!(config.min_call_interval, Duration::from_millis(250));
+        assert_eq!(config.call_timeout, ConsumerConfig::default().call_timeout);
+        let latest: ConsumerConfig = toml::from_str("initial_position = \"trim_horizon\"").unwrap();
+        assert_eq!(latest.initial_position, InitialPosition::TrimHorizon);
+        let err = toml::from_str::<ConsumerConfig>("max_records = 20000").unwrap_err();
+        assert!(err.to_string().contains("max_records"), "{err}");
     }
 }

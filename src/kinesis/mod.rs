@@ -60,7 +60,7 @@ pub use processor::{
 };
 pub use source::{KinesisShardSource, StreamError};
 
-use aws_sdk_kinesis::error::{ProvideErrorMetadata, SdkError};
+use aws_sdk_kinesis::error::{DisplayErrorContext, ProvideErrorMetadata, SdkError};
 
 use crate::store::sdk::{send_failure, SendFailure};
 
@@ -151,15 +151,7 @@ where
             service.err().code().unwrap_or("unknown error"),
             service.err().message().unwrap_or_default()
         ),
-        other => {
-            let mut text = other.to_string();
-            let mut source = std::error::Error::source(other);
-            while let Some(inner) = source {
-                text.push_str(": ");
-                text.push_str(&inner.to_string());
-                source = inner.source();
-            }
-            text
-        }
+        // Every cause, outermost first, as the SDK prints it.
+        other => DisplayErrorContext(other).to_string(),
     }
 }

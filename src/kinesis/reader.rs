@@ -26,6 +26,7 @@ use super::processor::{
 };
 use super::{classify, describe, Failure};
 use crate::lease::{LeaseKey, RESERVED_PREFIX};
+use crate::store::{Jitter, RetryPolicy};
 use crate::worker::{LeaseGrant, StopReason};
 
 /// The checkpoint that records where a lease read from `Latest` started, so that a lease
@@ -43,30 +44,31 @@ pub(crate) struct ReaderContext {
     pub observer: Observer,
 }
 
-/// Full-jitter exponential backoff between `first` and `max`.
+/// The record loop's backoff: doubling from `first` to `max` with equal jitter (never sooner
+/// than half the ceiling), and back to `first` after a success.
 struct Backoff {
-    first: Duration,
-    max: Duration,
-    next: Duration,
+    policy: RetryPolicy,
+    retries: u32,
 }
 
 impl Backoff {
     fn new(first: Duration, max: Duration) -> Self {
         Self {
-            first,
-            max,
-            next: first,
+            policy: RetryPolicy::default()
+                .base_delay(first)
+                .max_delay(max)
+                .jitter(Jitter::Equal),
+            retries: 0,
         }
     }
 
     fn wait(&mut self) -> Duration {
-        let ceiling = self.next;
-        self.next = (self.next * 2).min(self.max);
-        ceiling.mul_f64(crate::jitter::uniform(0.5, 1.0))
+        self.retries = self.retries.saturating_add(1);
+        self.policy.backoff(self.retries)
     }
 
     fn reset(&mut self) {
-        self.next = self.first;
+        self.retries = 0;
     }
 }
 

@@ -115,7 +115,7 @@ pub mod dynamodb;
 pub(crate) mod sdk;
 
 pub use error::{BoxError, Misconfiguration, StoreError, StoreResult};
-pub use retry::RetryPolicy;
+pub use retry::{Jitter, RetryPolicy};
 
 use async_trait::async_trait;
 use tokio::time::Instant;

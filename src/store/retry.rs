@@ -9,14 +9,24 @@ use tokio::time::Instant;
 use super::{StoreError, StoreResult};
 
 /// How a backend retries throttled and transient failures. Other errors are returned at once.
+///
+/// With the `serde` feature it deserializes from a table of its fields, each optional,
+/// durations as humantime text (`base_delay = "25ms"`).
 #[derive(Debug, Clone, PartialEq)]
+#[cfg_attr(
+    feature = "serde",
+    derive(serde::Deserialize),
+    serde(default, deny_unknown_fields)
+)]
 #[non_exhaustive]
 pub struct RetryPolicy {
     /// Backoff before the first retry; doubled on each further retry.
     /// Default: 25 ms (the AWS SDKs' base delay for DynamoDB).
+    #[cfg_attr(feature = "serde", serde(with = "humantime_serde"))]
     pub base_delay: Duration,
     /// Upper bound on one backoff. Default: 1 s, so that a renewal deadline of a few seconds
     /// still gets several attempts.
+    #[cfg_attr(feature = "serde", serde(with = "humantime_serde"))]
     pub max_delay: Duration,
     /// Most attempts in all, first one included. Default: 10.
     pub max_attempts: u32,
@@ -26,7 +36,28 @@ pub struct RetryPolicy {
     /// does. Default: 2 s: a hundred times a slow DynamoDB round trip, and short enough that
     /// a beat or renewal sent at the default `renew_interval` (4.5 s with sessions, 3.3 s
     /// with leases) gets a second attempt long before the validity (9.5 s) ends.
+    #[cfg_attr(feature = "serde", serde(with = "humantime_serde"))]
     pub attempt_timeout: Duration,
+    /// How a backoff is drawn below its ceiling. Default: [`Jitter::Full`].
+    pub jitter: Jitter,
+}
+
+/// How a backoff is drawn below its ceiling, `min(max_delay, base_delay * 2^(retry - 1))`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+#[cfg_attr(
+    feature = "serde",
+    derive(serde::Deserialize),
+    serde(rename_all = "snake_case")
+)]
+#[non_exhaustive]
+pub enum Jitter {
+    /// Uniform in `[0, ceiling]`: spreads a crowd of retries the most, and may retry at once.
+    /// The store's requests use it.
+    #[default]
+    Full,
+    /// Uniform in `[ceiling / 2, ceiling]`: never sooner than half the ceiling. For calls a
+    /// rate limit or a cost bounds: Kinesis reads, the discoverer's listings.
+    Equal,
 }
 
 impl Default for RetryPolicy {
@@ -36,6 +67,7 @@ impl Default for RetryPolicy {
             max_delay: Duration::from_secs(1),
             max_attempts: 10,
             attempt_timeout: Duration::from_secs(2),
+            jitter: Jitter::Full,
         }
     }
 }
@@ -69,14 +101,25 @@ impl RetryPolicy {
         self
     }
 
-    /// The backoff before retry number `retry` (1-based): "full jitter", uniform in
-    /// `[0, min(max_delay, base_delay * 2^(retry-1))]`.
+    /// Sets [`jitter`](Self::jitter).
+    #[must_use]
+    pub fn jitter(mut self, value: Jitter) -> Self {
+        self.jitter = value;
+        self
+    }
+
+    /// The backoff before retry number `retry` (1-based), drawn per [`jitter`](Self::jitter)
+    /// below the ceiling `min(max_delay, base_delay * 2^(retry-1))`.
     pub fn backoff(&self, retry: u32) -> Duration {
         let ceiling = self
             .base_delay
             .saturating_mul(1u32 << retry.saturating_sub(1).min(20))
             .min(self.max_delay);
-        ceiling.mul_f64(crate::jitter::uniform(0.0, 1.0))
+        let low = match self.jitter {
+            Jitter::Full => 0.0,
+            Jitter::Equal => 0.5,
+        };
+        ceiling.mul_f64(crate::jitter::uniform(low, 1.0))
     }
 
     /// Runs `attempt` until it succeeds, fails with a non-retryable error, runs out of
@@ -143,6 +186,19 @@ mod tests {
             assert!(policy.backoff(1) <= Duration::from_millis(25));
             assert!(policy.backoff(3) <= Duration::from_millis(100));
             assert!(policy.backoff(30) <= Duration::from_secs(1));
+        }
+    }
+
+    #[test]
+    fn full_jitter_reaches_down_to_zero_and_equal_jitter_stays_above_half_the_ceiling() {
+        let full = RetryPolicy::default().base_delay(Duration::from_secs(1));
+        let equal = full.clone().jitter(Jitter::Equal);
+        let draws = |policy: &RetryPolicy| (0..1000).map(|_| policy.backoff(2)).collect::<Vec<_>>();
+        let ceiling = Duration::from_secs(1); // 2 s, capped by max_delay
+        let low = draws(&full).into_iter().min().unwrap();
+        assert!(low < ceiling / 10, "full jitter never drew below {low:?}");
+        for wait in draws(&equal) {
+            assert!(wait >= ceiling / 2 && wait <= ceiling, "{wait:?}");
         }
     }
 

@@ -39,6 +39,7 @@ use crate::lease::{NewLease, WorkerId};
 use crate::lifecycle::{DeleteReason, Discovery, DiscoveryAction, DiscoveryPlan, TableState};
 use crate::source::{ShardSource, SourceError};
 use crate::store::Outcome;
+use crate::store::{Jitter, RetryPolicy};
 
 /// The longest wait after failed listings, in discovery intervals.
 const MAX_BACKOFF_INTERVALS: u32 = 8;
@@ -222,8 +223,11 @@ fn jittered(interval: Duration) -> Duration {
 /// [`MAX_BACKOFF_INTERVALS`], with equal jitter (half fixed, half random), so the source is
 /// never called more often than every half interval.
 fn backoff(interval: Duration, failures: u32) -> Duration {
-    let ceiling = interval * (1u32 << failures.saturating_sub(1).min(3)).min(MAX_BACKOFF_INTERVALS);
-    ceiling.mul_f64(crate::jitter::uniform(0.5, 1.0))
+    RetryPolicy::default()
+        .base_delay(interval)
+        .max_delay(interval * MAX_BACKOFF_INTERVALS)
+        .jitter(Jitter::Equal)
+        .backoff(failures)
 }
 
 async fn apply(shared: &Arc<Shared>, discovery: &mut Discovery, plan: DiscoveryPlan) {

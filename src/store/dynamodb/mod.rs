@@ -30,8 +30,14 @@ use super::{LeaseStore, Outcome, Page, PageToken, RetryPolicy, StoreError, Store
 use crate::config::ConfigError;
 use crate::lease::{Incarnation, Lease, LeaseKey, Member, NewLease, WorkerId};
 
-/// How the lease table is billed when the store creates it.
+/// How the lease table is billed when the store creates it. In a configuration file:
+/// `"on_demand"` or `{ provisioned = { read = 5, write = 5 } }`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[cfg_attr(
+    feature = "serde",
+    derive(serde::Deserialize),
+    serde(rename_all = "snake_case")
+)]
 #[non_exhaustive]
 pub enum Billing {
     /// On-demand (pay per request): no capacity planning, no throttling below the account
@@ -48,7 +54,16 @@ pub enum Billing {
 
 /// Configuration of the DynamoDB store: [`DynamoConfig::new`] with the table's name, then a
 /// setter per field to change.
+///
+/// With the `serde` feature it deserializes from a file or the environment: `table_name` is
+/// required, every other field optional (`retry` as a table of [`RetryPolicy`]'s fields,
+/// durations as humantime text such as `"2s"`).
 #[derive(Debug, Clone, PartialEq)]
+#[cfg_attr(
+    feature = "serde",
+    derive(serde::Deserialize),
+    serde(try_from = "file::DynamoConfigFile")
+)]
 #[non_exhaustive]
 pub struct DynamoConfig {
     /// The lease table's name. Required.
@@ -936,5 +951,57 @@ impl DynamoStore {
                 }
             })
             .await
+    }
+}
+/// The configuration as a file or the environment gives it.
+#[cfg(feature = "serde")]
+mod file {
+    use std::time::Duration;
+
+    use super::{Billing, DynamoConfig};
+    use crate::config::ConfigError;
+    use crate::store::{RetryPolicy, StoreError};
+
+    #[derive(serde::Deserialize)]
+    #[serde(deny_unknown_fields)]
+    pub(super) struct DynamoConfigFile {
+        table_name: String,
+        create_if_missing: Option<bool>,
+        billing: Option<Billing>,
+        tags: Option<Vec<(String, String)>>,
+        deletion_protection: Option<bool>,
+        #[serde(default, with = "humantime_serde")]
+        active_timeout: Option<Duration>,
+        retry: Option<RetryPolicy>,
+        page_limit: Option<u32>,
+    }
+
+    impl TryFrom<DynamoConfigFile> for DynamoConfig {
+        type Error = ConfigError;
+
+        fn try_from(file: DynamoConfigFile) -> Result<Self, ConfigError> {
+            let mut config = DynamoConfig::new(file.table_name);
+            macro_rules! set {
+                ($($field:ident),*) => {
+                    $(if let Some(value) = file.$field {
+                        config.$field = value;
+                    })*
+                };
+            }
+            set!(
+                create_if_missing,
+                billing,
+                tags,
+                deletion_protection,
+                active_timeout,
+                retry
+            );
+            config.page_limit = file.page_limit;
+            match config.validate() {
+                Ok(()) => Ok(config),
+                Err(StoreError::InvalidConfig(err)) => Err(err),
+                Err(other) => Err(ConfigError::invalid("table_name", other.to_string())),
+            }
+        }
     }
 }

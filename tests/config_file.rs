@@ -1,0 +1,76 @@
+//! The sample configuration file, `examples/shardlease.toml`, parses into the configurations
+//! it configures with the values it says (feature `serde`).
+
+use std::time::Duration;
+
+use serde::Deserialize;
+use shardlease::kinesis::{ConsumerConfig, InitialPosition};
+use shardlease::store::dynamodb::{Billing, DynamoConfig};
+use shardlease::{Protocol, WorkerConfig};
+
+#[derive(Deserialize)]
+struct File {
+    worker: WorkerConfig,
+    table: DynamoConfig,
+    consumer: ConsumerConfig,
+}
+
+#[test]
+fn the_sample_file_configures_what_it_says() {
+    let file: File = toml::from_str(include_str!("../examples/shardlease.toml")).unwrap();
+    let worker = WorkerConfig::with_lease_duration(Duration::from_secs(20))
+        .protocol(Protocol::Sessions)
+        .handoff_timeout(Duration::from_secs(60))
+        .max_leases_per_worker(64)
+        .shutdown_timeout(Duration::from_secs(45));
+    assert_eq!(file.worker, worker);
+    assert_eq!(file.table.table_name, "my-app-leases");
+    assert_eq!(file.table.billing, Billing::OnDemand);
+    assert_eq!(file.table.tags, [("team".to_owned(), "ingest".to_owned())]);
+    assert_eq!(file.table.retry.attempt_timeout, Duration::from_secs(2));
+    assert_eq!(file.table.retry.max_attempts, 8);
+    assert_eq!(file.consumer.initial_position, InitialPosition::TrimHorizon);
+    assert_eq!(file.consumer.max_records, 1000);
+    assert_eq!(
+        file.consumer.idle_time_between_reads,
+        Duration::from_millis(500)
+    );
+}
+
+#[test]
+fn a_table_without_a_name_or_with_a_bad_one_is_refused_by_field() {
+    let err = toml::from_str::<DynamoConfig>("billing = \"on_demand\"").unwrap_err();
+    assert!(err.to_string().contains("table_name"), "{err}");
+    let err = toml::from_str::<DynamoConfig>("table_name = \"x\"").unwrap_err();
+    assert!(err.to_string().contains("3 to 255"), "{err}");
+    let err = toml::from_str::<DynamoConfig>(
+        "table_name = \"ok-name\"\nbilling = { provisioned = { read = 0, write = 5 } }",
+    )
+    .unwrap_err();
+    assert!(err.to_string().contains("provisioned capacity"), "{err}");
+    let err = toml::from_str::<DynamoConfig>("table_name = \"ok-name\"\nretry = { tries = 3 }")
+        .unwrap_err();
+    assert!(err.to_string().contains("tries"), "{err}");
+}
+
+#[test]
+fn the_environment_configures_a_worker() {
+    let vars = [
+        (
+            "SHARDLEASE_WORKER_LEASE_DURATION".to_owned(),
+            "30s".to_owned(),
+        ),
+        ("SHARDLEASE_WORKER_PROTOCOL".to_owned(), "leases".to_owned()),
+        (
+            "SHARDLEASE_WORKER_MAX_LEASES_PER_WORKER".to_owned(),
+            "7".to_owned(),
+        ),
+    ];
+    let config: WorkerConfig = envy::prefixed("SHARDLEASE_WORKER_")
+        .from_iter(vars)
+        .unwrap();
+    let expected = WorkerConfig::with_lease_duration(Duration::from_secs(30))
+        .protocol(Protocol::Leases)
+        .max_leases_per_worker(7);
+    assert_eq!(config, expected);
+}
