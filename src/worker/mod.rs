@@ -53,6 +53,7 @@ mod renewer;
 mod session;
 mod state;
 mod stop;
+mod take;
 mod taker;
 mod watcher;
 

@@ -24,7 +24,7 @@ use super::finish::{place, spawn_finish};
 use super::metrics;
 use super::state::{notice_text, Finish, Phase, Shared, EXPECT_NOTICE, REVOKE_PREFIX};
 use super::stop::StopReason;
-use super::taker::{take, Answer, Report};
+use super::take::{take, Answer, Report};
 use crate::expiry::ExpiryTracker;
 use crate::lease::{Incarnation, Lease, LeaseKey, Member, RESERVED_PREFIX};
 use crate::store::{Outcome, StoreError};

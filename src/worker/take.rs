@@ -1,0 +1,347 @@
+//! One take, from the write to the report: the store writes the taker makes (take, adopt a
+//! handoff, ask for one), when a taken lease is reported to the application, and, with
+//! sessions, the wait for a live previous owner to acknowledge that it dropped the lease.
+
+use std::sync::Arc;
+
+use tokio::time::Instant;
+use tracing::Instrument;
+
+use super::finish::spawn_finish;
+use super::metrics;
+use super::state::{notice_text, Pending, Shared};
+use crate::expiry::ExpiryTracker;
+use crate::lease::{Incarnation, Lease, LeaseKey, WorkerId};
+use crate::store::Outcome;
+
+/// Far enough in the future to mean "not while its session lives".
+pub(crate) const FAR: std::time::Duration = std::time::Duration::from_secs(100 * 365 * 24 * 3600);
+
+/// When a take is reported to the application.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) enum Report {
+    /// After the quiet period: nobody else can still be working on the lease (it was unowned,
+    /// expired on this worker's clock, ours, or handed over after its owner finished).
+    Quiet,
+    /// A lease duration after the take started: the previous holder may still be working
+    /// until its last renewal's validity ends, and that renewal started before the take. Or,
+    /// if earlier, when the lease expires on this worker's clock (the `Instant`): the take is
+    /// conditioned on the counter observed, so if it lands, the renewal that wrote that counter
+    /// was the previous holder's last, and its validity ends before that expiry.
+    Forced(Option<Instant>),
+    /// A lease duration after an earlier take of the lease whose answer was lost started:
+    /// that take may have landed while the previous holder was still working.
+    ForcedSince(Instant),
+    /// With sessions: the previous holder's session lives, and its beats would go on
+    /// extending the lease there. It is notified, and the lease is reported once it has
+    /// acknowledged (dropped the lease) or its session is surely over.
+    Acknowledged {
+        owner: WorkerId,
+        incarnation: Option<Incarnation>,
+    },
+}
+
+/// Reads the parents of a lease about to be taken: it may be taken only when each of them is
+/// finished or gone. The scan already said so, but a paged scan is not one moment: a parent
+/// created just before its child may be missing from the pages read before it existed.
+async fn parents_done(shared: &Shared, lease: &Lease, deadline: Instant) -> bool {
+    for parent in &lease.parents {
+        match shared.store.get(parent, deadline).await {
+            Ok(None) => {}
+            Ok(Some(parent)) if parent.is_finished() => {}
+            Ok(Some(_)) => {
+                tracing::debug!(lease_key = %lease.key, parent = %parent, "not taken: a parent is not finished");
+                return false;
+            }
+            Err(err) => {
+                metrics::store_error(&shared.id, "get");
+                tracing::warn!(lease_key = %lease.key, parent = %parent, error = %err, "not taken: could not read a parent");
+                return false;
+            }
+        }
+    }
+    true
+}
+
+/// One store write the taker makes.
+pub(crate) enum Job {
+    Take {
+        lease: Lease,
+        report: Report,
+    },
+    Request {
+        lease: Lease,
+        from: WorkerId,
+    },
+    /// Starts a lease handed over to this worker's id, with a take of this process: two
+    /// processes with one id may both have asked for it, and only one may work on it.
+    Adopt(Lease),
+}
+
+/// What became of a take, for the taker to remember.
+pub(crate) enum Answer {
+    /// The lease was taken (its answer seen).
+    Taken(LeaseKey),
+    /// The take may have landed, but its answer was lost; `since`: when the first unanswered
+    /// attempt started.
+    Unanswered { key: LeaseKey, since: Instant },
+    /// Somebody else changed the lease first.
+    LostRace,
+    /// No take landed, or no take was made.
+    None,
+}
+
+impl Job {
+    pub(crate) async fn run(self, shared: &Arc<Shared>) -> Answer {
+        let me = &shared.id;
+        let config = &shared.config;
+        let start = shared.now();
+        let deadline = start + config.store_timeout;
+        match self {
+            Job::Take { lease, report } => {
+                if !parents_done(shared, &lease, deadline).await {
+                    return Answer::None;
+                }
+                take(shared, lease, report, start).await
+            }
+            Job::Request { lease, from } => {
+                // With sessions the owner learns of a request from a notice. Until it is sent,
+                // a worker leaving tells the owner instead (see `State::asking`).
+                let session = lease.owner_incarnation.filter(|_| config.sessions());
+                if let Some(incarnation) = session {
+                    shared
+                        .lock()
+                        .asking
+                        .insert(lease.key.clone(), (from.clone(), incarnation));
+                }
+                let request =
+                    shared
+                        .store
+                        .request_handoff(&lease.key, &from, lease.tenure, me, deadline);
+                let tell = match request.await {
+                    Ok(Outcome::Done(_)) => {
+                        metrics::handoff_requested(me);
+                        tracing::info!(lease_key = %lease.key, owner = %from, "handoff requested");
+                        shared.lock().pending.insert(
+                            lease.key.clone(),
+                            Pending {
+                                since: start,
+                                from: from.clone(),
+                            },
+                        );
+                        true
+                    }
+                    Ok(Outcome::LostRace { .. }) => false,
+                    Err(err) => {
+                        metrics::store_error(me, "request_handoff");
+                        tracing::warn!(lease_key = %lease.key, error = %err, "handoff request failed");
+                        // It may have landed: the notice is harmless if it did not.
+                        err.is_ambiguous()
+                    }
+                };
+                if let (true, Some(incarnation)) = (tell, session) {
+                    let notice = [lease.key.as_str().to_owned()];
+                    shared.notify(&from, incarnation, &notice, deadline).await;
+                }
+                shared.lock().asking.remove(&lease.key);
+                Answer::None
+            }
+            Job::Adopt(lease) => {
+                if shared.lock().held.contains_key(&lease.key) {
+                    return Answer::None;
+                }
+                let key = lease.key.clone();
+                // The old owner finished before it handed the lease over: nobody works on it.
+                let answer = take(shared, lease, Report::Quiet, start).await;
+                if matches!(answer, Answer::LostRace) {
+                    // Somebody else took it first (another process with this id, or the
+                    // previous owner's peers after it expired): stop waiting for it.
+                    shared.lock().pending.remove(&key);
+                }
+                answer
+            }
+        }
+    }
+}
+
+/// Takes `lease` for this process, started at `start`, and holds it when the take landed.
+pub(crate) async fn take(
+    shared: &Arc<Shared>,
+    lease: Lease,
+    report: Report,
+    start: Instant,
+) -> Answer {
+    let (me, config) = (&shared.id, &shared.config);
+    let deadline = start + config.store_timeout;
+    {
+        // One take of a lease at a time here, and none of a lease held here: with sessions, a
+        // notice and a round can both see a lease handed over to this worker.
+        let mut state = shared.lock();
+        if state.held.contains_key(&lease.key) || !state.taking.insert(lease.key.clone()) {
+            return Answer::None;
+        }
+    }
+    let incarnation = shared.incarnation();
+    let outcome = shared
+        .store
+        .take(&lease.key, me, incarnation, lease.counter, deadline)
+        .await;
+    let took_before = {
+        let mut state = shared.lock();
+        state.taking.remove(&lease.key);
+        state.took.get(&lease.key).copied()
+    };
+    let taken = match outcome {
+        Ok(Outcome::Done(taken)) => taken,
+        // Our own take, read back as a lost race: its answer was lost, and a retry found the
+        // item changed since by somebody else's request. Only this process writes its
+        // incarnation, one tenure on from what it observed; unless an earlier take of this
+        // process (a round's and a notice's, one after the other, from one observation) made
+        // that tenure, and it may be over already.
+        Ok(Outcome::LostRace {
+            current: Some(current),
+        }) if current.is_owned_by_incarnation(me, incarnation)
+            && current.tenure == lease.tenure + 1
+            && took_before != Some(current.tenure) =>
+        {
+            current
+        }
+        Ok(Outcome::LostRace { .. }) => {
+            tracing::debug!(lease_key = %lease.key, "take lost the race");
+            return Answer::LostRace;
+        }
+        // Throttled, or failed before it was sent: not applied.
+        Err(err) if err.is_retryable() && !err.is_ambiguous() => {
+            metrics::store_error(me, "take");
+            tracing::warn!(lease_key = %lease.key, error = %err, "take failed");
+            return Answer::None;
+        }
+        Err(err) => {
+            metrics::store_error(me, "take");
+            tracing::warn!(lease_key = %lease.key, error = %err, "take unanswered; if it landed, the lease is reported as a forced take");
+            let since = match report {
+                Report::ForcedSince(since) => since,
+                Report::Quiet | Report::Forced(_) | Report::Acknowledged { .. } => start,
+            };
+            return Answer::Unanswered {
+                key: lease.key,
+                since,
+            };
+        }
+    };
+    if shared.incarnation() != incarnation {
+        // Taken for a session that has ended since (fenced while the answer was on its way):
+        // a peer that fenced it may have started the lease already, taking it for an orphan
+        // of that session. Held under the next session, it would be processed twice (seed
+        // 9914874745643150272, `--faults transient,lost,never,cutoff,crash`). A placement
+        // round looks at it again.
+        tracing::info!(lease_key = %taken.key, tenure = taken.tenure, "taken for a session that has ended since: not held");
+        shared.rescan.notify_one();
+        return Answer::LostRace;
+    }
+    // A forced take must not be reported before the previous owner's local validity has
+    // certainly ended: its last renewal started before this take (or before the earlier
+    // attempt that may have landed), so it ends before that start + lease duration.
+    let quiet = start + config.quiet_period;
+    let report_at = match &report {
+        Report::Quiet => quiet,
+        Report::Forced(expires) => {
+            let validity_ended = start + config.lease_duration;
+            quiet.max(expires.map_or(validity_ended, |at| at.min(validity_ended)))
+        }
+        Report::ForcedSince(since) => quiet.max(*since + config.lease_duration),
+        // Reported by the acknowledgement (see `acknowledged`).
+        Report::Acknowledged { .. } => start + FAR,
+    };
+    let forced = report != Report::Quiet;
+    if forced {
+        metrics::stolen(me);
+    }
+    tracing::info!(lease_key = %taken.key, previous = ?lease.owner, previous_incarnation = ?lease.owner_incarnation, forced, tenure = taken.tenure, "lease taken");
+    let key = taken.key.clone();
+    let tenure = taken.tenure;
+    shared.lock().took.insert(key.clone(), tenure);
+    if let Some(release) = shared.hold(taken, shared.validity_from(start), report_at) {
+        spawn_finish(shared, key.clone(), release);
+    }
+    if let Report::Acknowledged { owner, incarnation } = report {
+        shared
+            .unacknowledged
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .insert(key.clone(), (owner.clone(), incarnation));
+        let task_shared = Arc::clone(shared);
+        let task_key = key.clone();
+        shared.jobs.spawn(
+            async move {
+                let at = acknowledged(&task_shared, &task_key, owner, incarnation).await;
+                task_shared
+                    .unacknowledged
+                    .lock()
+                    .unwrap_or_else(|e| e.into_inner())
+                    .remove(&task_key);
+                task_shared.report_at(&task_key, tenure, at.max(quiet));
+            }
+            .in_current_span(),
+        );
+    }
+    Answer::Taken(key)
+}
+
+/// With sessions, after a lease was taken from a live session: tells its owner and waits
+/// until the owner has dropped it (the notice is gone from its record: it reads the lease,
+/// drops it, and names the notice as seen in its next beat) or the session is surely over.
+/// Returns when the lease may be reported.
+async fn acknowledged(
+    shared: &Shared,
+    key: &LeaseKey,
+    owner: WorkerId,
+    incarnation: Option<Incarnation>,
+) -> Instant {
+    let config = &shared.config;
+    let Some(incarnation) = incarnation else {
+        // Given to the id and not taken: no process works on it.
+        return shared.now();
+    };
+    let notice = [key.as_str().to_owned()];
+    let mut noticed = false;
+    let mut beats: ExpiryTracker<()> = ExpiryTracker::new(config.lease_duration);
+    let fenced = || shared.is_fenced(&owner, incarnation);
+    loop {
+        // Fenced here: the session was seen unchanged for a lease duration, its validity
+        // is over (the leases of a fenced session are startable at once).
+        if fenced() {
+            return shared.now();
+        }
+        let deadline = shared.now() + config.store_timeout;
+        if !noticed {
+            noticed = shared.notify(&owner, incarnation, &notice, deadline).await;
+        }
+        let read = shared.store.get_member(&owner, true, deadline).await;
+        let now = shared.now();
+        match read {
+            Ok(Some(member)) if member.incarnation == Some(incarnation) => {
+                if noticed
+                    && !member
+                        .notices
+                        .iter()
+                        .any(|n| notice_text(n) == key.as_str())
+                {
+                    tracing::info!(lease_key = %key, owner = %owner, "the previous owner dropped the lease");
+                    return now;
+                }
+                beats.observe(&(), member.heartbeat, now);
+                if beats.is_expired(&(), now) {
+                    return now;
+                }
+            }
+            Ok(_) if fenced() => return now,
+            // The session cannot beat any more: its validity ends within a lease duration.
+            Ok(_) => return now + config.lease_duration,
+            Err(err) => {
+                tracing::debug!(lease_key = %key, error = %err, "could not read the previous owner's session");
+            }
+        }
+        shared.clock.sleep_until(now + config.renew_interval).await;
+    }
+}
