@@ -7,13 +7,18 @@
 //!     cargo run --example config_file --features serde -- --env
 //! ```
 //!
-//! The worker runs on the in-memory store for a few seconds (so that the example needs no
-//! DynamoDB); `DynamoStore::from_env(file.table)` is what a real application would do with
-//! the `[table]` section. A bad value is refused with the field it is in.
+//! The worker runs on the in-memory store (so that the example needs no DynamoDB) until Ctrl-C,
+//! SIGTERM or five seconds, and leaves gracefully (`graceful_shutdown_on`);
+//! `DynamoStore::from_env(file.table)` is what a real application would do with the `[table]`
+//! section. A bad value is refused with the field it is in.
 
+use std::process::ExitCode;
 use std::sync::Arc;
 use std::time::Duration;
 
+mod common;
+
+use common::Error;
 use serde::Deserialize;
 use shardlease::store::dynamodb::DynamoConfig;
 use shardlease::store::memory::InMemoryStore;
@@ -31,14 +36,14 @@ struct File {
     consumer: Option<toml::Value>,
 }
 
-fn load() -> Result<WorkerConfig, String> {
+fn load() -> Result<WorkerConfig, Error> {
     let arg = std::env::args().nth(1).ok_or(
         "usage: config_file FILE.toml | config_file --env (reads SHARDLEASE_WORKER_* variables)",
     )?;
     if arg == "--env" {
         return envy::prefixed("SHARDLEASE_WORKER_")
             .from_env::<WorkerConfig>()
-            .map_err(|e| format!("the SHARDLEASE_WORKER_* variables: {e}"));
+            .map_err(|e| format!("the SHARDLEASE_WORKER_* variables: {e}").into());
     }
     let text = std::fs::read_to_string(&arg).map_err(|e| format!("{arg}: {e}"))?;
     let file: File = toml::from_str(&text).map_err(|e| format!("{arg}: {e}"))?;
@@ -50,57 +55,47 @@ fn load() -> Result<WorkerConfig, String> {
 }
 
 #[tokio::main]
-async fn main() {
-    tracing_subscriber::fmt()
-        .with_env_filter(
-            tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| "warn".into()),
-        )
-        .init();
-    let config = match load() {
-        Ok(config) => config,
-        Err(err) => {
-            eprintln!("config_file: {err}");
-            std::process::exit(2);
-        }
-    };
-    println!("worker: {config:#?}");
-    if let Err(err) = run(config).await {
-        eprintln!("config_file: {err}");
-        std::process::exit(1);
-    }
+async fn main() -> ExitCode {
+    common::init_tracing("warn");
+    common::exit(run().await)
 }
 
-async fn run(config: WorkerConfig) -> Result<(), Box<dyn std::error::Error>> {
+async fn run() -> Result<(), Error> {
+    let config = load()?;
+    println!("worker: {config:#?}");
     let shards = (0..4)
         .map(|i| LeaseKey::new(format!("shard-{i}")))
         .collect::<Result<Vec<_>, _>>()?;
     let mut worker = Worker::builder(Arc::new(InMemoryStore::new()), WorkerId::new("w1")?)
         .config(config)
         .shards(shards)
+        // Leaves on Ctrl-C or SIGTERM, or after a few seconds for the demonstration.
+        .graceful_shutdown_on(async {
+            tokio::select! {
+                signal = common::shutdown_signal() => {
+                    if let Ok(name) = signal {
+                        println!("{name}: leaving");
+                    }
+                }
+                _ = tokio::time::sleep(Duration::from_secs(5)) => {}
+            }
+        })
         .start()
         .await?;
     let mut events = worker.take_events().expect("taken once");
-    let until = tokio::time::sleep(Duration::from_secs(3));
-    tokio::pin!(until);
-    loop {
-        tokio::select! {
-            _ = &mut until => break,
-            event = events.recv() => match event {
-                Some(LeaseEvent::Acquired(grant)) => {
-                    println!("acquired {}", grant.key());
-                    // Dropped at the end of the run: the shutdown below releases it.
-                    tokio::spawn(async move {
-                        let mut grant = grant;
-                        grant.stopped().await;
-                        grant.finish();
-                    });
-                }
-                Some(_) => {}
-                None => break,
-            },
+    tokio::spawn(async move {
+        while let Some(event) = events.recv().await {
+            if let LeaseEvent::Acquired(mut grant) = event {
+                println!("acquired {}", grant.key());
+                tokio::spawn(async move {
+                    let reason = grant.stopped().await;
+                    println!("{}: {reason}", grant.key());
+                    grant.finish();
+                });
+            }
         }
-    }
-    worker.shutdown().await;
+    });
+    worker.stopped().await;
     println!("left gracefully");
     Ok(())
 }

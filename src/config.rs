@@ -386,7 +386,11 @@ mod file {
     use super::{ConfigError, Protocol, WorkerConfig};
 
     #[derive(serde::Deserialize)]
-    #[serde(deny_unknown_fields)]
+    #[serde(
+        deny_unknown_fields,
+        rename = "WorkerConfig",
+        expecting = "a table of WorkerConfig fields (the worker configuration)"
+    )]
     pub(super) struct WorkerConfigFile {
         #[serde(default, with = "humantime_serde")]
         lease_duration: Option<Duration>,

@@ -165,7 +165,11 @@ mod file {
     use super::{ConfigError, ConsumerConfig, InitialPosition};
 
     #[derive(serde::Deserialize)]
-    #[serde(deny_unknown_fields)]
+    #[serde(
+        deny_unknown_fields,
+        rename = "ConsumerConfig",
+        expecting = "a table of ConsumerConfig fields (the Kinesis consumer configuration)"
+    )]
     pub(super) struct ConsumerConfigFile {
         initial_position: Option<InitialPosition>,
         max_records: Option<u32>,

@@ -10,6 +10,7 @@ use tracing::Instrument;
 use super::finish::spawn_finish;
 use super::metrics;
 use super::state::{notice_text, Pending, Shared};
+use crate::config::WorkerConfig;
 use crate::expiry::ExpiryTracker;
 use crate::lease::{Incarnation, Lease, LeaseKey, WorkerId};
 use crate::store::Outcome;
@@ -39,6 +40,26 @@ pub(crate) enum Report {
         owner: WorkerId,
         incarnation: Option<Incarnation>,
     },
+}
+
+impl Report {
+    /// When a take started at `start` is reported to the application. A forced take must not
+    /// be reported before the previous owner's local validity has certainly ended: its last
+    /// renewal started before this take (or before the earlier attempt that may have landed),
+    /// so it ends before that start + lease duration. Never before the quiet period.
+    fn time(&self, start: Instant, config: &WorkerConfig) -> Instant {
+        let quiet = start + config.quiet_period;
+        match self {
+            Report::Quiet => quiet,
+            Report::Forced(expires) => {
+                let validity_ended = start + config.lease_duration;
+                quiet.max(expires.map_or(validity_ended, |at| at.min(validity_ended)))
+            }
+            Report::ForcedSince(since) => quiet.max(*since + config.lease_duration),
+            // Reported by the acknowledgement (see `acknowledged`).
+            Report::Acknowledged { .. } => start + FAR,
+        }
+    }
 }
 
 /// Reads the parents of a lease about to be taken: it may be taken only when each of them is
@@ -239,20 +260,8 @@ pub(crate) async fn take(
         shared.rescan.notify_one();
         return Answer::LostRace;
     }
-    // A forced take must not be reported before the previous owner's local validity has
-    // certainly ended: its last renewal started before this take (or before the earlier
-    // attempt that may have landed), so it ends before that start + lease duration.
     let quiet = start + config.quiet_period;
-    let report_at = match &report {
-        Report::Quiet => quiet,
-        Report::Forced(expires) => {
-            let validity_ended = start + config.lease_duration;
-            quiet.max(expires.map_or(validity_ended, |at| at.min(validity_ended)))
-        }
-        Report::ForcedSince(since) => quiet.max(*since + config.lease_duration),
-        // Reported by the acknowledgement (see `acknowledged`).
-        Report::Acknowledged { .. } => start + FAR,
-    };
+    let report_at = report.time(start, config);
     let forced = report != Report::Quiet;
     if forced {
         metrics::stolen(me);
@@ -343,5 +352,64 @@ async fn acknowledged(
             }
         }
         shared.clock.sleep_until(now + config.renew_interval).await;
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::time::Duration;
+
+    use super::*;
+
+    fn config(quiet: u64) -> WorkerConfig {
+        WorkerConfig::default().quiet_period(Duration::from_secs(quiet))
+    }
+
+    #[test]
+    fn a_quiet_take_is_reported_after_the_quiet_period() {
+        let start = Instant::now();
+        assert_eq!(Report::Quiet.time(start, &config(0)), start);
+        let quiet = Duration::from_secs(3);
+        assert_eq!(Report::Quiet.time(start, &config(3)), start + quiet);
+    }
+
+    #[test]
+    fn a_forced_take_waits_for_the_previous_validity_or_the_observed_expiry_if_sooner() {
+        let start = Instant::now();
+        let lease = WorkerConfig::default().lease_duration;
+        assert_eq!(Report::Forced(None).time(start, &config(0)), start + lease);
+        let expiry = start + Duration::from_secs(2);
+        assert_eq!(Report::Forced(Some(expiry)).time(start, &config(0)), expiry);
+        let late = start + lease * 2;
+        assert_eq!(
+            Report::Forced(Some(late)).time(start, &config(0)),
+            start + lease
+        );
+        // Never before the quiet period.
+        assert_eq!(
+            Report::Forced(Some(expiry)).time(start, &config(5)),
+            start + Duration::from_secs(5)
+        );
+    }
+
+    #[test]
+    fn a_take_whose_earlier_answer_was_lost_counts_from_that_attempt() {
+        let start = Instant::now();
+        let since = start - Duration::from_secs(4);
+        let lease = WorkerConfig::default().lease_duration;
+        assert_eq!(
+            Report::ForcedSince(since).time(start, &config(0)),
+            since + lease
+        );
+    }
+
+    #[test]
+    fn a_take_from_a_live_session_waits_for_its_acknowledgement() {
+        let start = Instant::now();
+        let report = Report::Acknowledged {
+            owner: WorkerId::new("a").unwrap(),
+            incarnation: None,
+        };
+        assert!(report.time(start, &config(0)) >= start + Duration::from_secs(3600 * 24 * 365));
     }
 }

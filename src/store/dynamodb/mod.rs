@@ -963,7 +963,11 @@ mod file {
     use crate::store::{RetryPolicy, StoreError};
 
     #[derive(serde::Deserialize)]
-    #[serde(deny_unknown_fields)]
+    #[serde(
+        deny_unknown_fields,
+        rename = "DynamoConfig",
+        expecting = "a table of DynamoConfig fields (the DynamoDB store configuration)"
+    )]
     pub(super) struct DynamoConfigFile {
         table_name: String,
         create_if_missing: Option<bool>,
