@@ -2,10 +2,15 @@
 //! a 2 s lease: workers join (leases are handed over gracefully), one crashes (its leases are
 //! taken once they expire), one leaves (its leases are released and taken at once).
 //!
-//! Run: `cargo run --example quickstart` (about 25 s). Ctrl-C or SIGTERM ends it early,
+//! Run: `cargo run -p shardlease-demo` (about 25 s). Ctrl-C or SIGTERM ends it early,
 //! gracefully (every worker checkpoints and releases its leases). `RUST_LOG=shardlease=info`
 //! shows the library's own log (default: warnings only).
+//!
+//! A package of its own, so that the first build compiles only what the demo needs: the
+//! library without the AWS SDK, tokio and a tracing subscriber (the library's tests and
+//! examples need much more).
 
+#[path = "../../examples/common/mod.rs"]
 mod common;
 
 use std::collections::BTreeMap;

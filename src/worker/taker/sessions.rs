@@ -1,0 +1,380 @@
+//! With sessions: the taker's judgement of the fleet by sessions (which live, which ended,
+//! which to fence), the placement of leases on others' behalf, the worker's rank and what it
+//! publishes, and when the next event-driven round is due.
+
+use std::collections::{BTreeMap, HashMap, HashSet};
+use std::sync::Arc;
+
+use tokio::sync::Semaphore;
+use tokio::task::JoinSet;
+use tokio::time::Instant;
+use tracing::Instrument;
+
+use super::{alive, incarnations, patience, Taker, NO_RECORD};
+use crate::balance::{Assignment, Move};
+use crate::lease::{Incarnation, Lease, LeaseKey, Snapshot, WorkerId};
+use crate::store::Outcome;
+use crate::worker::fenced::{Fenced, SessionId};
+use crate::worker::metrics;
+use crate::worker::state::TableView;
+use crate::worker::take::FAR;
+
+impl Taker {
+    /// With sessions: records the members' beats, fences every session seen unchanged for a
+    /// lease duration, and returns, per lease of the snapshot, when it may be started by
+    /// another worker: at once if its owner's session was fenced here, a lease duration after
+    /// this worker first saw that session without a record of its own, and not while the
+    /// session has its record (a far instant).
+    pub(super) async fn observe_sessions(
+        &mut self,
+        snapshot: &Snapshot,
+        now: Instant,
+    ) -> Vec<Instant> {
+        let ids: HashSet<&WorkerId> = snapshot.members.iter().map(|m| &m.worker).collect();
+        self.members.retain(|w| ids.contains(w));
+        for member in &snapshot.members {
+            self.members
+                .observe(&member.worker, (member.incarnation, member.heartbeat), now);
+        }
+        {
+            let mut seen = self
+                .shared
+                .members_seen
+                .lock()
+                .unwrap_or_else(|e| e.into_inner());
+            seen.retain(|w, _| ids.contains(w));
+            for member in &snapshot.members {
+                let value = (member.incarnation, member.heartbeat);
+                match seen.get(&member.worker) {
+                    Some((old, _)) if *old == value => {}
+                    _ => {
+                        seen.insert(member.worker.clone(), (value, now));
+                    }
+                }
+            }
+        }
+        let deadline = now + self.shared.config.store_timeout;
+        for member in &snapshot.members {
+            let Some(incarnation) = member.incarnation else {
+                continue;
+            };
+            if member.worker == self.shared.id || !self.members.is_expired(&member.worker, now) {
+                continue;
+            }
+            let fenced = self
+                .shared
+                .fence(&member.worker, incarnation, member.heartbeat, deadline)
+                .await;
+            if let Err(err) = fenced {
+                metrics::store_error(&self.shared.id, "end_session");
+                tracing::warn!(worker = %member.worker, error = %err, "could not fence an expired session");
+            }
+        }
+        let fresh = snapshot
+            .members
+            .iter()
+            .filter(|m| !self.members.is_expired(&m.worker, now))
+            .map(|m| &m.worker)
+            .collect();
+        self.shared.note_requesters(&snapshot.leases, &fresh);
+        let records: HashMap<&WorkerId, Option<Incarnation>> = snapshot
+            .members
+            .iter()
+            .map(|m| (&m.worker, m.incarnation))
+            .collect();
+        let fenced = self.fenced().clone();
+        let mut named = HashSet::new();
+        // The sessions fenced here that the table still names.
+        let mut still_fenced: HashSet<SessionId> = HashSet::new();
+        let far = now + FAR;
+        let expiry: Vec<Instant> = snapshot
+            .leases
+            .iter()
+            .map(|lease| {
+                let Some(owner) = &lease.owner else {
+                    return now;
+                };
+                let session = (owner.clone(), lease.owner_incarnation);
+                if let Some(incarnation) = lease.owner_incarnation {
+                    if fenced.contains(owner, incarnation) {
+                        still_fenced.insert((owner.clone(), incarnation));
+                        return now;
+                    }
+                }
+                let has_record = match (records.get(owner), lease.owner_incarnation) {
+                    // Given to the id, not yet taken: any session of the id takes it.
+                    (Some(_), None) => true,
+                    // Given to an id with no session: nobody works on it, nobody will.
+                    (None, None) => return now,
+                    (Some(record), Some(incarnation)) => *record == Some(incarnation),
+                    (None, _) => false,
+                };
+                if has_record {
+                    return far;
+                }
+                named.insert(session.clone());
+                self.ended.observe(&session, NO_RECORD, now)
+            })
+            .collect();
+        self.ended.retain(|s| named.contains(s));
+        // The sessions fenced here that the table no longer names: nothing can be started on
+        // their account any more, so they are forgotten. Only those this round judged: a fence
+        // made since it copied the set is kept for the next round. (Were one forgotten too
+        // early, its leases would wait a lease duration, as any session's without a record.)
+        if !fenced.is_empty() {
+            still_fenced.extend(
+                snapshot
+                    .members
+                    .iter()
+                    .filter_map(|m| Some((m.worker.clone(), m.incarnation?)))
+                    .filter(|(worker, incarnation)| fenced.contains(worker, *incarnation)),
+            );
+            self.fenced().forget_unnamed(&fenced, &still_fenced);
+        }
+        // Only the leases others may start some day are kept: at rest that is none, and a
+        // worker of a large fleet must not hold a map of every lease between rounds.
+        self.expiry = snapshot
+            .leases
+            .iter()
+            .zip(&expiry)
+            .filter(|(_, at)| **at < far)
+            .map(|(l, at)| (l.key.clone(), *at))
+            .collect();
+        expiry
+    }
+
+    pub(super) fn fenced(&self) -> std::sync::MutexGuard<'_, Fenced> {
+        self.shared.fenced()
+    }
+
+    /// With sessions: the live workers are the members whose session is open and has not
+    /// been seen unchanged for a lease duration, and this worker.
+    pub(super) fn live_sessions(
+        &self,
+        snapshot: &Snapshot,
+        now: Instant,
+    ) -> HashMap<WorkerId, Option<u32>> {
+        let fenced = self.fenced().clone();
+        let mut live: HashMap<WorkerId, Option<u32>> = snapshot
+            .members
+            .iter()
+            .filter(|m| !self.members.is_expired(&m.worker, now))
+            .filter(|m| m.incarnation.is_none_or(|i| !fenced.contains(&m.worker, i)))
+            .map(|m| (m.worker.clone(), m.capacity))
+            .collect();
+        live.insert(
+            self.shared.id.clone(),
+            Some(self.shared.config.max_leases_per_worker),
+        );
+        live
+    }
+
+    /// With sessions: the leases nobody alive holds that the assignment gives to other
+    /// workers are given to them, and each receiver is told in one notice. (What it gives to
+    /// this worker, the policy takes.)
+    pub(super) async fn place(
+        &mut self,
+        snapshot: &Snapshot,
+        assignment: &Assignment,
+        by_key: &HashMap<&LeaseKey, &Lease>,
+        now: Instant,
+    ) {
+        if self.shared.health.is_slow() || !self.shared.session_valid() {
+            return;
+        }
+        let me = &self.shared.id;
+        let incarnations = incarnations(snapshot);
+        tracing::debug!(
+            counts = ?assignment.counts.iter().collect::<BTreeMap<_, _>>(),
+            targets = ?assignment.targets.iter().collect::<BTreeMap<_, _>>(),
+            moves = ?assignment.moves.iter().collect::<BTreeMap<_, _>>(),
+            "placement"
+        );
+        let deadline = now + self.shared.config.store_timeout;
+        let limit = Arc::new(Semaphore::new(self.shared.config.max_concurrent_renewals));
+        let mut gives = JoinSet::new();
+        // In id order: a seeded simulation must replay the same store calls.
+        let mut receivers: Vec<(&WorkerId, &Vec<Move>)> = assignment.moves.iter().collect();
+        receivers.sort_by(|a, b| a.0.cmp(b.0));
+        for (worker, moves) in receivers {
+            if worker == me || !incarnations.contains_key(worker) {
+                continue;
+            }
+            for step in moves {
+                let (key, from) = match step {
+                    Move::Take(key) => (key, None),
+                    Move::RequestHandoff { key, from } => (key, Some(from.clone())),
+                };
+                let Some(lease) = by_key.get(key) else {
+                    continue;
+                };
+                let owner_incarnation = lease.owner_incarnation;
+                if from.is_none() {
+                    let startable = self.expiry.get(key).is_some_and(|at| *at <= now);
+                    if lease.owner.is_some() && !startable {
+                        continue;
+                    }
+                } else if owner_incarnation.is_none() {
+                    // Given and not yet taken: its receiver is about to start it.
+                    continue;
+                }
+                let (shared, limit) = (Arc::clone(&self.shared), Arc::clone(&limit));
+                let (key, worker, counter, tenure) =
+                    (key.clone(), worker.clone(), lease.counter, lease.tenure);
+                gives.spawn(
+                    async move {
+                        let _permit = limit.acquire_owned().await.ok()?;
+                        let (written, what) = match &from {
+                            None => (
+                                shared.store.give(&key, &worker, counter, deadline).await,
+                                "give",
+                            ),
+                            Some(owner) => (
+                                shared
+                                    .store
+                                    .request_handoff(&key, owner, tenure, &worker, deadline)
+                                    .await,
+                                "request_handoff",
+                            ),
+                        };
+                        match written {
+                            // A lease given is announced to its receiver; a handoff asked on a
+                            // worker's behalf, to the owner (which tells the receiver once it
+                            // has handed the lease over).
+                            Ok(Outcome::Done(_)) => Some(match from {
+                                None => (worker, None, key),
+                                Some(owner) => (owner, owner_incarnation, key),
+                            }),
+                            Ok(Outcome::LostRace { current }) => {
+                                tracing::debug!(lease_key = %key, what, current = ?current.map(|l| (l.owner, l.tenure, l.handoff_to)), "not placed: the lease changed");
+                                None
+                            }
+                            Err(err) => {
+                                metrics::store_error(&shared.id, what);
+                                tracing::warn!(lease_key = %key, error = %err, "could not place a lease");
+                                // It may have landed: the notice is harmless if it did not.
+                                err.is_ambiguous().then_some(match from {
+                                    None => (worker, None, key),
+                                    Some(owner) => (owner, owner_incarnation, key),
+                                })
+                            }
+                        }
+                    }
+                    .in_current_span(),
+                );
+            }
+        }
+        let mut told: BTreeMap<(WorkerId, Option<Incarnation>), Vec<String>> = BTreeMap::new();
+        while let Some(done) = gives.join_next().await {
+            if let Ok(Some((worker, incarnation, key))) = done {
+                told.entry((worker, incarnation))
+                    .or_default()
+                    .push(key.as_str().to_owned());
+            }
+        }
+        for ((worker, incarnation), mut keys) in told {
+            let Some(incarnation) = incarnation.or_else(|| incarnations.get(&worker).copied())
+            else {
+                continue;
+            };
+            keys.sort();
+            tracing::info!(to = %worker, leases = keys.len(), "leases placed");
+            self.shared
+                .notify(&worker, incarnation, &keys, deadline)
+                .await;
+        }
+    }
+
+    /// With sessions, the next round comes only when something is due: a handoff we wait on
+    /// times out; a lease whose session has no record becomes startable; this round moved
+    /// something (to see that it converged); and, on the worker with the smallest live id,
+    /// the slow scan.
+    pub(super) fn next_session_round(
+        &self,
+        snapshot: &Snapshot,
+        live: &HashMap<WorkerId, Option<u32>>,
+        expiry: &[Instant],
+        moved: bool,
+        now: Instant,
+    ) -> Instant {
+        let config = &self.shared.config;
+        let mut next = now + FAR;
+        if self.is_smallest(live) {
+            next = next.min(now + config.slow_scan_interval);
+            // A lease given and not taken, or asked for and not handed over: look again when
+            // the worker it waits on is told again (a receiver without a session is not told:
+            // a placement round gives it on).
+            for (what, since) in self.waiting.values() {
+                let due = *since + patience(config, what);
+                if due > now {
+                    next = next.min(due);
+                }
+            }
+        }
+        if moved {
+            next = next.min(now + config.renew_interval / 2);
+        }
+        for pending in self.shared.lock().pending.values() {
+            next = next.min((pending.since + config.handoff_timeout).max(now));
+        }
+        for (lease, at) in snapshot.leases.iter().zip(expiry) {
+            if *at > now && *at < now + FAR / 2 && lease.owner.is_some() {
+                next = next.min(*at);
+            }
+        }
+        next
+    }
+
+    /// Whether `key` may be taken by this worker without its owner's consent: its expiry has
+    /// come on this worker's clock (with sessions: its owner's session is surely over).
+    pub(super) fn lease_expired(&self, key: &LeaseKey, now: Instant) -> bool {
+        if self.shared.config.sessions() {
+            self.expiry.get(key).is_some_and(|at| *at <= now)
+        } else {
+            self.leases.is_expired(key, now)
+        }
+    }
+
+    /// This worker has the smallest id among the live ones: it does the fleet's chores
+    /// (membership clean-up, discovery).
+    /// This worker's rank by id among the live workers that are not leaving (a leaving
+    /// worker publishes capacity 0 and has stopped its taker and discoverer).
+    pub(super) fn rank(&self, live: &HashMap<WorkerId, Option<u32>>) -> usize {
+        live.iter()
+            .filter(|(id, capacity)| **id < self.shared.id && **capacity != Some(0))
+            .count()
+    }
+
+    pub(super) fn is_smallest(&self, live: &HashMap<WorkerId, Option<u32>>) -> bool {
+        self.rank(live) == 0
+    }
+
+    /// Hands this round's reading of the table to the discoverer, if there is one.
+    pub(super) fn publish(
+        &self,
+        snapshot: Snapshot,
+        live: &HashMap<WorkerId, Option<u32>>,
+        expiry: &[Instant],
+        now: Instant,
+    ) {
+        if !self.shared.discovering {
+            return;
+        }
+        let owner_alive = snapshot
+            .leases
+            .iter()
+            .zip(expiry)
+            .filter(|(l, at)| alive(l, **at, now))
+            .map(|(l, _)| l.key.clone())
+            .collect();
+        let rank = self.rank(live);
+        let view = TableView {
+            leases: snapshot.leases,
+            owner_alive,
+            malformed: snapshot.malformed,
+            discoverer: rank == 0,
+            standby: rank == 1,
+        };
+        self.shared.view.send_replace(Some(Arc::new(view)));
+    }
+}
