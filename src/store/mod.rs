@@ -123,6 +123,10 @@ use tokio::time::Instant;
 use crate::lease::{Incarnation, Lease, LeaseKey, Member, NewLease, Snapshot, WorkerId};
 
 /// The answer to a conditional write.
+///
+/// Deliberately exhaustive (unlike the crate's other public enums): a single-item conditional
+/// write either lands or finds its condition false, and callers, your own [`LeaseStore`]
+/// included, match both. A third answer would be a new protocol, and a major version.
 #[derive(Debug, Clone, PartialEq)]
 #[must_use]
 pub enum Outcome<T> {
