@@ -41,6 +41,8 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use async_trait::async_trait;
 use aws_sdk_kinesis::primitives::Blob;
+use clap::builder::NonEmptyStringValueParser;
+use clap::{Parser, ValueEnum};
 use shardlease::kinesis::{
     ConsumerConfig, ConsumerEvent, InitialPosition, KinesisConsumer, KinesisRecord,
     RecordCheckpointer, RecordProcessor, ShardStart,
@@ -51,62 +53,60 @@ use shardlease::{LeaseKey, WorkerConfig, WorkerId};
 
 use common::Error;
 
-const USAGE: &str = "usage: kinesis_consumer --stream NAME [--worker-id ID] [--table NAME] \
-[--kinesis-endpoint URL] [--dynamodb-endpoint URL] [--initial-position trim-horizon|latest] \
-[--lease-secs N] [--events-log PATH] [--create-shards N] [--produce-per-sec N]";
-
-#[derive(Debug, Default)]
+/// A Kinesis consumer process: prints every record it processes, checkpoints after every
+/// batch. Region and credentials come from the standard AWS environment, endpoints also from
+/// AWS_ENDPOINT_URL. Ctrl-C or SIGTERM leaves gracefully.
+#[derive(Parser)]
+#[command(
+    name = "kinesis_consumer",
+    args_override_self = true,
+    allow_negative_numbers = true
+)]
 struct Args {
-    worker_id: Option<String>,
+    /// The stream
+    #[arg(long, value_name = "NAME", value_parser = NonEmptyStringValueParser::new())]
     stream: String,
+    /// The worker's id [default: $HOSTNAME-<pid>]
+    #[arg(long, value_name = "ID")]
+    worker_id: Option<String>,
+    /// The lease table, created if missing [default: <stream>-leases]
+    #[arg(long, value_name = "NAME")]
     table: Option<String>,
+    /// The Kinesis endpoint (an emulator or a VPC endpoint)
+    #[arg(long, value_name = "URL")]
     kinesis_endpoint: Option<String>,
+    /// The DynamoDB endpoint (an emulator or a VPC endpoint)
+    #[arg(long, value_name = "URL")]
     dynamodb_endpoint: Option<String>,
-    latest: bool,
+    /// Where new shards start
+    #[arg(
+        long,
+        value_name = "POSITION",
+        value_enum,
+        default_value = "trim-horizon"
+    )]
+    initial_position: Position,
+    /// The lease duration (failover time), in seconds
+    #[arg(long, value_name = "N", default_value_t = 10)]
     lease_secs: u64,
+    /// Append one JSON line per event: {"ts_unix_nanos":..,"worker":..,"lease":..,"event":..}
+    /// (acquired, stop_requested, stopped, handed_off, released, lost, shard_ended, retired,
+    /// checkpointed)
+    #[arg(long, value_name = "PATH")]
     events_log: Option<String>,
-    create_shards: Option<i32>,
-    produce_per_sec: u32,
+    /// Create the stream with N shards if it does not exist
+    #[arg(long, value_name = "N")]
+    create_shards: Option<u64>,
+    /// Also write N records a second (keys key-0..key-15), to have something to watch
+    #[arg(long, value_name = "N", default_value_t = 0)]
+    produce_per_sec: u64,
 }
 
-fn parse_args() -> Result<Args, String> {
-    let mut args = Args {
-        lease_secs: 10,
-        ..Args::default()
-    };
-    let mut it = std::env::args().skip(1);
-    while let Some(flag) = it.next() {
-        if flag == "--help" || flag == "-h" {
-            return Err(USAGE.into());
-        }
-        let value = it
-            .next()
-            .ok_or_else(|| format!("{flag} needs a value\n{USAGE}"))?;
-        let number = |v: &str| v.parse::<u64>().map_err(|e| format!("{flag} {v:?}: {e}"));
-        match flag.as_str() {
-            "--worker-id" => args.worker_id = Some(value),
-            "--stream" => args.stream = value,
-            "--table" => args.table = Some(value),
-            "--kinesis-endpoint" => args.kinesis_endpoint = Some(value),
-            "--dynamodb-endpoint" => args.dynamodb_endpoint = Some(value),
-            "--initial-position" => {
-                args.latest = match value.as_str() {
-                    "latest" => true,
-                    "trim-horizon" => false,
-                    other => return Err(format!("unknown initial position {other:?}\n{USAGE}")),
-                }
-            }
-            "--lease-secs" => args.lease_secs = number(&value)?,
-            "--events-log" => args.events_log = Some(value),
-            "--create-shards" => args.create_shards = Some(number(&value)? as i32),
-            "--produce-per-sec" => args.produce_per_sec = number(&value)? as u32,
-            other => return Err(format!("unknown flag {other}\n{USAGE}")),
-        }
-    }
-    if args.stream.is_empty() {
-        return Err(format!("--stream is required\n{USAGE}"));
-    }
-    Ok(args)
+/// `--initial-position`.
+#[derive(Clone, Copy, PartialEq, ValueEnum)]
+enum Position {
+    TrimHorizon,
+    Latest,
 }
 
 fn reason_name(reason: &StopReason) -> &'static str {
@@ -133,20 +133,16 @@ impl EventLog {
             .duration_since(UNIX_EPOCH)
             .unwrap_or_default()
             .as_nanos();
-        let mut line = format!(
-            "{{\"ts_unix_nanos\":{nanos},\"worker\":{},\"lease\":{},\"event\":{}",
-            common::json_string(&self.worker),
-            common::json_string(lease.as_str()),
-            common::json_string(event)
-        );
+        let mut line = serde_json::json!({
+            "ts_unix_nanos": u64::try_from(nanos).unwrap_or(u64::MAX),
+            "worker": self.worker,
+            "lease": lease.as_str(),
+            "event": event,
+        });
         for (name, value) in extra {
-            line.push_str(&format!(
-                ",{}:{}",
-                common::json_string(name),
-                common::json_string(value)
-            ));
+            line[*name] = value.as_str().into();
         }
-        line.push_str("}\n");
+        let line = format!("{line}\n");
         let mut file = file.lock().unwrap_or_else(|e| e.into_inner());
         if let Err(err) = file.write_all(line.as_bytes()) {
             tracing::warn!(error = %err, "cannot write the events log");
@@ -297,13 +293,7 @@ async fn produce(client: aws_sdk_kinesis::Client, stream: String, per_sec: u32) 
 
 #[tokio::main]
 async fn main() -> ExitCode {
-    let args = match parse_args() {
-        Ok(args) => args,
-        Err(message) => {
-            eprintln!("{message}");
-            return ExitCode::from(2);
-        }
-    };
+    let args = Args::parse();
     common::init_tracing("info");
     common::exit(run(args).await)
 }
@@ -326,7 +316,8 @@ async fn run(args: Args) -> Result<(), Error> {
     let dynamo = aws_sdk_dynamodb::Client::from_conf(dynamo_config.build());
 
     if let Some(shards) = args.create_shards {
-        ensure_stream(&kinesis, &args.stream, shards).await?;
+        // Any whole number is accepted and cast, as the hand-written parser did.
+        ensure_stream(&kinesis, &args.stream, shards as i32).await?;
     }
     let table = args
         .table
@@ -343,11 +334,12 @@ async fn run(args: Args) -> Result<(), Error> {
         worker: worker.clone(),
         file,
     };
-    let config = ConsumerConfig::default().initial_position(if args.latest {
-        InitialPosition::Latest
-    } else {
-        InitialPosition::TrimHorizon
-    });
+    let config =
+        ConsumerConfig::default().initial_position(if args.initial_position == Position::Latest {
+            InitialPosition::Latest
+        } else {
+            InitialPosition::TrimHorizon
+        });
     let name = worker.clone();
     let consumer = KinesisConsumer::builder(
         kinesis.clone(),
@@ -371,7 +363,8 @@ async fn run(args: Args) -> Result<(), Error> {
         args.stream
     );
     if args.produce_per_sec > 0 {
-        tokio::spawn(produce(kinesis, args.stream.clone(), args.produce_per_sec));
+        let per_sec = args.produce_per_sec as u32;
+        tokio::spawn(produce(kinesis, args.stream.clone(), per_sec));
     }
     let signal = common::shutdown_signal().await?;
     println!("[{worker}] {signal}: leaving");

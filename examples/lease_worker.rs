@@ -27,72 +27,69 @@ use std::process::ExitCode;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
+use clap::{Parser, ValueEnum};
 use common::Error;
 use shardlease::store::dynamodb::{DynamoConfig, DynamoStore};
 use shardlease::worker::{LeaseEvent, LeaseGrant, StopReason, Worker};
 use shardlease::{LeaseKey, Protocol, WorkerConfig, WorkerId};
 
+/// One lease worker process on a DynamoDB lease table (or a local emulator). Ctrl-C or SIGTERM
+/// leaves gracefully: every lease is checkpointed and released, and the process exits 0.
+#[derive(Parser)]
+#[command(
+    name = "lease_worker",
+    args_override_self = true,
+    allow_negative_numbers = true
+)]
 struct Args {
-    id: String,
+    /// The worker's id [default: $HOSTNAME-<pid>]
+    #[arg(long, value_name = "ID")]
+    id: Option<String>,
+    /// The lease table, created if missing
+    #[arg(long, value_name = "NAME", default_value = "shardlease-demo")]
     table: String,
+    /// The DynamoDB endpoint [default: the AWS chain, or AWS_ENDPOINT_URL]
+    #[arg(long, value_name = "URL")]
     endpoint: Option<String>,
+    /// Create the leases shard-0000.. (N of them) if missing
+    #[arg(long, value_name = "N", default_value_t = 0)]
     shards: usize,
+    /// The lease duration in seconds, at least 0.1
+    #[arg(long, value_name = "S", default_value = "10", value_parser = lease_secs)]
     lease_secs: f64,
+    /// The lease protocol (sessions is the library's default); every process of one table
+    /// must use the same
+    #[arg(long, value_name = "P", value_enum, default_value = "sessions")]
+    protocol: ProtocolArg,
+    /// Append one JSON line per event: {"ts_unix_nanos":..,"worker":..,"lease":..,"event":..}
+    /// (acquired, stopped, handed_off, released, lost, and checkpointed or checkpoint_failed
+    /// with an "error")
+    #[arg(long, value_name = "PATH")]
     events_log: Option<String>,
-    protocol: Protocol,
 }
 
-fn parse_args() -> Result<Args, String> {
-    let mut args = Args {
-        id: format!(
-            "{}-{}",
-            std::env::var("HOSTNAME").unwrap_or_else(|_| "host".into()),
-            std::process::id()
-        ),
-        table: "shardlease-demo".into(),
-        endpoint: None,
-        shards: 0,
-        lease_secs: 10.0,
-        events_log: None,
-        protocol: Protocol::Sessions,
-    };
-    let mut it = std::env::args().skip(1);
-    while let Some(flag) = it.next() {
-        let value = it.next().ok_or_else(|| format!("{flag} needs a value"))?;
-        match flag.as_str() {
-            "--id" => args.id = value,
-            "--table" => args.table = value,
-            "--endpoint" => args.endpoint = Some(value),
-            "--shards" => {
-                args.shards = value
-                    .parse()
-                    .map_err(|_| format!("--shards {value:?}: a whole number expected"))?
-            }
-            "--lease-secs" => {
-                args.lease_secs = value
-                    .parse::<f64>()
-                    .ok()
-                    .filter(|s| s.is_finite() && *s >= 0.1)
-                    .ok_or_else(|| format!("--lease-secs {value:?}: at least 0.1 expected"))?
-            }
-            "--events-log" => args.events_log = Some(value),
-            "--protocol" => {
-                args.protocol = match value.as_str() {
-                    "leases" => Protocol::Leases,
-                    "sessions" => Protocol::Sessions,
-                    _ => return Err(format!("--protocol {value:?}: leases or sessions")),
-                }
-            }
-            _ => {
-                return Err(format!(
-                    "unknown option {flag:?}\nusage: lease_worker [--id ID] [--table NAME] \
-                     [--endpoint URL] [--shards N] [--lease-secs S] [--protocol P] \
-                     [--events-log PATH]"
-                ))
-            }
+/// `--protocol`: the library's two lease protocols.
+#[derive(Clone, Copy, ValueEnum)]
+enum ProtocolArg {
+    Leases,
+    Sessions,
+}
+
+impl From<ProtocolArg> for Protocol {
+    fn from(protocol: ProtocolArg) -> Self {
+        match protocol {
+            ProtocolArg::Leases => Protocol::Leases,
+            ProtocolArg::Sessions => Protocol::Sessions,
         }
     }
-    Ok(args)
+}
+
+fn lease_secs(value: &str) -> Result<f64, String> {
+    value
+        .parse::<f64>()
+        .ok()
+        .filter(|s| s.is_finite() && *s >= 0.1)
+        .ok_or_else(|| "at least 0.1 expected".into())
 }
 
 /// Appends one JSON line per event, with a wall-clock timestamp other processes can compare.
@@ -118,16 +115,17 @@ impl EventLog {
         };
         let nanos = SystemTime::now()
             .duration_since(UNIX_EPOCH)
-            .map_or(0, |d| d.as_nanos());
-        let error = error.map_or(String::new(), |e| {
-            format!(",\"error\":{}", common::json_string(e))
+            .map_or(0, |d| u64::try_from(d.as_nanos()).unwrap_or(u64::MAX));
+        let mut line = serde_json::json!({
+            "ts_unix_nanos": nanos,
+            "worker": self.worker,
+            "lease": lease.as_str(),
+            "event": event,
         });
-        let line = format!(
-            "{{\"ts_unix_nanos\":{nanos},\"worker\":{},\"lease\":{},\"event\":{}{error}}}\n",
-            common::json_string(&self.worker),
-            common::json_string(lease.as_str()),
-            common::json_string(event)
-        );
+        if let Some(error) = error {
+            line["error"] = error.into();
+        }
+        let line = format!("{line}\n");
         let mut file = file.lock().unwrap_or_else(|e| e.into_inner());
         if let Err(err) = file.write_all(line.as_bytes()) {
             tracing::warn!(error = %err, "cannot write the events log");
@@ -158,18 +156,16 @@ async fn process(mut grant: LeaseGrant, log: EventLog) {
 
 #[tokio::main]
 async fn main() -> ExitCode {
-    let args = match parse_args() {
-        Ok(args) => args,
-        Err(message) => {
-            eprintln!("{message}");
-            return ExitCode::from(2);
-        }
-    };
+    let args = Args::parse();
     common::init_tracing("info");
     common::exit(run(args).await)
 }
 
 async fn run(args: Args) -> Result<(), Error> {
+    let id = args.id.clone().unwrap_or_else(|| {
+        let host = std::env::var("HOSTNAME").unwrap_or_else(|_| "host".into());
+        format!("{host}-{}", std::process::id())
+    });
     let aws = aws_config::load_from_env().await;
     let mut dynamo = aws_sdk_dynamodb::config::Builder::from(&aws);
     if let Some(endpoint) = &args.endpoint {
@@ -181,8 +177,8 @@ async fn run(args: Args) -> Result<(), Error> {
         .map(|i| LeaseKey::new(format!("shard-{i:04}")))
         .collect::<Result<Vec<_>, _>>()?;
     let config = WorkerConfig::with_lease_duration(Duration::from_secs_f64(args.lease_secs))
-        .protocol(args.protocol);
-    let mut worker = Worker::builder(Arc::new(store), WorkerId::new(&args.id)?)
+        .protocol(args.protocol.into());
+    let mut worker = Worker::builder(Arc::new(store), WorkerId::new(&id)?)
         .config(config)
         .shards(shards)
         .start()
@@ -194,7 +190,7 @@ async fn run(args: Args) -> Result<(), Error> {
         None => None,
     };
     let log = EventLog {
-        worker: args.id.clone(),
+        worker: id.clone(),
         file,
     };
     let mut events = worker
@@ -216,7 +212,7 @@ async fn run(args: Args) -> Result<(), Error> {
         }
     });
     let signal = common::shutdown_signal().await?;
-    tracing::info!(worker = %args.id, signal, "leaving gracefully");
+    tracing::info!(worker = %id, signal, "leaving gracefully");
     worker.shutdown().await;
     let _ = app.await;
     Ok(())

@@ -19,6 +19,7 @@ use std::process::ExitCode;
 use std::sync::Arc;
 use std::time::Duration;
 
+use clap::Parser;
 use common::Error;
 
 use shardlease::lease::Incarnation;
@@ -29,38 +30,49 @@ use tokio::sync::Semaphore;
 use tokio::task::JoinSet;
 use tokio::time::Instant;
 
-fn arg(name: &str, default: u64) -> Result<u64, Error> {
-    let args: Vec<String> = std::env::args().collect();
-    match args.iter().position(|a| a == name) {
-        None => Ok(default),
-        Some(i) => {
-            let value = args.get(i + 1).ok_or(format!("{name} needs a value"))?;
-            let parsed: u64 = value
-                .parse()
-                .map_err(|_| format!("{name} {value:?}: a whole number expected"))?;
-            if parsed == 0 {
-                return Err(format!("{name} must be at least 1").into());
-            }
-            Ok(parsed)
-        }
+/// Renewals per second of one worker through the DynamoDB backend, and the leases that rate
+/// keeps alive. Ctrl-C or SIGTERM ends the renewals early; the figures so far are printed.
+#[derive(Parser)]
+#[command(
+    name = "renewal_capacity",
+    args_override_self = true,
+    allow_negative_numbers = true
+)]
+struct Args {
+    /// The leases to create, take and renew
+    #[arg(long, value_name = "N", default_value_t = 2000, value_parser = at_least_1)]
+    leases: u64,
+    /// How long to renew, in seconds
+    #[arg(long, value_name = "N", default_value_t = 20, value_parser = at_least_1)]
+    seconds: u64,
+    /// Renewals in flight at once (the renewer's default is 64)
+    #[arg(long, value_name = "N", default_value_t = 64, value_parser = at_least_1)]
+    concurrency: u64,
+    /// The DynamoDB endpoint [default: the AWS chain, or AWS_ENDPOINT_URL]
+    #[arg(long, value_name = "URL")]
+    endpoint: Option<String>,
+}
+
+fn at_least_1(value: &str) -> Result<u64, String> {
+    match value.parse::<u64>() {
+        Ok(0) => Err("at least 1 expected".into()),
+        Ok(n) => Ok(n),
+        Err(_) => Err("a whole number expected".into()),
     }
 }
 
 #[tokio::main]
 async fn main() -> ExitCode {
+    let args = Args::parse();
     common::init_tracing("warn");
-    common::exit(run().await)
+    common::exit(run(args).await)
 }
 
-async fn run() -> Result<(), Error> {
-    let leases = arg("--leases", 2000)? as usize;
-    let seconds = arg("--seconds", 20)?;
-    let concurrency = arg("--concurrency", 64)? as usize;
-    let args: Vec<String> = std::env::args().collect();
-    let endpoint = args
-        .iter()
-        .position(|a| a == "--endpoint")
-        .and_then(|i| args.get(i + 1).cloned());
+async fn run(args: Args) -> Result<(), Error> {
+    let leases = args.leases as usize;
+    let seconds = args.seconds;
+    let concurrency = args.concurrency as usize;
+    let endpoint = args.endpoint;
 
     let aws = aws_config::load_from_env().await;
     let mut dynamo = aws_sdk_dynamodb::config::Builder::from(&aws);

@@ -63,20 +63,3 @@ pub async fn shutdown_signal() -> std::io::Result<&'static str> {
 pub async fn shutdown_signal() -> std::io::Result<&'static str> {
     tokio::signal::ctrl_c().await.map(|()| "Ctrl-C")
 }
-
-/// `value` as a JSON string literal (quotes, backslashes and control characters escaped), for
-/// the examples' events logs.
-pub fn json_string(value: &str) -> String {
-    let mut out = String::with_capacity(value.len() + 2);
-    out.push('"');
-    for c in value.chars() {
-        match c {
-            '"' => out.push_str("\\\""),
-            '\\' => out.push_str("\\\\"),
-            c if (c as u32) < 0x20 => out.push_str(&format!("\\u{:04x}", c as u32)),
-            c => out.push(c),
-        }
-    }
-    out.push('"');
-    out
-}

@@ -11,74 +11,290 @@
 
 mod sim;
 
+use std::collections::BTreeSet;
 use std::process::ExitCode;
 use std::time::Duration;
 
+use clap::builder::PossibleValuesParser;
+use clap::error::ErrorKind;
+use clap::parser::ValueSource;
+use clap::{Args, CommandFactory, FromArgMatches, Parser, ValueEnum};
+use shardlease::Protocol;
+
+use sim::campaign::schedule::{self, Fault};
 use sim::net::{FaultRates, Latencies, Latency};
 use sim::report::table;
 use sim::scenario::{scenario, NAMES};
 use sim::{Policy, Settings};
 
-const HELP: &str = "\
-simulate: a fleet of shardlease workers on simulated time, against the KCL 2.x baseline
-
-USAGE: cargo run --release --example simulate -- [OPTIONS]
-
-  --scenario NAME      what happens to the fleet (default: join); one of
-                       cold-start, join, crash, leave, rolling-restart, autoscale,
-                       shards, pause, cut-off, crash-join (k crash, then k
-                       start); or `all` for every one in turn
-  --workers N          workers (autoscale: the peak, from 4) (default: 10)
-  --leases L           leases (default: 1000)
-  --k N                workers a join, crash, leave, pause, cut-off or crash-join
-                       concerns
-                       (default: a tenth of the workers, at least 1)
-  --policy P           ours (the library's defaults: the session protocol; `sessions`
-                       says the same), leases (ours on the lease protocol), kcl, both
-                       (ours and kcl) or all (ours, leases and kcl) (default: both)
-  --seed S             seed; the same seed replays the same run (default: 1)
-  --latency MED,P99    store latency in ms, log-normal, of every request (default: 5,25)
-  --read-latency MED,P99, --write-latency MED,P99, --scan-latency MED,P99
-                       the latency of gets, of conditional writes, of one scan page
-                       (default: --latency)
-  --throttle P         probability a request is throttled (default: 0)
-  --transient P        probability a request fails before it is applied (default: 0)
-  --ambiguous P        probability a write's answer is lost after it is applied (default: 0)
-  --rest SECS          simulated rest after the last step, for moves and cost at rest
-                       (default: 3600)
-  --step-limit SECS    how long a step may take to balance (default: 3600)
-  --checkpoint-every SECS  the applications checkpoint this often (default: only on stop)
-  --outage SECS        how long a pause or a cut-off lasts (default: 20 and 30)
-  --start-gap SECS     between the starts of workers that join together (default: 0,
-                       one right after the other)
-  --progress SECS      print simulated and wall time to stderr every SECS simulated
-  --json               one JSON object per run, one per line, instead of the table
-";
-
-struct Args {
-    scenarios: Vec<String>,
-    workers: usize,
-    leases: usize,
-    k: Option<usize>,
-    policies: Vec<Policy>,
+/// A fleet of shardlease workers on simulated time, against the KCL 2.x baseline.
+///
+/// Runs the library's real workers on paused time over an in-memory table with simulated
+/// latency and faults, and reports convergence, movement, failover, safety and cost, one
+/// column per policy (or, with --json, one JSON object per run).
+///
+/// With --campaign N or --schedule SEED it runs the fault campaign instead: seeded schedules
+/// of mixed faults (small fleets, a few simulated minutes each), each checked against the
+/// invariants; the options under "Fault campaign" apply to it, those under "Run" do not.
+#[derive(Parser)]
+#[command(
+    name = "simulate",
+    override_usage = "cargo run --release --example simulate -- [OPTIONS]\n       \
+                      cargo run --release --example simulate -- --campaign N [CAMPAIGN OPTIONS]\n       \
+                      cargo run --release --example simulate -- --schedule SEED [CAMPAIGN OPTIONS]",
+    after_help = "Examples:\n  \
+                  simulate --scenario join --workers 100 --leases 10000\n  \
+                  simulate --scenario crash --workers 50 --leases 5000 --json\n  \
+                  simulate --campaign 200 --seed 1\n  \
+                  simulate --schedule SEED          (replay one schedule, with its events)",
+    args_override_self = true,
+    allow_negative_numbers = true
+)]
+struct Cli {
+    /// The seed: the same seed replays the same run. With --campaign, the campaign's seed:
+    /// schedule i is seeded from S and i
+    #[arg(long, value_name = "S", default_value_t = 1)]
     seed: u64,
+    #[command(flatten)]
+    run: RunArgs,
+    #[command(flatten)]
+    campaign: CampaignArgs,
+}
+
+/// The help headings of a run's options and of the fault campaign's.
+const RUN: &str = "Run";
+const CAMPAIGN: &str = "Fault campaign";
+
+/// The options of a run (not of the fault campaign).
+#[derive(Args)]
+#[command(next_help_heading = RUN)]
+struct RunArgs {
+    /// What happens to the fleet: cold-start, join, crash, leave, rolling-restart, autoscale,
+    /// shards, pause, cut-off, crash-join (k crash, then k start); or `all` for every one in
+    /// turn
+    #[arg(long, value_name = "NAME", default_value = "join", value_parser = scenario_names(),
+          hide_possible_values = true)]
+    scenario: String,
+    /// Workers (autoscale: the peak, from 4)
+    #[arg(long, value_name = "N", default_value_t = 10, value_parser = at_least_1)]
+    workers: usize,
+    /// Leases
+    #[arg(long, value_name = "L", default_value_t = 1000, value_parser = at_least_1)]
+    leases: usize,
+    /// Workers a join, crash, leave, pause, cut-off or crash-join concerns [default: a tenth
+    /// of the workers, at least 1]
+    #[arg(long, value_name = "N")]
+    k: Option<usize>,
+    /// The policies to run, side by side
+    #[arg(long, value_name = "P", value_enum, default_value = "both")]
+    policy: Policies,
+    /// Store latency in ms, log-normal, of every request
+    #[arg(long, value_name = "MED,P99", default_value = "5,25", value_parser = latency)]
     latency: Latency,
+    /// The latency of gets [default: --latency]
+    #[arg(long, value_name = "MED,P99", value_parser = latency)]
     read_latency: Option<Latency>,
+    /// The latency of conditional writes [default: --latency]
+    #[arg(long, value_name = "MED,P99", value_parser = latency)]
     write_latency: Option<Latency>,
+    /// The latency of one scan page [default: --latency]
+    #[arg(long, value_name = "MED,P99", value_parser = latency)]
     scan_latency: Option<Latency>,
-    faults: FaultRates,
+    /// Probability a request is throttled
+    #[arg(long, value_name = "P", default_value = "0", value_parser = probability)]
+    throttle: f64,
+    /// Probability a request fails before it is applied
+    #[arg(long, value_name = "P", default_value = "0", value_parser = probability)]
+    transient: f64,
+    /// Probability a write's answer is lost after it is applied
+    #[arg(long, value_name = "P", default_value = "0", value_parser = probability)]
+    ambiguous: f64,
+    /// Simulated rest after the last step, for moves and cost at rest
+    #[arg(long, value_name = "SECS", default_value = "3600", value_parser = seconds)]
     rest: Duration,
+    /// How long a step may take to balance
+    #[arg(long, value_name = "SECS", default_value = "3600", value_parser = seconds)]
     step_limit: Duration,
+    /// The applications checkpoint this often, at least 0.1 s [default: only on stop]
+    #[arg(long, value_name = "SECS", value_parser = checkpoint_every)]
     checkpoint_every: Option<Duration>,
+    /// How long a pause or a cut-off lasts [default: 20 and 30]
+    #[arg(long, value_name = "SECS", value_parser = seconds)]
     outage: Option<Duration>,
-    progress: Option<Duration>,
+    /// Between the starts of workers that join together (0: one right after the other)
+    #[arg(long, value_name = "SECS", default_value = "0", value_parser = seconds)]
     start_gap: Duration,
+    /// Print simulated and wall time to stderr every SECS simulated, at least 1
+    #[arg(long, value_name = "SECS", value_parser = progress)]
+    progress: Option<Duration>,
+    /// One JSON object per run, one per line, instead of the table
+    #[arg(long)]
     json: bool,
 }
 
+/// The options of the fault campaign (`--campaign N` or `--schedule SEED`).
+#[derive(Args)]
+#[command(next_help_heading = CAMPAIGN)]
+struct CampaignArgs {
+    /// Run N seeded fault schedules (small fleets, a few simulated minutes each) and check the
+    /// invariants; ends with `campaign: N schedules, V violations` (exit 1 when V > 0)
+    #[arg(long, value_name = "N")]
+    campaign: Option<u64>,
+    /// Run the one schedule of this seed (a failing schedule prints it), with its events
+    #[arg(long, value_name = "SEED")]
+    schedule: Option<u64>,
+    /// Fault kinds, comma-separated, or all (default) or none: throttle, transient, lost,
+    /// never, spike, freeze, cutoff, crash, restart, twin, panic, handoff, join, leave,
+    /// shards, skew
+    #[arg(long, value_name = "LIST", value_parser = schedule::parse_faults)]
+    faults: Option<BTreeSet<Fault>>,
+    /// Clock rates drawn within 1 +- P ("1%" or 0.01) [default: 1%]
+    #[arg(long, value_name = "P", value_parser = max_skew)]
+    max_skew: Option<f64>,
+    /// The simulated store fails an unanswered attempt after SECS, as an SDK attempt timeout
+    /// would [default: none, the caller must give up]
+    #[arg(long, value_name = "SECS", value_parser = positive_seconds)]
+    attempt_timeout: Option<Duration>,
+    /// Every Nth schedule (the first included) also rests a simulated day, checking tasks and
+    /// memory do not grow (0: never) [default: 500]
+    #[arg(long, value_name = "N")]
+    day_every: Option<u64>,
+    /// The lease protocol [default: sessions, the library's]
+    #[arg(long, value_name = "P", value_enum)]
+    protocol: Option<ProtocolArg>,
+    /// The workers' renew interval (with sessions, the beat) instead of the protocol's default
+    /// (a lease duration / 3, or x 0.45 with sessions)
+    #[arg(long, value_name = "SECS", value_parser = positive_seconds)]
+    renew_interval: Option<Duration>,
+    /// One line per schedule
+    #[arg(long)]
+    verbose: bool,
+    /// Print every processing start and stop, freeze, thaw and event to stderr (for a replay)
+    #[arg(long)]
+    trace: bool,
+}
+
+/// `--policy`: which policies run, side by side.
+#[derive(Clone, Copy, ValueEnum)]
+enum Policies {
+    /// The library's defaults: the session protocol (`sessions` says the same)
+    #[value(alias = "sessions")]
+    Ours,
+    /// Ours on the lease protocol
+    Leases,
+    /// The KCL 2.x baseline
+    Kcl,
+    /// Ours and kcl
+    Both,
+    /// Ours, leases and kcl
+    All,
+}
+
+impl Policies {
+    fn policies(self) -> Vec<Policy> {
+        match self {
+            Policies::Ours => vec![Policy::Ours],
+            Policies::Leases => vec![Policy::Leases],
+            Policies::Kcl => vec![Policy::Kcl],
+            Policies::Both => vec![Policy::Ours, Policy::Kcl],
+            Policies::All => vec![Policy::Ours, Policy::Leases, Policy::Kcl],
+        }
+    }
+}
+
+/// The campaign's `--protocol`.
+#[derive(Clone, Copy, ValueEnum)]
+enum ProtocolArg {
+    Leases,
+    Sessions,
+}
+
+impl From<ProtocolArg> for Protocol {
+    fn from(protocol: ProtocolArg) -> Self {
+        match protocol {
+            ProtocolArg::Leases => Protocol::Leases,
+            ProtocolArg::Sessions => Protocol::Sessions,
+        }
+    }
+}
+
+/// The scenarios' names, and `all`.
+fn scenario_names() -> PossibleValuesParser {
+    PossibleValuesParser::new(NAMES.iter().copied().chain(["all"]))
+}
+
+fn at_least_1(value: &str) -> Result<usize, String> {
+    match value.parse::<usize>() {
+        Ok(0) => Err("at least 1 expected".into()),
+        Ok(n) => Ok(n),
+        Err(_) => Err("a whole number expected".into()),
+    }
+}
+
+/// A finite number, at least 0.
+fn number(value: &str, what: &str) -> Result<f64, String> {
+    value
+        .parse::<f64>()
+        .ok()
+        .filter(|v| v.is_finite() && *v >= 0.0)
+        .ok_or_else(|| format!("{what} expected"))
+}
+
+fn seconds(value: &str) -> Result<Duration, String> {
+    number(value, "seconds").map(Duration::from_secs_f64)
+}
+
+fn probability(value: &str) -> Result<f64, String> {
+    let p = number(value, "a probability between 0 and 1")?;
+    (p <= 1.0)
+        .then_some(p)
+        .ok_or_else(|| "a probability is at most 1".into())
+}
+
+fn checkpoint_every(value: &str) -> Result<Duration, String> {
+    let every = number(value, "seconds")?;
+    if every < 0.1 {
+        return Err("at least 0.1 s".into());
+    }
+    Ok(Duration::from_secs_f64(every))
+}
+
+fn progress(value: &str) -> Result<Duration, String> {
+    let every = number(value, "seconds")?;
+    if every < 1.0 {
+        return Err("at least 1 s".into());
+    }
+    Ok(Duration::from_secs_f64(every))
+}
+
+/// A positive number of seconds.
+fn positive_seconds(value: &str) -> Result<Duration, String> {
+    value
+        .parse::<f64>()
+        .ok()
+        .filter(|s| *s > 0.0 && s.is_finite())
+        .map(Duration::from_secs_f64)
+        .ok_or_else(|| "seconds expected".into())
+}
+
+/// `--max-skew`: a fraction, or a percentage.
+fn max_skew(value: &str) -> Result<f64, String> {
+    let (number, scale) = match value.strip_suffix('%') {
+        Some(n) => (n, 0.01),
+        None => (value, 1.0),
+    };
+    number
+        .trim()
+        .parse::<f64>()
+        .ok()
+        .map(|v| v * scale)
+        .filter(|v| (0.0..0.5).contains(v))
+        .ok_or_else(|| "a fraction below 0.5, or a percentage expected".into())
+}
+
 /// `MEDIAN_MS,P99_MS` as a latency distribution.
-fn latency(flag: &str, value: &str) -> Result<Latency, String> {
-    let expected = || format!("{flag} {value:?}: MEDIAN_MS,P99_MS expected");
+fn latency(value: &str) -> Result<Latency, String> {
+    let expected = || "MEDIAN_MS,P99_MS expected".to_string();
     let parts: Vec<f64> = value
         .split(',')
         .map(|p| p.trim().parse::<f64>())
@@ -88,9 +304,7 @@ fn latency(flag: &str, value: &str) -> Result<Latency, String> {
         return Err(expected());
     };
     if !(0.0..=60_000.0).contains(&median) || p99 < median || p99 > 60_000.0 {
-        return Err(format!(
-            "{flag} {value:?}: 0 <= median <= p99 <= 60000 ms expected"
-        ));
+        return Err("0 <= median <= p99 <= 60000 ms expected".into());
     }
     Ok(Latency {
         median: Duration::from_secs_f64(median / 1000.0),
@@ -98,123 +312,68 @@ fn latency(flag: &str, value: &str) -> Result<Latency, String> {
     })
 }
 
-fn parse() -> Result<Option<Args>, String> {
-    let mut args = Args {
-        scenarios: vec!["join".into()],
-        workers: 10,
-        leases: 1000,
-        k: None,
-        policies: vec![Policy::Ours, Policy::Kcl],
-        seed: 1,
-        latency: Latency {
-            median: Duration::from_millis(5),
-            p99: Duration::from_millis(25),
-        },
-        read_latency: None,
-        write_latency: None,
-        scan_latency: None,
-        faults: FaultRates::default(),
-        rest: Duration::from_secs(3600),
-        step_limit: Duration::from_secs(3600),
-        checkpoint_every: None,
-        outage: None,
-        progress: None,
-        start_gap: Duration::ZERO,
-        json: false,
-    };
-    let mut it = std::env::args().skip(1);
-    while let Some(flag) = it.next() {
-        if flag == "--help" || flag == "-h" {
-            return Ok(None);
-        }
-        if flag == "--json" {
-            args.json = true;
-            continue;
-        }
-        let value = it
-            .next()
-            .ok_or_else(|| format!("{flag} needs a value (see --help)"))?;
-        let number = |what: &str| -> Result<f64, String> {
-            value
-                .parse::<f64>()
-                .ok()
-                .filter(|v| v.is_finite() && *v >= 0.0)
-                .ok_or_else(|| format!("{flag} {value:?}: {what} expected"))
+impl Cli {
+    /// Parses the command line, or exits with clap's message (status 2) or help (status 0).
+    /// The options of a run and those of the fault campaign (`--campaign N` or `--schedule
+    /// SEED`) do not mix.
+    fn parse_checked() -> Cli {
+        let mut command = Cli::command();
+        let matches = command.get_matches_mut();
+        let given = |id: &str| matches.value_source(id) == Some(ValueSource::CommandLine);
+        let (other, mistake) = if given("campaign") || given("schedule") {
+            (RUN, "an option of a run, not of the fault campaign")
+        } else {
+            (
+                CAMPAIGN,
+                "an option of the fault campaign (--campaign N or --schedule SEED)",
+            )
         };
-        let count = || -> Result<usize, String> {
-            value
-                .parse::<usize>()
-                .map_err(|_| format!("{flag} {value:?}: a whole number expected"))
-        };
-        let probability = || -> Result<f64, String> {
-            number("a probability between 0 and 1").and_then(|p| {
-                (p <= 1.0)
-                    .then_some(p)
-                    .ok_or_else(|| format!("{flag} {value}: a probability is at most 1"))
-            })
-        };
-        match flag.as_str() {
-            "--scenario" => {
-                args.scenarios = if value == "all" {
-                    NAMES.iter().map(|s| s.to_string()).collect()
-                } else {
-                    vec![value.clone()]
-                }
-            }
-            "--workers" => args.workers = count()?,
-            "--leases" => args.leases = count()?,
-            "--k" => args.k = Some(count()?),
-            "--policy" => {
-                args.policies = match value.as_str() {
-                    "ours" | "sessions" => vec![Policy::Ours],
-                    "leases" => vec![Policy::Leases],
-                    "kcl" => vec![Policy::Kcl],
-                    "both" => vec![Policy::Ours, Policy::Kcl],
-                    "all" => vec![Policy::Ours, Policy::Leases, Policy::Kcl],
-                    _ => {
-                        return Err(format!(
-                            "--policy {value:?}: ours, sessions, leases, kcl, both or all"
-                        ))
-                    }
-                }
-            }
-            "--seed" => {
-                args.seed = value
-                    .parse()
-                    .map_err(|_| format!("--seed {value:?}: a whole number expected"))?
-            }
-            "--latency" => args.latency = latency(&flag, &value)?,
-            "--read-latency" => args.read_latency = Some(latency(&flag, &value)?),
-            "--write-latency" => args.write_latency = Some(latency(&flag, &value)?),
-            "--scan-latency" => args.scan_latency = Some(latency(&flag, &value)?),
-            "--throttle" => args.faults.throttle = probability()?,
-            "--transient" => args.faults.transient = probability()?,
-            "--ambiguous" => args.faults.ambiguous = probability()?,
-            "--rest" => args.rest = Duration::from_secs_f64(number("seconds")?),
-            "--step-limit" => args.step_limit = Duration::from_secs_f64(number("seconds")?),
-            "--checkpoint-every" => {
-                let every = number("seconds")?;
-                if every < 0.1 {
-                    return Err(format!("--checkpoint-every {value}: at least 0.1 s"));
-                }
-                args.checkpoint_every = Some(Duration::from_secs_f64(every));
-            }
-            "--start-gap" => args.start_gap = Duration::from_secs_f64(number("seconds")?),
-            "--outage" => args.outage = Some(Duration::from_secs_f64(number("seconds")?)),
-            "--progress" => {
-                let every = number("seconds")?;
-                if every < 1.0 {
-                    return Err(format!("--progress {value}: at least 1 s"));
-                }
-                args.progress = Some(Duration::from_secs_f64(every));
-            }
-            _ => return Err(format!("unknown option {flag:?} (see --help)")),
+        let stray = command
+            .get_arguments()
+            .find(|arg| arg.get_help_heading() == Some(other) && given(arg.get_id().as_str()));
+        if let Some(arg) = stray {
+            let flag = arg.get_long().unwrap_or_default();
+            let message = format!("--{flag} is {mistake}");
+            command.error(ErrorKind::ArgumentConflict, message).exit();
         }
+        Cli::from_arg_matches(&matches).unwrap_or_else(|err| err.exit())
     }
-    if args.workers == 0 || args.leases == 0 {
-        return Err("--workers and --leases must be at least 1".into());
+}
+
+impl CampaignArgs {
+    /// The campaign's options, `None` unless `--campaign` or `--schedule` asks for one.
+    fn options(&self, seed: u64) -> Option<sim::campaign::Options> {
+        if self.campaign.is_none() && self.schedule.is_none() {
+            return None;
+        }
+        let mut options = sim::campaign::Options {
+            seed,
+            ..Default::default()
+        };
+        if let Some(schedules) = self.campaign {
+            options.schedules = schedules;
+        }
+        if let Some(seed) = self.schedule {
+            options.only = Some(seed);
+            options.verbose = true;
+        }
+        if let Some(faults) = &self.faults {
+            options.faults = faults.clone();
+        }
+        if let Some(max_skew) = self.max_skew {
+            options.max_skew = max_skew;
+        }
+        if let Some(day_every) = self.day_every {
+            options.day_every = day_every;
+        }
+        if let Some(protocol) = self.protocol {
+            options.knobs.protocol = protocol.into();
+        }
+        options.knobs.attempt_timeout = self.attempt_timeout.or(options.knobs.attempt_timeout);
+        options.knobs.renew_interval = self.renew_interval.or(options.knobs.renew_interval);
+        options.verbose |= self.verbose;
+        Some(options)
     }
-    Ok(Some(args))
 }
 
 /// Prints a line; a closed pipe (`| head`) is not an error worth a panic.
@@ -254,30 +413,27 @@ fn main() -> ExitCode {
             .with_writer(std::io::stderr)
             .init();
     }
-    let all: Vec<String> = std::env::args().skip(1).collect();
-    let help = all.iter().any(|a| a == "--help" || a == "-h");
-    match sim::campaign::parse(&all) {
-        Some(Ok(options)) if !help => return campaign(options),
-        Some(Err(message)) if !help => {
-            eprintln!("simulate: {message}");
-            return ExitCode::from(2);
+    let cli = Cli::parse_checked();
+    if let Some(options) = cli.campaign.options(cli.seed) {
+        if cli.campaign.trace {
+            sim::campaign::ledger::TRACE.store(true, std::sync::atomic::Ordering::Relaxed);
         }
-        _ => {}
+        return campaign(options);
     }
-    let args = match parse() {
-        Ok(Some(args)) => args,
-        Ok(None) => {
-            print!("{HELP}\n{}", sim::campaign::HELP);
-            return ExitCode::SUCCESS;
-        }
-        Err(message) => {
-            eprintln!("simulate: {message}");
-            return ExitCode::from(2);
-        }
+    let (args, seed) = (cli.run, cli.seed);
+    let scenarios: Vec<String> = if args.scenario == "all" {
+        NAMES.iter().map(|s| s.to_string()).collect()
+    } else {
+        vec![args.scenario.clone()]
+    };
+    let faults = FaultRates {
+        throttle: args.throttle,
+        transient: args.transient,
+        ambiguous: args.ambiguous,
     };
     let k = args.k.unwrap_or((args.workers / 10).max(1));
     let mut failed = false;
-    for name in &args.scenarios {
+    for name in &scenarios {
         let scenario = match scenario(name, args.workers, args.leases, k, args.outage) {
             Ok(s) => s,
             Err(message) => {
@@ -286,19 +442,19 @@ fn main() -> ExitCode {
             }
         };
         let mut reports = Vec::new();
-        for policy in &args.policies {
+        for policy in &args.policy.policies() {
             let settings = Settings {
                 scenario: scenario.clone(),
                 workers: args.workers,
                 leases: args.leases,
                 policy: *policy,
-                seed: args.seed,
+                seed,
                 latency: Latencies {
                     read: args.read_latency.unwrap_or(args.latency),
                     write: args.write_latency.unwrap_or(args.latency),
                     scan: args.scan_latency.unwrap_or(args.latency),
                 },
-                faults: args.faults,
+                faults,
                 rest: args.rest,
                 step_limit: args.step_limit,
                 checkpoint_every: args.checkpoint_every,

@@ -2,6 +2,8 @@
 
 use std::fmt::Write;
 
+use serde_json::{json, Value};
+
 use super::net::Usage;
 use super::Settings;
 
@@ -55,17 +57,16 @@ impl Dist {
         )
     }
 
-    fn json(&self) -> String {
-        format!(
-            "{{\"n\":{},\"missing\":{},\"min\":{},\"p50\":{},\"p90\":{},\"p99\":{},\"max\":{}}}",
-            self.n,
-            self.missing,
-            num(self.min),
-            num(self.p50),
-            num(self.p90),
-            num(self.p99),
-            num(self.max)
-        )
+    fn json(&self) -> Value {
+        json!({
+            "n": self.n,
+            "missing": self.missing,
+            "min": num(self.min),
+            "p50": num(self.p50),
+            "p90": num(self.p90),
+            "p99": num(self.p99),
+            "max": num(self.max),
+        })
     }
 }
 
@@ -283,76 +284,73 @@ impl Report {
 
     /// This run as one JSON object.
     pub fn json(&self) -> String {
-        let mut steps = String::new();
-        for (i, step) in self.steps.iter().enumerate() {
-            if i > 0 {
-                steps.push(',');
-            }
-            let failover = step.failover.as_ref().map_or("null".into(), |f| {
-                format!(
-                    "{{\"held\":{},\"processing\":{}}}",
-                    f.held.json(),
-                    f.processing.json()
-                )
-            });
-            let _ = write!(
-                steps,
-                "{{\"step\":\"{}\",\"balanced_s\":{},\"rounds\":{},\"moves\":{},\"minimum_moves\":{},\"idle_lease_s\":{},\"failover\":{}}}",
-                step.label,
-                opt(step.balanced),
-                step.rounds,
-                step.moves,
-                step.minimum,
-                num(step.idle),
-                failover
-            );
-        }
+        let steps: Vec<Value> = self
+            .steps
+            .iter()
+            .map(|step| {
+                let failover = step.failover.as_ref().map(|f| {
+                    json!({
+                        "held": f.held.json(),
+                        "processing": f.processing.json(),
+                    })
+                });
+                json!({
+                    "step": step.label,
+                    "balanced_s": opt(step.balanced),
+                    "rounds": step.rounds,
+                    "moves": step.moves,
+                    "minimum_moves": step.minimum,
+                    "idle_lease_s": num(step.idle),
+                    "failover": failover,
+                })
+            })
+            .collect();
         let u = &self.rest.usage;
-        format!(
-            "{{\"scenario\":\"{}\",\"policy\":\"{}\",\"workers\":{},\"leases\":{},\"seed\":{},\
-             \"setup_s\":{},\"balanced_s\":{},\"rounds\":{},\"moves\":{},\"minimum_moves\":{},\
-             \"move_ratio\":{},\"idle_lease_s\":{},\"steps\":[{}],\"rest_s\":{},\"moves_at_rest\":{},\"spread\":{},\
-             \"double_holding\":{},\"per_lease_hour\":{{\"reads\":{},\"writes\":{},\"rcu\":{},\
-             \"wcu\":{}}},\"throttled\":{},\"failed\":{},\"simulated_s\":{},\"wall_s\":{}}}",
-            self.scenario,
-            self.policy,
-            self.workers,
-            self.leases,
-            self.seed,
-            opt(self.setup),
-            opt(self.balanced()),
-            self.rounds(),
-            self.moves(),
-            self.minimum(),
-            num(self.move_ratio()),
-            num(self.idle()),
-            steps,
-            num(self.rest.seconds),
-            self.rest.moves,
-            self.spread,
-            self.double_holding,
-            num(self.per_lease_hour(u.reads as f64)),
-            num(self.per_lease_hour(u.writes as f64)),
-            num(self.per_lease_hour(u.rcu)),
-            num(self.per_lease_hour(u.wcu as f64)),
-            u.throttled,
-            u.failed,
-            num(self.simulated),
-            num(self.wall),
-        )
+        json!({
+            "scenario": self.scenario,
+            "policy": self.policy,
+            "workers": self.workers,
+            "leases": self.leases,
+            "seed": self.seed,
+            "setup_s": opt(self.setup),
+            "balanced_s": opt(self.balanced()),
+            "rounds": self.rounds(),
+            "moves": self.moves(),
+            "minimum_moves": self.minimum(),
+            "move_ratio": num(self.move_ratio()),
+            "idle_lease_s": num(self.idle()),
+            "steps": steps,
+            "rest_s": num(self.rest.seconds),
+            "moves_at_rest": self.rest.moves,
+            "spread": self.spread,
+            "double_holding": self.double_holding,
+            "per_lease_hour": {
+                "reads": num(self.per_lease_hour(u.reads as f64)),
+                "writes": num(self.per_lease_hour(u.writes as f64)),
+                "rcu": num(self.per_lease_hour(u.rcu)),
+                "wcu": num(self.per_lease_hour(u.wcu as f64)),
+            },
+            "throttled": u.throttled,
+            "failed": u.failed,
+            "simulated_s": num(self.simulated),
+            "wall_s": num(self.wall),
+        })
+        .to_string()
     }
 }
 
-fn num(value: f64) -> String {
-    if value.is_finite() {
-        format!("{:.3}", value)
-    } else {
-        "null".into()
+/// A number rounded to 3 decimals (as the report always printed them), or `null` if it is
+/// not finite.
+fn num(value: f64) -> Value {
+    if !value.is_finite() {
+        return Value::Null;
     }
+    let rounded: f64 = format!("{value:.3}").parse().unwrap_or(value);
+    json!(rounded)
 }
 
-fn opt(value: Option<f64>) -> String {
-    value.map_or("null".into(), num)
+fn opt(value: Option<f64>) -> Value {
+    value.map_or(Value::Null, num)
 }
 
 /// Runs side by side, one column each, with the ratio of the second to the first where both
