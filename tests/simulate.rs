@@ -602,3 +602,26 @@ fn sessions_judge_a_requester_by_its_record_not_an_old_round() {
 fn sessions_look_again_after_an_unanswered_take_from_a_notice() {
     sessions_pass_every_invariant(&[8279275819625688726]);
 }
+
+/// A failing schedule's replay command must run what failed: every setting that differs from
+/// the defaults (it left out `--protocol leases` once sessions became the default, and never
+/// carried `--renew-interval`).
+#[test]
+fn a_replay_command_names_every_setting_that_differs_from_the_defaults() {
+    let plain = Options::default().replay(7, false);
+    assert_eq!(
+        plain,
+        "cargo run --release --example simulate -- --schedule 7"
+    );
+    let options = Options {
+        knobs: Knobs {
+            protocol: shardlease::Protocol::Leases,
+            renew_interval: Some(Duration::from_millis(2500)),
+            ..Knobs::default()
+        },
+        ..Options::default()
+    };
+    let command = options.replay(7, false);
+    assert!(command.contains(" --protocol leases"), "{command}");
+    assert!(command.contains(" --renew-interval 2.5"), "{command}");
+}
