@@ -20,6 +20,8 @@
 //! handed_off, released, lost, and checkpointed or checkpoint_failed with an `error`).
 
 mod common;
+#[path = "common/protocol_arg.rs"]
+mod protocol_arg;
 
 use std::fs::OpenOptions;
 use std::io::Write;
@@ -27,11 +29,12 @@ use std::process::ExitCode;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
-use clap::{Parser, ValueEnum};
+use clap::Parser;
 use common::Error;
+use protocol_arg::ProtocolArg;
 use shardlease::store::dynamodb::{DynamoConfig, DynamoStore};
 use shardlease::worker::{LeaseEvent, LeaseGrant, StopReason, Worker};
-use shardlease::{LeaseKey, Protocol, WorkerConfig, WorkerId};
+use shardlease::{LeaseKey, WorkerConfig, WorkerId};
 
 /// One lease worker process on a DynamoDB lease table (or a local emulator). Ctrl-C or SIGTERM
 /// leaves gracefully: every lease is checkpointed and released, and the process exits 0.
@@ -66,22 +69,6 @@ struct Args {
     /// with an "error")
     #[arg(long, value_name = "PATH")]
     events_log: Option<String>,
-}
-
-/// `--protocol`: the library's two lease protocols.
-#[derive(Clone, Copy, ValueEnum)]
-enum ProtocolArg {
-    Leases,
-    Sessions,
-}
-
-impl From<ProtocolArg> for Protocol {
-    fn from(protocol: ProtocolArg) -> Self {
-        match protocol {
-            ProtocolArg::Leases => Protocol::Leases,
-            ProtocolArg::Sessions => Protocol::Sessions,
-        }
-    }
 }
 
 fn lease_secs(value: &str) -> Result<f64, String> {

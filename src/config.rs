@@ -377,6 +377,19 @@ impl WorkerConfig {
     }
 }
 
+/// Moves each field a configuration file gave (`Some`) into the configuration:
+/// `set_given!(config, file: field_a, field_b)`. Shared by every configuration's file form.
+#[cfg(feature = "serde")]
+macro_rules! set_given {
+    ($config:ident, $file:ident: $($field:ident),* $(,)?) => {
+        $(if let Some(value) = $file.$field {
+            $config.$field = value;
+        })*
+    };
+}
+#[cfg(feature = "serde")]
+pub(crate) use set_given;
+
 /// The configuration as a file or the environment gives it: every field optional, durations
 /// as [`humantime`](https://docs.rs/humantime) text (`"10s"`, `"250ms"`, `"1m 30s"`).
 #[cfg(feature = "serde")]
@@ -435,14 +448,8 @@ mod file {
             if let Some(protocol) = file.protocol {
                 config = config.protocol(protocol);
             }
-            macro_rules! set {
-                ($($field:ident),*) => {
-                    $(if let Some(value) = file.$field {
-                        config.$field = value;
-                    })*
-                };
-            }
-            set!(
+            crate::config::set_given!(
+                config, file:
                 renew_interval,
                 taker_interval,
                 scan_at_expiry,

@@ -9,6 +9,8 @@
 //! cargo run --release --example simulate -- --help
 //! ```
 
+#[path = "../common/protocol_arg.rs"]
+mod protocol_arg;
 mod sim;
 
 use std::collections::BTreeSet;
@@ -19,7 +21,7 @@ use clap::builder::PossibleValuesParser;
 use clap::error::ErrorKind;
 use clap::parser::ValueSource;
 use clap::{Args, CommandFactory, FromArgMatches, Parser, ValueEnum};
-use shardlease::Protocol;
+use protocol_arg::ProtocolArg;
 
 use sim::campaign::schedule::{self, Fault};
 use sim::net::{FaultRates, Latencies, Latency};
@@ -198,22 +200,6 @@ impl Policies {
             Policies::Kcl => vec![Policy::Kcl],
             Policies::Both => vec![Policy::Ours, Policy::Kcl],
             Policies::All => vec![Policy::Ours, Policy::Leases, Policy::Kcl],
-        }
-    }
-}
-
-/// The campaign's `--protocol`.
-#[derive(Clone, Copy, ValueEnum)]
-enum ProtocolArg {
-    Leases,
-    Sessions,
-}
-
-impl From<ProtocolArg> for Protocol {
-    fn from(protocol: ProtocolArg) -> Self {
-        match protocol {
-            ProtocolArg::Leases => Protocol::Leases,
-            ProtocolArg::Sessions => Protocol::Sessions,
         }
     }
 }

@@ -188,14 +188,8 @@ mod file {
 
         fn try_from(file: ConsumerConfigFile) -> Result<Self, ConfigError> {
             let mut config = ConsumerConfig::default();
-            macro_rules! set {
-                ($($field:ident),*) => {
-                    $(if let Some(value) = file.$field {
-                        config.$field = value;
-                    })*
-                };
-            }
-            set!(
+            crate::config::set_given!(
+                config, file:
                 initial_position,
                 max_records,
                 min_call_interval,

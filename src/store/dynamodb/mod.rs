@@ -985,14 +985,8 @@ mod file {
 
         fn try_from(file: DynamoConfigFile) -> Result<Self, ConfigError> {
             let mut config = DynamoConfig::new(file.table_name);
-            macro_rules! set {
-                ($($field:ident),*) => {
-                    $(if let Some(value) = file.$field {
-                        config.$field = value;
-                    })*
-                };
-            }
-            set!(
+            crate::config::set_given!(
+                config, file:
                 create_if_missing,
                 billing,
                 tags,
