@@ -1,8 +1,12 @@
 //! Counters, gauges and histograms through the `metrics` facade. Install any `metrics`
 //! recorder (Prometheus, StatsD, ...) to collect them; without one they cost next to nothing.
-//! Every series carries the label `worker`.
+//! Every series carries the label `worker`. [`ALL`] lists each with its kind, unit and
+//! meaning; the worker [`describe`]s them to the recorder when it starts (a Prometheus exporter
+//! prints them as `# HELP` and `# TYPE`).
 
 use std::time::Duration;
+
+use metrics::Unit;
 
 use crate::lease::WorkerId;
 
@@ -43,6 +47,147 @@ pub const SLOW_STORE: &str = "shardlease_slow_store";
 
 /// Counter: sessions this worker ended after seeing them expire (with sessions).
 pub const SESSIONS_FENCED: &str = "shardlease_sessions_fenced_total";
+
+/// What a metric measures.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum Kind {
+    /// Only ever goes up.
+    Counter,
+    /// A value that goes up and down.
+    Gauge,
+    /// A distribution of observations.
+    Histogram,
+}
+
+/// One metric: its name, kind, unit and what it means.
+#[derive(Debug, Clone, Copy)]
+#[non_exhaustive]
+pub struct Description {
+    /// The series' name.
+    pub name: &'static str,
+    /// Counter, gauge or histogram.
+    pub kind: Kind,
+    /// Its unit.
+    pub unit: Unit,
+    /// What it means, in one sentence.
+    pub help: &'static str,
+}
+
+const fn metric(name: &'static str, kind: Kind, unit: Unit, help: &'static str) -> Description {
+    Description {
+        name,
+        kind,
+        unit,
+        help,
+    }
+}
+
+/// Every metric the worker records.
+pub const ALL: [Description; 15] = [
+    metric(
+        LEASES_HELD,
+        Kind::Gauge,
+        Unit::Count,
+        "leases this worker holds",
+    ),
+    metric(
+        LEASES_TAKEN,
+        Kind::Counter,
+        Unit::Count,
+        "leases taken (unowned, expired, forced, resumed, or received in a handoff)",
+    ),
+    metric(
+        HANDOFFS_REQUESTED,
+        Kind::Counter,
+        Unit::Count,
+        "handoffs this worker asked for to balance the fleet",
+    ),
+    metric(
+        LEASES_HANDED_OFF,
+        Kind::Counter,
+        Unit::Count,
+        "leases this worker handed over gracefully",
+    ),
+    metric(
+        LEASES_STOLEN,
+        Kind::Counter,
+        Unit::Count,
+        "leases taken by force, reported once the previous holder's validity has surely ended",
+    ),
+    metric(
+        LEASES_ABANDONED,
+        Kind::Counter,
+        Unit::Count,
+        "leases whose grant the application dropped while active (released at once)",
+    ),
+    metric(
+        LEASES_LOST,
+        Kind::Counter,
+        Unit::Count,
+        "leases lost (taken over, deleted, or expired locally)",
+    ),
+    metric(
+        RENEWAL_SECONDS,
+        Kind::Histogram,
+        Unit::Seconds,
+        "time one successful renewal or session beat took",
+    ),
+    metric(
+        LEASES_CREATED,
+        Kind::Counter,
+        Unit::Count,
+        "leases the discoverer created for new shards",
+    ),
+    metric(
+        LEASES_DELETED,
+        Kind::Counter,
+        Unit::Count,
+        "leases deleted by the discoverer or their retiring owner (label reason)",
+    ),
+    metric(
+        SOURCE_ERRORS,
+        Kind::Counter,
+        Unit::Count,
+        "failed shard listings (label kind: throttled, failed, timeout)",
+    ),
+    metric(
+        STORE_ERRORS,
+        Kind::Counter,
+        Unit::Count,
+        "store calls that failed with an error (label op)",
+    ),
+    metric(
+        DUPLICATE_WORKER_ID,
+        Kind::Counter,
+        Unit::Count,
+        "times another live process was found using this worker's id",
+    ),
+    metric(
+        SLOW_STORE,
+        Kind::Gauge,
+        Unit::Count,
+        "1 while the store's round trips are too slow to hold leases, else 0",
+    ),
+    metric(
+        SESSIONS_FENCED,
+        Kind::Counter,
+        Unit::Count,
+        "sessions this worker ended after seeing them expire",
+    ),
+];
+
+/// Describes every metric of [`ALL`] to the installed recorder. The worker calls it when it
+/// starts; call it again after installing a recorder later.
+pub fn describe() {
+    for m in ALL {
+        match m.kind {
+            Kind::Counter => metrics::describe_counter!(m.name, m.unit, m.help),
+            Kind::Gauge => metrics::describe_gauge!(m.name, m.unit, m.help),
+            Kind::Histogram => metrics::describe_histogram!(m.name, m.unit, m.help),
+        }
+    }
+}
 
 fn worker(id: &WorkerId) -> [(&'static str, String); 1] {
     [("worker", id.to_string())]
@@ -109,4 +254,95 @@ pub(crate) fn slow_store(id: &WorkerId, slow: bool) {
 
 pub(crate) fn fenced(id: &WorkerId) {
     metrics::counter!(SESSIONS_FENCED, &worker(id)).increment(1);
+}
+
+#[cfg(test)]
+mod tests {
+    use std::collections::BTreeMap;
+    use std::sync::Mutex;
+
+    use metrics::{
+        Counter, Gauge, Histogram, Key, KeyName, Metadata, Recorder, SharedString, Unit,
+    };
+
+    use super::*;
+
+    /// Per metric name: the kind described, and its unit.
+    type Descriptions = BTreeMap<String, (&'static str, Option<Unit>)>;
+
+    /// Remembers what was described to it.
+    #[derive(Default)]
+    struct Described(Mutex<Descriptions>);
+
+    impl Described {
+        fn note(&self, key: KeyName, kind: &'static str, unit: Option<Unit>) {
+            self.0
+                .lock()
+                .unwrap()
+                .insert(key.as_str().to_owned(), (kind, unit));
+        }
+    }
+
+    impl Recorder for Described {
+        fn describe_counter(&self, key: KeyName, unit: Option<Unit>, _: SharedString) {
+            self.note(key, "counter", unit);
+        }
+        fn describe_gauge(&self, key: KeyName, unit: Option<Unit>, _: SharedString) {
+            self.note(key, "gauge", unit);
+        }
+        fn describe_histogram(&self, key: KeyName, unit: Option<Unit>, _: SharedString) {
+            self.note(key, "histogram", unit);
+        }
+        fn register_counter(&self, _: &Key, _: &Metadata<'_>) -> Counter {
+            Counter::noop()
+        }
+        fn register_gauge(&self, _: &Key, _: &Metadata<'_>) -> Gauge {
+            Gauge::noop()
+        }
+        fn register_histogram(&self, _: &Key, _: &Metadata<'_>) -> Histogram {
+            Histogram::noop()
+        }
+    }
+
+    #[test]
+    fn every_metric_this_file_names_is_described_with_its_kind_and_unit() {
+        let recorder = Described::default();
+        metrics::with_local_recorder(&recorder, describe);
+        let described = recorder.0.lock().unwrap().clone();
+        // Every `pub const` name in this file, so a metric added without a description fails.
+        let source = include_str!("metrics.rs");
+        let names: Vec<&str> = source
+            .lines()
+            .filter_map(|l| l.strip_prefix("pub const "))
+            .filter(|l| !l.starts_with("ALL"))
+            .filter_map(|l| l.split('"').nth(1))
+            .collect();
+        assert_eq!(names.len(), ALL.len(), "{names:?}");
+        for name in names {
+            let (kind, unit) = described
+                .get(name)
+                .unwrap_or_else(|| panic!("{name} undescribed"));
+            assert!(unit.is_some(), "{name} has no unit");
+            let expected = if name.ends_with("_total") {
+                "counter"
+            } else if name.ends_with("_seconds") {
+                "histogram"
+            } else {
+                "gauge"
+            };
+            assert_eq!(*kind, expected, "{name}");
+        }
+    }
+
+    #[test]
+    fn the_readme_table_lists_every_metric() {
+        let readme = include_str!("../../README.md");
+        for m in ALL {
+            assert!(
+                readme.contains(&format!("| `{}` |", m.name)),
+                "{} is missing from the README's metrics table",
+                m.name
+            );
+        }
+    }
 }

@@ -236,6 +236,7 @@ impl WorkerBuilder {
     /// clock) whether or not the store answers: one that does not is a transient, ambiguous
     /// failure, as for a store that gives up by itself.
     pub async fn start(mut self) -> Result<Worker, WorkerError> {
+        metrics::describe();
         self.config.validate()?;
         self.store = Arc::new(bounded::Bounded::new(self.store, Arc::clone(&self.clock)));
         let fail = |source| WorkerError::Store {
