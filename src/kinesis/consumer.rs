@@ -114,7 +114,7 @@ impl<F> KinesisConsumerBuilder<F> {
         mut self,
         signal: impl Future<Output = ()> + Send + 'static,
     ) -> Self {
-        self.shutdown_signal = Some(std::sync::Mutex::new(Box::pin(signal)));
+        self.shutdown_signal = Some(ShutdownSignal::new(signal));
         self
     }
 
@@ -150,12 +150,10 @@ impl<F> KinesisConsumerBuilder<F> {
         };
         let mut worker = Worker::builder(self.store, self.id.clone())
             .config(self.worker_config)
-            .source(source);
-        if let Some(signal) = self.shutdown_signal {
-            let signal = signal.into_inner().unwrap_or_else(|e| e.into_inner());
-            worker = worker.graceful_shutdown_on(signal);
-        }
-        let mut worker = worker.start().await?;
+            .source(source)
+            .shutdown_signal(self.shutdown_signal)
+            .start()
+            .await?;
         let events = worker
             .take_events()
             .expect("a new worker has its event stream");

@@ -134,9 +134,20 @@ pub struct WorkerBuilder {
 }
 
 /// A future that asks a worker to leave gracefully when it completes. In a mutex only so that
-/// the builder stays `Sync` (a `Send` future need not be).
-pub(crate) type ShutdownSignal =
-    std::sync::Mutex<Pin<Box<dyn Future<Output = ()> + Send + 'static>>>;
+/// the builders holding it stay `Sync` (a `Send` future need not be).
+pub(crate) struct ShutdownSignal(
+    std::sync::Mutex<Pin<Box<dyn Future<Output = ()> + Send + 'static>>>,
+);
+
+impl ShutdownSignal {
+    pub(crate) fn new(signal: impl Future<Output = ()> + Send + 'static) -> Self {
+        Self(std::sync::Mutex::new(Box::pin(signal)))
+    }
+
+    fn into_future(self) -> Pin<Box<dyn Future<Output = ()> + Send + 'static>> {
+        self.0.into_inner().unwrap_or_else(|e| e.into_inner())
+    }
+}
 
 impl std::fmt::Debug for WorkerBuilder {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
@@ -225,7 +236,15 @@ impl WorkerBuilder {
         mut self,
         signal: impl Future<Output = ()> + Send + 'static,
     ) -> Self {
-        self.shutdown_signal = Some(std::sync::Mutex::new(Box::pin(signal)));
+        self.shutdown_signal = Some(ShutdownSignal::new(signal));
+        self
+    }
+
+    /// [`graceful_shutdown_on`](Self::graceful_shutdown_on) with a signal already wrapped (the
+    /// Kinesis consumer's builder passes its own on).
+    #[cfg(feature = "kinesis")]
+    pub(crate) fn shutdown_signal(mut self, signal: Option<ShutdownSignal>) -> Self {
+        self.shutdown_signal = signal;
         self
     }
 
@@ -389,7 +408,7 @@ impl WorkerBuilder {
             done: CancellationToken::new(),
         });
         if let Some(signal) = self.shutdown_signal {
-            let signal = signal.into_inner().unwrap_or_else(|e| e.into_inner());
+            let signal = signal.into_future();
             let shared = Arc::clone(&shared);
             let leaving = Arc::clone(&leaving);
             tokio::spawn(
