@@ -18,6 +18,12 @@ pub const RESERVED_PREFIX: &str = "shardlease#";
 /// application's own checkpoints may not start with [`RESERVED_PREFIX`].
 pub const SHARD_END: &str = "shardlease#SHARD_END";
 
+/// The worker id an operator's tool holds a lease under while it writes the lease's checkpoint
+/// (the `shardlease` command line, through [`admin`](crate::admin)): a handoff asked for this
+/// id is completed to it and left there, and the tool then gives the lease back to the fleet.
+/// No worker may use it ([`WorkerBuilder::start`](crate::WorkerBuilder::start) refuses it).
+pub const OPERATOR: &str = "shardlease-operator";
+
 /// The `handoff_to` value that asks a lease's owner to retire it: its shard no longer exists
 /// in the source. Not a worker; the owner deletes the lease once its application finished.
 pub(crate) const RETIRE: &str = "shardlease#retire";
@@ -208,6 +214,16 @@ impl WorkerId {
     /// True for the retire marker.
     pub fn is_retire_marker(&self) -> bool {
         &*self.0 == RETIRE
+    }
+
+    /// The operator's id, [`OPERATOR`].
+    pub fn operator() -> Self {
+        Self(Arc::from(OPERATOR))
+    }
+
+    /// True for the operator's id, [`OPERATOR`].
+    pub fn is_operator(&self) -> bool {
+        &*self.0 == OPERATOR
     }
 
     /// Parses a stored `handoff_to` value: a worker id or the retire marker.

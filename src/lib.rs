@@ -84,6 +84,7 @@
 #![forbid(unsafe_code)]
 #![warn(missing_docs)]
 
+pub mod admin;
 pub mod balance;
 pub mod clock;
 pub mod config;
@@ -94,6 +95,7 @@ mod jitter;
 pub mod kinesis;
 pub mod lease;
 mod lifecycle;
+mod notice;
 pub mod source;
 pub mod store;
 pub mod worker;

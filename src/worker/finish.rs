@@ -37,7 +37,7 @@ async fn finish_now(shared: &Arc<Shared>, key: LeaseKey, finish: Finish) {
         // requester between two sessions as gone, and the lease went elsewhere while the
         // requester waited for the slow scan (seed 12613134651826497585).
         Finish::HandOff { tenure, to }
-            if !shared.config.sessions() && shared.requester_departed(&to) =>
+            if !shared.config.sessions() && !to.is_operator() && shared.requester_departed(&to) =>
         {
             // The requester left (or died) while the application was finishing: handing the
             // lease to it would leave it owned by nobody alive for a lease duration.
@@ -73,7 +73,8 @@ async fn finish_now(shared: &Arc<Shared>, key: LeaseKey, finish: Finish) {
                     // The handoff may have been asked on its behalf: tell the receiver. One
                     // without a session (it died while the application finished) would never
                     // take it, and it would wait for the slow scan: give it on now.
-                    if shared.config.sessions() {
+                    // The operator's tool holds it for a moment and gives it back to the fleet.
+                    if shared.config.sessions() && !to.is_operator() {
                         if tell(shared, &to, &key, deadline).await {
                             follow_up(shared, handed);
                         } else {

@@ -118,6 +118,16 @@ pub enum WorkerError {
         /// The live workers of the other protocol (at most the first ten seen).
         others: Vec<WorkerId>,
     },
+    /// The worker id is [`OPERATOR`](crate::lease::OPERATOR), which the operator's tools hold
+    /// leases under while they write them.
+    #[error(
+        "worker id {worker} is reserved for the operator's tools (the shardlease command line); \
+         give this worker another id"
+    )]
+    ReservedId {
+        /// The id refused.
+        worker: WorkerId,
+    },
 }
 
 /// Builds a [`Worker`].
@@ -257,6 +267,9 @@ impl WorkerBuilder {
     pub async fn start(mut self) -> Result<Worker, WorkerError> {
         metrics::describe();
         self.config.validate()?;
+        if self.id.is_operator() {
+            return Err(WorkerError::ReservedId { worker: self.id });
+        }
         self.store = Arc::new(bounded::Bounded::new(self.store, Arc::clone(&self.clock)));
         let fail = |source| WorkerError::Store {
             worker: self.id.clone(),
@@ -407,12 +420,20 @@ impl WorkerBuilder {
             started: AtomicBool::new(false),
             done: CancellationToken::new(),
         });
-        if let Some(signal) = self.shutdown_signal {
-            let signal = signal.into_future();
+        // Leaves gracefully on the shutdown signal, if any, or when an operator asks this
+        // process to drain (`shardlease drain`).
+        let signal = self.shutdown_signal.map(ShutdownSignal::into_future);
+        {
             let shared = Arc::clone(&shared);
             let leaving = Arc::clone(&leaving);
             tokio::spawn(
                 async move {
+                    let signal = async {
+                        match signal {
+                            Some(signal) => signal.await,
+                            None => std::future::pending().await,
+                        }
+                    };
                     tokio::select! {
                         biased;
                         // Dropped (a crash) or already left.
@@ -420,6 +441,9 @@ impl WorkerBuilder {
                         _ = leaving.done.cancelled() => {}
                         _ = signal => {
                             tracing::info!(worker = %shared.id, "shutdown signal received");
+                            leave(&shared, &leaving).await;
+                        }
+                        _ = shared.drain.cancelled() => {
                             leave(&shared, &leaving).await;
                         }
                     }

@@ -113,6 +113,9 @@ async fn heartbeat(shared: &Shared, deadline: Instant) {
         Err(err) if err.is_ambiguous() => shared.health.unanswered(&shared.id, start),
         Err(_) => {}
     }
+    if let Ok(Outcome::Done(member)) = &result {
+        shared.drain_if_asked(&member.notices);
+    }
     if let Err(err) = result {
         metrics::store_error(&shared.id, "heartbeat");
         tracing::warn!(error = %err, "membership heartbeat failed");

@@ -27,6 +27,7 @@ use super::stop::StopReason;
 use super::take::{take, Answer, Report};
 use crate::expiry::ExpiryTracker;
 use crate::lease::{Incarnation, Lease, LeaseKey, Member, RESERVED_PREFIX};
+use crate::notice::DRAIN_PREFIX;
 use crate::store::{Outcome, StoreError};
 
 /// Opens this process's session: writes a fresh record, or replaces the record of this id as
@@ -364,6 +365,11 @@ async fn handle(shared: &Arc<Shared>, notice: &str) -> bool {
             return true;
         };
         return revoke(shared, key).await;
+    }
+    if notice.starts_with(DRAIN_PREFIX) {
+        // Another process's drain (of an id this one shares) is not for it.
+        shared.drain_if_asked([&notice.to_owned()]);
+        return true;
     }
     if notice.starts_with(RESERVED_PREFIX) {
         // The fleet changed next to this worker: a placement round sees who to watch now.

@@ -103,38 +103,10 @@ pub(crate) struct State {
     pub took: HashMap<LeaseKey, u64>,
 }
 
-/// A membership notice: `shardlease#member#<worker id>` tells the receiver that the fleet
-/// changed next to it (that worker joined or left), so that it looks again at which session it
-/// watches.
-pub(crate) fn member_notice(worker: &WorkerId) -> String {
-    format!("{}member#{worker}", crate::lease::RESERVED_PREFIX)
-}
-
-/// A revocation: `shardlease#revoke#<lease key>` tells the owner of a lease asked for in a
-/// handoff that the requester waited long enough: the owner tells its application that the
-/// lease is lost and hands it over at once. With sessions the requester never takes a lease
-/// from a live owner: until the owner lets go (or its session is over), the table names the
-/// owner, and whoever looks at the lease waits for it.
-pub(crate) fn revoke_notice(key: &LeaseKey) -> String {
-    format!("{REVOKE_PREFIX}{key}")
-}
-
-/// The prefix of a revocation notice (see [`revoke_notice`]).
-pub(crate) const REVOKE_PREFIX: &str = "shardlease#revoke#";
-
-/// Separates a notice's text (a lease key, or a marker) from the nonce that makes it unique;
-/// no key or id contains a control character.
-pub(crate) const NOTICE_SEPARATOR: char = '\u{1f}';
-
-/// The text of a notice, without its nonce.
-pub(crate) fn notice_text(notice: &str) -> &str {
-    notice.split(NOTICE_SEPARATOR).next().unwrap_or(notice)
-}
-
-/// An expectation notice: a session the receiver's leases may come from looks dead (its
-/// watcher has not seen it beat for a while), so the receiver should look at its own record
-/// often until the leases are given to it, rather than wait for its next beat.
-pub(crate) const EXPECT_NOTICE: &str = "shardlease#expect";
+pub(crate) use crate::notice::{
+    drain_notice, member_notice, notice_text, revoke_notice, with_nonce, EXPECT_NOTICE,
+    REVOKE_PREFIX,
+};
 
 /// One state of a session record: the incarnation that wrote it and its heartbeat.
 pub(crate) type SessionVersion = (Option<Incarnation>, u64);
@@ -199,6 +171,8 @@ pub(crate) struct Shared {
     pub jobs: TaskTracker,
     /// Cancelled when the worker stops (shutdown or drop).
     pub cancel: CancellationToken,
+    /// Cancelled when an operator asked this process to leave the fleet (a drain notice).
+    pub drain: CancellationToken,
     /// With sessions: this process's session.
     pub session: Mutex<Session>,
     /// With sessions: the worker whose session this one watches (the next live id), as the
@@ -310,6 +284,7 @@ impl Shared {
             departed_requesters: Mutex::default(),
             jobs: TaskTracker::new(),
             cancel: CancellationToken::new(),
+            drain: CancellationToken::new(),
             session: Mutex::new(Session {
                 open: false,
                 valid_until: now,
@@ -422,6 +397,16 @@ impl Shared {
         self.beat_now.notify_one();
     }
 
+    /// Starts the graceful departure when `notices` (this process's record's) include a drain
+    /// notice for this process.
+    pub fn drain_if_asked<'a>(&self, notices: impl IntoIterator<Item = &'a String>) {
+        let drain = drain_notice(self.incarnation());
+        if !self.drain.is_cancelled() && notices.into_iter().any(|n| notice_text(n) == drain) {
+            tracing::info!(worker = %self.id, "an operator asked this worker to drain: leaving the fleet");
+            self.drain.cancel();
+        }
+    }
+
     /// Leaves `notices` in `worker`'s session `incarnation`; `true` once they are there,
     /// `false` when that session is gone (or the store did not answer).
     pub async fn notify(
@@ -433,10 +418,7 @@ impl Shared {
     ) -> bool {
         // Each notice is told apart by a nonce: the same lease named again before the receiver
         // acknowledged the first notice must not be removed with it.
-        let notices: Vec<String> = notices
-            .iter()
-            .map(|text| format!("{text}{NOTICE_SEPARATOR}{:x}", crate::store::new_nonce()))
-            .collect();
+        let notices: Vec<String> = notices.iter().map(|text| with_nonce(text)).collect();
         let mut incarnation = incarnation;
         let mut retold = false;
         loop {

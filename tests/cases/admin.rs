@@ -1,0 +1,201 @@
+// The cases of tests/admin.rs, included once per protocol (`sessions` and `leases`): `base()`
+// is that protocol's default configuration.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use crate::fleet::{App, Fleet, Processing, Record};
+use shardlease::admin::{Admin, AdminError};
+use shardlease::lease::{LeaseKey, WorkerId};
+use shardlease::store::memory::InMemoryStore;
+use shardlease::store::LeaseStore;
+
+fn secs(s: u64) -> Duration {
+    Duration::from_secs(s)
+}
+
+fn admin(fleet: &Fleet) -> Admin<Arc<dyn LeaseStore>> {
+    Admin::new(Arc::clone(&fleet.store))
+}
+
+/// Every start of `key`, in order: (worker, checkpoint it resumed from).
+fn starts(fleet: &Fleet, key: &str) -> Vec<(String, Option<String>)> {
+    fleet
+        .records()
+        .into_iter()
+        .filter_map(|r| match r {
+            Record::Started {
+                worker,
+                key: k,
+                checkpoint,
+                ..
+            } if k == key => Some((worker, checkpoint)),
+            _ => None,
+        })
+        .collect()
+}
+
+async fn balanced_pair(shards: usize) -> Fleet {
+    let mut fleet = Fleet::new(Arc::new(InMemoryStore::new()), base(), shards);
+    fleet
+        .start("a", App::FinishAfter(Duration::from_millis(300)))
+        .await;
+    fleet.until(secs(30), |f| f.counts() == [shards]).await;
+    fleet
+        .start("b", App::FinishAfter(Duration::from_millis(300)))
+        .await;
+    fleet
+        .until(secs(60), |f| f.balanced() && f.held_keys().len() == shards)
+        .await;
+    fleet
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_release_moves_a_lease_off_its_owner_after_its_application_finished() {
+    let fleet = balanced_pair(4).await;
+    let key = fleet.held()["a"][0].clone();
+    let before = starts(&fleet, key.as_str()).len();
+
+    admin(&fleet)
+        .release(&key, secs(30), |_| {})
+        .await
+        .expect("the release is done");
+
+    // The owner handed it to the operator, who gave it back to the fleet: it starts again,
+    // after a stopped it (the ledger refuses two workers at once).
+    fleet
+        .until(secs(30), |f| starts(f, key.as_str()).len() > before)
+        .await;
+    assert!(
+        starts(&fleet, key.as_str()).len() > before,
+        "{key} was not started again after the release"
+    );
+    assert!(fleet.records().iter().any(|r| matches!(
+        r,
+        Record::HandedOff { worker, key: k, to } if worker == "a" && k == key.as_str() && to == "shardlease-operator"
+    )));
+    let lease = fleet
+        .store
+        .get(&key, tokio::time::Instant::now() + secs(5))
+        .await
+        .unwrap()
+        .unwrap();
+    assert!(
+        lease.owner.as_ref().is_some_and(|o| !o.is_operator()),
+        "{lease:?}"
+    );
+    fleet.assert_safe();
+    fleet.shutdown_all().await;
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_drained_worker_leaves_and_its_leases_go_to_the_others() {
+    let mut fleet = balanced_pair(6).await;
+    fleet
+        .start("c", App::FinishAfter(Duration::from_millis(300)))
+        .await;
+    fleet
+        .until(secs(60), |f| f.balanced() && f.held_keys().len() == 6)
+        .await;
+
+    let mut looks = 0;
+    let done = admin(&fleet)
+        .drain(&WorkerId::new("b").unwrap(), secs(60), |_| looks += 1)
+        .await
+        .expect("the drain is done");
+    assert!(done.done() && looks >= 1);
+    // b left as on its shutdown signal: its stopped() resolves.
+    tokio::time::timeout(secs(5), fleet.worker("b").stopped())
+        .await
+        .expect("the drained worker stopped");
+    fleet.until(secs(60), |f| f.held_keys().len() == 6).await;
+    let held = fleet.held();
+    assert!(held["b"].is_empty(), "{held:?}");
+    assert_eq!(held["a"].len() + held["c"].len(), 6, "{held:?}");
+    fleet.assert_safe();
+    fleet.shutdown_all().await;
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_checkpoint_is_refused_while_held_and_forced_through_a_graceful_handoff() {
+    let mut fleet = Fleet::new(Arc::new(InMemoryStore::new()), base(), 2);
+    fleet.processing = Processing {
+        checkpoint_every: Some(secs(1)),
+        ..Processing::default()
+    };
+    fleet
+        .start("a", App::FinishAfter(Duration::from_millis(300)))
+        .await;
+    fleet.until(secs(30), |f| f.counts() == [2]).await;
+    let key = LeaseKey::new("shard-0000").unwrap();
+    let admin = admin(&fleet);
+
+    let refused = admin
+        .set_checkpoint(&key, Some("resume-here"), false, secs(30), |_| {})
+        .await;
+    assert!(
+        matches!(&refused, Err(AdminError::Held { owner, .. }) if owner.as_str() == "a"),
+        "{refused:?}"
+    );
+    let reserved = admin
+        .set_checkpoint(&key, Some("shardlease#x"), true, secs(30), |_| {})
+        .await;
+    assert!(matches!(reserved, Err(AdminError::ReservedCheckpoint(_))));
+
+    admin
+        .set_checkpoint(&key, Some("resume-here"), true, secs(30), |_| {})
+        .await
+        .expect("forced checkpoint");
+    fleet
+        .until(secs(30), |f| {
+            starts(f, "shard-0000").last().map(|s| s.1.as_deref()) == Some(Some("resume-here"))
+        })
+        .await;
+    assert_eq!(
+        starts(&fleet, "shard-0000").last().unwrap().1.as_deref(),
+        Some("resume-here"),
+        "the lease did not resume from the operator's checkpoint"
+    );
+
+    // A reset: the lease starts again from no checkpoint, with the application's own ones
+    // gone.
+    fleet.idle(secs(3)).await;
+    let before = starts(&fleet, "shard-0000").len();
+    admin
+        .set_checkpoint(&key, None, true, secs(30), |_| {})
+        .await
+        .expect("forced reset");
+    fleet
+        .until(secs(30), |f| starts(f, "shard-0000").len() > before)
+        .await;
+    assert_eq!(starts(&fleet, "shard-0000").last().unwrap().1, None);
+    fleet.assert_safe();
+    fleet.shutdown_all().await;
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_held_lease_is_deleted_only_when_forced() {
+    let mut fleet = Fleet::new(Arc::new(InMemoryStore::new()), base(), 2);
+    fleet
+        .start("a", App::FinishAfter(Duration::from_millis(300)))
+        .await;
+    fleet.until(secs(30), |f| f.counts() == [2]).await;
+    let key = LeaseKey::new("shard-0001").unwrap();
+    let admin = admin(&fleet);
+    let refused = admin.delete(&key, false, secs(30), |_| {}).await;
+    assert!(
+        matches!(refused, Err(AdminError::Held { .. })),
+        "{refused:?}"
+    );
+    admin
+        .delete(&key, true, secs(30), |_| {})
+        .await
+        .expect("forced delete");
+    assert!(!fleet.lease_exists("shard-0001").await);
+    fleet.until(secs(10), |f| f.counts() == [1]).await;
+    assert_eq!(fleet.counts(), [1]);
+    let missing = admin.delete(&key, false, secs(30), |_| {}).await;
+    assert!(matches!(missing, Err(AdminError::NoSuchLease(_))));
+    fleet.assert_safe();
+    fleet.shutdown_all().await;
+}
