@@ -84,6 +84,23 @@ pub enum StoreError {
         /// What differs.
         detail: String,
     },
+    /// The table holds KCL's leases: it has our key schema, but its items are KCL's (they
+    /// carry KCL-only attributes and none of ours). Using it would skip every item as
+    /// malformed; copy its checkpoints into a table of our own instead (see
+    /// `store::dynamodb::kcl`).
+    #[error(
+        "table {table:?} looks like a KCL lease table (item {key:?} has KCL's {attribute} and \
+         not shardlease's leaseTenure and lastOp); shardlease cannot share a table with KCL: \
+         copy its checkpoints into a new table with `shardlease import-kcl --from {table} --to NEW`"
+    )]
+    KclTable {
+        /// The table's name.
+        table: String,
+        /// The key of the item that gave it away.
+        key: String,
+        /// The KCL attribute that item carries.
+        attribute: &'static str,
+    },
     /// The lease table did not become ACTIVE in time.
     #[error("table {table:?} is still {status} after {waited:?}")]
     TableNotActive {
@@ -262,6 +279,23 @@ mod tests {
             region.to_string(),
             "no AWS region configured: set AWS_REGION, or region in ~/.aws/config, or the \
              client's region"
+        );
+    }
+
+    #[test]
+    fn a_kcl_table_is_fatal_and_says_how_to_import_it() {
+        let err = StoreError::KclTable {
+            table: "orders-kcl".into(),
+            key: "shardId-000000000000".into(),
+            attribute: "checkpointSubSequenceNumber",
+        };
+        assert!(!err.is_retryable() && !err.is_ambiguous());
+        assert_eq!(
+            err.to_string(),
+            "table \"orders-kcl\" looks like a KCL lease table (item \"shardId-000000000000\" \
+             has KCL's checkpointSubSequenceNumber and not shardlease's leaseTenure and lastOp); \
+             shardlease cannot share a table with KCL: copy its checkpoints into a new table \
+             with `shardlease import-kcl --from orders-kcl --to NEW`"
         );
     }
 

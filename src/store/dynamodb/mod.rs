@@ -6,6 +6,7 @@
 //! where the server does not return it (dynalite, for one).
 
 mod classify;
+pub mod kcl;
 pub mod schema;
 mod table;
 
@@ -885,7 +886,20 @@ impl DynamoStore {
                 Err(err) => {
                     page.malformed += 1;
                     self.malformed_seen.fetch_add(1, Ordering::Relaxed);
-                    tracing::warn!(table, error = %err, "skipping a malformed item in the lease table");
+                    match kcl::format::kcl_attribute(item) {
+                        Some(attribute) => tracing::warn!(
+                            table,
+                            error = %err,
+                            kcl_attribute = attribute,
+                            "skipping a malformed item in the lease table: it looks like a KCL \
+                             lease; shardlease cannot share a table with KCL: copy its \
+                             checkpoints into a new table with `shardlease import-kcl --from \
+                             {table} --to NEW`"
+                        ),
+                        None => {
+                            tracing::warn!(table, error = %err, "skipping a malformed item in the lease table")
+                        }
+                    }
                 }
             }
         }

@@ -16,6 +16,7 @@ use aws_sdk_dynamodb::Client;
 use tokio::time::Instant;
 
 use super::classify::classify;
+use super::kcl::format as kcl;
 use super::schema::KEY;
 use super::{Billing, DynamoConfig};
 use crate::config::ConfigError;
@@ -25,7 +26,7 @@ use crate::store::{Misconfiguration, StoreError, StoreResult};
 /// How often the table status is polled while waiting for ACTIVE.
 const POLL: Duration = Duration::from_millis(200);
 
-/// Makes sure the lease table exists, has our key schema, and is ACTIVE.
+/// Makes sure the lease table exists, has our key schema, is ACTIVE, and is not KCL's.
 ///
 /// A client without a region, without credentials, or pointed at an endpoint where nothing
 /// listens fails here at once with an error that says so ([`StoreError::Misconfigured`],
@@ -70,7 +71,38 @@ pub(super) async fn ensure_table(client: &Client, config: &DynamoConfig) -> Stor
         }
     };
     check_key_schema(table, &description)?;
-    wait_active(client, config, description, start).await
+    wait_active(client, config, description, start).await?;
+    refuse_kcl_table(client, config, deadline).await
+}
+
+/// Items read at connect to tell a KCL lease table: one small page.
+const PROBE_ITEMS: i32 = 10;
+
+/// Refuses a table whose first items are KCL's leases (or KCL 3.x's other items): KCL's table
+/// has our key schema, and without this check every item would be skipped as malformed.
+async fn refuse_kcl_table(
+    client: &Client,
+    config: &DynamoConfig,
+    deadline: Instant,
+) -> StoreResult<()> {
+    let table = config.table_name.as_str();
+    let out = config
+        .retry
+        .run("scan", table, deadline, |_| {
+            let request = client.scan().table_name(table).limit(PROBE_ITEMS);
+            async move { request.send().await.map_err(|e| classify("scan", table, e)) }
+        })
+        .await?;
+    for item in out.items() {
+        if let Some(attribute) = kcl::kcl_attribute(item) {
+            return Err(StoreError::KclTable {
+                table: table.to_owned(),
+                key: kcl::key_of(item),
+                attribute,
+            });
+        }
+    }
+    Ok(())
 }
 
 async fn describe(
