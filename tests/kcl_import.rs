@@ -413,15 +413,27 @@ async fn an_import_plans_without_writing_then_creates_the_kcl_checkpoints_exactl
         (6, 2, 4)
     );
     let printed = plan.to_string();
+    println!("{printed}");
     assert!(printed.contains("dry run"), "{printed}");
     assert!(printed.contains("shardId-000000000005  49590338271490256608559692541000000000000000000000000005 (sub 3)"), "{printed}");
     assert!(
         printed.contains("skipped shardId-000000000006"),
         "{printed}"
     );
+    assert!(
+        printed.contains("\n6 to create, 2 items skipped\n"),
+        "{printed}"
+    );
 
     let report = plan.apply(&to).await.unwrap();
+    println!("{report}");
     assert!(report.leases.iter().all(|l| l.action == Action::Created));
+    assert!(
+        report
+            .to_string()
+            .contains("\n6 created, 2 items skipped\n"),
+        "{report}"
+    );
     assert_eq!(report.summary().created, 6);
     let imported = leases_of(&to).await;
     assert_eq!(sorted(as_expected(&imported)), sorted(expected_rows()));
@@ -435,6 +447,12 @@ async fn an_import_plans_without_writing_then_creates_the_kcl_checkpoints_exactl
     let again = plan.apply(&to).await.unwrap();
     assert!(
         again.leases.iter().all(|l| l.action == Action::Exists),
+        "{again}"
+    );
+    assert!(
+        again
+            .to_string()
+            .contains("\n6 exist with the same values, 2 items skipped\n"),
         "{again}"
     );
     let replanned = kcl::plan(&client, &from, &to).await.unwrap();

@@ -555,11 +555,22 @@ fn table(
         skipped,
         held_by_kcl,
     } = summary;
-    writeln!(
-        f,
-        "{would_create} to create, {created} created, {exists} exist with the same values, \
-         {differs} exist and differ (not overwritten), {skipped} items skipped"
-    )?;
+    let counts: Vec<String> = [
+        (would_create, "to create"),
+        (created, "created"),
+        (exists, "exist with the same values"),
+        (differs, "exist and differ (not overwritten)"),
+        (skipped, "items skipped"),
+    ]
+    .into_iter()
+    .filter(|(count, _)| *count > 0)
+    .map(|(count, what)| format!("{count} {what}"))
+    .collect();
+    if counts.is_empty() {
+        writeln!(f, "the KCL table is empty: nothing to import")?;
+    } else {
+        writeln!(f, "{}", counts.join(", "))?;
+    }
     if held_by_kcl > 0 {
         writeln!(
             f,
