@@ -9,7 +9,7 @@
 //! The application "processes" a lease until it is told to stop, then checkpoints once and
 //! finishes; the checkpoint's result is logged (and written to the events log). Ctrl-C
 //! (SIGINT) or SIGTERM leaves gracefully: every lease is checkpointed and released, and the
-//! process exits 0. The library's log goes to stderr (`RUST_LOG`, default `info`); an error
+//! process exits 0; so it does when an operator drains it (`shardlease drain ID`). The library's log goes to stderr (`RUST_LOG`, default `info`); an error
 //! that stops the process is printed as one line.
 //!
 //! Options: `--id ID` (default: host and pid), `--table NAME` (default `shardlease-demo`),
@@ -198,9 +198,19 @@ async fn run(args: Args) -> Result<(), Error> {
             }
         }
     });
-    let signal = common::shutdown_signal().await?;
-    tracing::info!(worker = %id, signal, "leaving gracefully");
-    worker.shutdown().await;
+    // SIGTERM or Ctrl-C, or an operator's `shardlease drain`, which makes the worker leave
+    // by itself.
+    let signal = tokio::select! {
+        signal = common::shutdown_signal() => Some(signal?),
+        _ = worker.stopped() => None,
+    };
+    match signal {
+        Some(signal) => {
+            tracing::info!(worker = %id, signal, "leaving gracefully");
+            worker.shutdown().await;
+        }
+        None => tracing::info!(worker = %id, "drained: the worker left the fleet"),
+    }
     let _ = app.await;
     Ok(())
 }

@@ -27,6 +27,7 @@ use std::time::Duration;
 use tokio::time::Instant;
 
 use crate::lease::{Incarnation, Lease, LeaseKey, Member, NewLease, WorkerId};
+use crate::lifecycle::LeaseStatus;
 use crate::notice::{drain_notice, with_nonce};
 use crate::store::{LeaseStore, Outcome, StoreError};
 
@@ -164,36 +165,52 @@ impl<S: LeaseStore> Admin<S> {
     /// Returns the lease as it was asked (its owner and tenure).
     pub async fn ask_handoff(&self, key: &LeaseKey) -> Result<Lease, AdminError> {
         let lease = self.lease(key).await?;
-        let Some(owner) = lease.owner.clone().filter(|o| !o.is_operator()) else {
+        if lease.owner.as_ref().is_none_or(WorkerId::is_operator) {
             return Err(AdminError::NotHeld(key.clone()));
+        }
+        match self.ask(&lease).await? {
+            Outcome::Done(asked) => Ok(asked),
+            // Another handoff is pending: the owner finishes that one first.
+            Outcome::LostRace { .. } => Err(AdminError::Changed(key.clone())),
+        }
+    }
+
+    /// Asks `lease`'s owner, in the tenure read, for a handoff to the operator; tells its
+    /// session when it has one.
+    async fn ask(&self, lease: &Lease) -> Result<Outcome<Lease>, AdminError> {
+        let Some(owner) = &lease.owner else {
+            return Ok(Outcome::LostRace {
+                current: Some(lease.clone()),
+            });
         };
         let operator = WorkerId::operator();
-        match self
+        let outcome = self
             .store
-            .request_handoff(key, &owner, lease.tenure, &operator, self.deadline())
-            .await?
-        {
-            Outcome::Done(_) => {}
-            // Another handoff is pending: the owner finishes that one first.
-            Outcome::LostRace { .. } => return Err(AdminError::Changed(key.clone())),
+            .request_handoff(&lease.key, owner, lease.tenure, &operator, self.deadline())
+            .await?;
+        if !outcome.is_done() {
+            return Ok(outcome);
         }
         // A session hears of it in its next beat (at once with the notice); the lease
         // protocol's owner sees the request at its next renewal.
-        if let Some(member) = self.store.get_member(&owner, true, self.deadline()).await? {
+        if let Some(member) = self.store.get_member(owner, true, self.deadline()).await? {
             if let (true, Some(incarnation)) = (member.session, member.incarnation) {
-                let notice = with_nonce(key.as_str());
+                let notice = with_nonce(lease.key.as_str());
                 // Refused, the session is over: the fleet fences it and places the lease.
                 let _ = self
                     .store
-                    .notify(&owner, incarnation, &[notice], self.deadline())
+                    .notify(owner, incarnation, &[notice], self.deadline())
                     .await?;
             }
         }
-        Ok(lease)
+        Ok(outcome)
     }
 
-    /// Waits until the handoff asked by [`ask_handoff`](Self::ask_handoff) (of `asked`) is
-    /// done, calling `progress` with the lease at every look. The lease is then the operator's.
+    /// Waits until the handoff asked by [`ask_handoff`](Self::ask_handoff) is done: the lease
+    /// is the operator's, or nobody's (its owner released it, or left). Calling `progress` with
+    /// the lease at every look that finds it still held. A lease that moved meanwhile (taken
+    /// by the worker it had been given to, which clears requests, or moved for balance) is
+    /// asked of its new holder.
     pub async fn wait_handed_over(
         &self,
         asked: &Lease,
@@ -201,17 +218,19 @@ impl<S: LeaseStore> Admin<S> {
         mut progress: impl FnMut(&Lease),
     ) -> Result<Lease, AdminError> {
         let start = Instant::now();
+        let operator = WorkerId::operator();
         loop {
             let lease = self.lease(&asked.key).await?;
+            match &lease.owner {
+                None => return Ok(lease),
+                Some(owner) if owner.is_operator() => return Ok(lease),
+                Some(_) if lease.handoff_to.as_ref() != Some(&operator) => {
+                    // Refused: it moved again between the read and the request; look again.
+                    let _ = self.ask(&lease).await?;
+                }
+                Some(_) => {}
+            }
             progress(&lease);
-            if lease.owner.as_ref().is_some_and(WorkerId::is_operator)
-                && lease.tenure == asked.tenure + 1
-            {
-                return Ok(lease);
-            }
-            if lease.owner != asked.owner || lease.tenure != asked.tenure {
-                return Err(AdminError::Changed(asked.key.clone()));
-            }
             if start.elapsed() >= timeout {
                 return Err(AdminError::TimedOut {
                     what: format!(
@@ -490,4 +509,50 @@ fn receiver(snapshot: &crate::lease::Snapshot) -> Option<&Member> {
                 .count();
             (held, m.worker.clone())
         })
+}
+
+/// Where a lease stands in the shard lifecycle, judged from the table alone as every worker
+/// judges it (see "Lease states" in `docs/ARCHITECTURE.md`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum LeaseState {
+    /// May be taken and worked on.
+    Ready,
+    /// Waits for a parent lease to finish.
+    Blocked,
+    /// Processed to the end of its shard.
+    Finished,
+    /// Being retired: its shard left the source.
+    Retiring,
+}
+
+impl LeaseState {
+    /// The state as `shardlease status` prints it.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::Ready => "ready",
+            Self::Blocked => "blocked",
+            Self::Finished => "finished",
+            Self::Retiring => "retiring",
+        }
+    }
+}
+
+impl std::fmt::Display for LeaseState {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+/// The state of each of `leases` (a whole table's, for the parents to be found), in order.
+pub fn lease_states(leases: &[Lease]) -> Vec<LeaseState> {
+    crate::lifecycle::statuses(leases)
+        .into_iter()
+        .map(|status| match status {
+            LeaseStatus::Ready => LeaseState::Ready,
+            LeaseStatus::Blocked => LeaseState::Blocked,
+            LeaseStatus::Finished => LeaseState::Finished,
+            LeaseStatus::Retiring => LeaseState::Retiring,
+        })
+        .collect()
 }

@@ -199,3 +199,35 @@ async fn a_held_lease_is_deleted_only_when_forced() {
     fleet.assert_safe();
     fleet.shutdown_all().await;
 }
+
+#[tokio::test(start_paused = true)]
+async fn a_lease_given_back_and_not_yet_taken_can_be_asked_for_at_once() {
+    // Seen in scripts/demo_cli.sh: a reset right after a set found the lease given to a but
+    // not taken yet; a's take cleared the request, and the reset gave up as "changed".
+    let mut fleet = Fleet::new(Arc::new(InMemoryStore::new()), base(), 1);
+    fleet
+        .start("a", App::FinishAfter(Duration::from_millis(300)))
+        .await;
+    fleet.until(secs(30), |f| f.counts() == [1]).await;
+    let key = LeaseKey::new("shard-0000").unwrap();
+    let admin = admin(&fleet);
+    admin
+        .set_checkpoint(&key, Some("first"), true, secs(30), |_| {})
+        .await
+        .expect("forced checkpoint");
+    admin
+        .set_checkpoint(&key, Some("second"), true, secs(30), |_| {})
+        .await
+        .expect("a second one at once");
+    fleet
+        .until(secs(30), |f| {
+            starts(f, "shard-0000").last().map(|s| s.1.as_deref()) == Some(Some("second"))
+        })
+        .await;
+    assert_eq!(
+        starts(&fleet, "shard-0000").last().unwrap().1.as_deref(),
+        Some("second")
+    );
+    fleet.assert_safe();
+    fleet.shutdown_all().await;
+}

@@ -250,6 +250,12 @@ impl DynamoStore {
         &self.config.table_name
     }
 
+    /// The client the store sends with (the SDK's own retries off; see
+    /// [`connect`](Self::connect)), for reads of one's own, such as an operator's tool.
+    pub fn client(&self) -> &Client {
+        &self.client
+    }
+
     /// How many malformed items listings have skipped since the store was created.
     pub fn malformed_items_seen(&self) -> u64 {
         self.malformed_seen.load(Ordering::Relaxed)

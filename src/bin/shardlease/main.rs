@@ -1,0 +1,345 @@
+//! `shardlease`: look at and operate a lease table from the command line.
+//!
+//! ```text
+//! cargo run --features cli --bin shardlease -- --help
+//! shardlease --table orders status --watch
+//! shardlease --table orders drain host-a
+//! ```
+//!
+//! The table comes from `--table` (or `SHARDLEASE_TABLE`), the endpoint, region and
+//! credentials from the standard AWS environment (`AWS_ENDPOINT_URL` or `--endpoint` for a
+//! local emulator). Every change goes through the workers' own conditional writes
+//! (`shardlease::admin`): nothing is processed twice. Tables print for people; `--json` prints
+//! one JSON document for scripts. Errors print one line and exit with status 1 (2 for a
+//! command line that does not parse).
+
+mod connect;
+mod iam;
+mod kcl;
+mod status;
+mod text;
+
+use std::process::ExitCode;
+use std::time::Duration;
+
+use clap::{Parser, Subcommand};
+use serde_json::json;
+use shardlease::admin::{Admin, DrainProgress, GivenBack};
+use shardlease::lease::{Lease, LeaseKey, WorkerId};
+
+use connect::Target;
+
+/// Look at and operate a shardlease lease table.
+#[derive(Parser, Debug)]
+#[command(name = "shardlease", version, about, long_about = None)]
+struct Cli {
+    /// The lease table [env: SHARDLEASE_TABLE]
+    #[arg(long, global = true, env = "SHARDLEASE_TABLE", hide_env = true)]
+    table: Option<String>,
+    /// The DynamoDB endpoint, for a local emulator [default: the AWS chain, or AWS_ENDPOINT_URL]
+    #[arg(long, global = true)]
+    endpoint: Option<String>,
+    /// Print one JSON document instead of tables
+    #[arg(long, global = true)]
+    json: bool,
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Subcommand, Debug)]
+enum Command {
+    /// Workers (heartbeat, leases held, load, capacity) and leases (owner, tenure, counter,
+    /// checkpoint, pending handoff, state)
+    Status {
+        /// Refresh in place until interrupted
+        #[arg(long)]
+        watch: bool,
+        /// How often --watch reads the table
+        #[arg(long, default_value = "2s", value_parser = humantime::parse_duration)]
+        interval: Duration,
+    },
+    /// Move a lease off its owner gracefully: its application checkpoints and stops, then
+    /// the lease goes to the fleet
+    Release {
+        /// The lease key
+        key: String,
+        /// How long to wait for the owner's application
+        #[arg(long, default_value = "2m", value_parser = humantime::parse_duration)]
+        timeout: Duration,
+    },
+    /// Ask a worker to leave the fleet gracefully (as on SIGTERM): its leases go to the others
+    Drain {
+        /// The worker id
+        worker: String,
+        /// How long to wait until it holds nothing and has left
+        #[arg(long, default_value = "5m", value_parser = humantime::parse_duration)]
+        timeout: Duration,
+    },
+    /// Write or reset a lease's checkpoint (only while nobody holds it, or --force)
+    Checkpoint {
+        #[command(subcommand)]
+        action: CheckpointAction,
+    },
+    /// Delete a lease (only while nobody holds it, or --force)
+    Delete {
+        /// The lease key
+        key: String,
+        /// Have its owner hand it over gracefully first
+        #[arg(long)]
+        force: bool,
+        /// How long to wait for the owner's application with --force
+        #[arg(long, default_value = "2m", value_parser = humantime::parse_duration)]
+        timeout: Duration,
+    },
+    /// Create the lease table if it does not exist, and wait until it is ACTIVE
+    CreateTable {
+        /// Provisioned capacity as READ,WRITE units [default: on-demand]
+        #[arg(long, value_name = "READ,WRITE")]
+        provisioned: Option<String>,
+    },
+    /// The table as DynamoDB describes it, and what it holds
+    DescribeTable,
+    /// Print the least-privilege IAM policy for workers of this table (and stream)
+    IamPolicy {
+        /// The Kinesis stream the consumer reads
+        #[arg(long)]
+        stream: Option<String>,
+        /// The AWS region of the resources [default: any]
+        #[arg(long)]
+        region: Option<String>,
+        /// The AWS account id of the resources [default: any]
+        #[arg(long)]
+        account: Option<String>,
+    },
+    /// Copy the checkpoints of a KCL 2.x/3.x lease table into a shardlease table (a dry run
+    /// unless --apply)
+    ImportKcl {
+        /// The KCL lease table (read only)
+        #[arg(long)]
+        from: String,
+        /// The shardlease table (created if missing; nothing in it is overwritten)
+        #[arg(long)]
+        to: String,
+        /// Write (without it, only show what would be written)
+        #[arg(long)]
+        apply: bool,
+    },
+}
+
+#[derive(Subcommand, Debug)]
+enum CheckpointAction {
+    /// Set the checkpoint the next owner resumes from
+    Set {
+        /// The lease key
+        key: String,
+        /// The checkpoint (for the Kinesis consumer: a sequence number)
+        value: String,
+        /// Have its owner hand it over gracefully first
+        #[arg(long)]
+        force: bool,
+        /// How long to wait for the owner's application with --force
+        #[arg(long, default_value = "2m", value_parser = humantime::parse_duration)]
+        timeout: Duration,
+    },
+    /// Remove the checkpoint: the next owner starts from the initial position
+    Reset {
+        /// The lease key
+        key: String,
+        /// Have its owner hand it over gracefully first
+        #[arg(long)]
+        force: bool,
+        /// How long to wait for the owner's application with --force
+        #[arg(long, default_value = "2m", value_parser = humantime::parse_duration)]
+        timeout: Duration,
+    },
+}
+
+/// What a command failed with: one line for a person.
+type Error = Box<dyn std::error::Error + Send + Sync>;
+
+fn main() -> ExitCode {
+    let cli = Cli::parse();
+    tracing_subscriber::fmt()
+        .with_env_filter(
+            tracing_subscriber::EnvFilter::try_from_default_env()
+                .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("warn")),
+        )
+        .with_writer(std::io::stderr)
+        .init();
+    let runtime = match tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+    {
+        Ok(runtime) => runtime,
+        Err(err) => {
+            eprintln!("error: could not start the async runtime: {err}");
+            return ExitCode::FAILURE;
+        }
+    };
+    match runtime.block_on(run(cli)) {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(err) => {
+            eprintln!("error: {}", text::chain(&*err));
+            ExitCode::FAILURE
+        }
+    }
+}
+
+async fn run(cli: Cli) -> Result<(), Error> {
+    let target = Target {
+        table: cli.table.clone(),
+        endpoint: cli.endpoint.clone(),
+    };
+    let json = cli.json;
+    match cli.command {
+        Command::Status { watch, interval } => {
+            let store = target.store(false).await?;
+            status::run(&store, json, watch.then_some(interval)).await
+        }
+        Command::Release { key, timeout } => {
+            let key = LeaseKey::new(key)?;
+            let admin = Admin::new(target.store(false).await?);
+            eprintln!("asking the owner of {key} to hand it over");
+            let given = admin.release(&key, timeout, waiting_for_owner).await?;
+            finish_line();
+            print_given(json, "release", &key, &given);
+            Ok(())
+        }
+        Command::Drain { worker, timeout } => {
+            let worker = WorkerId::new(worker)?;
+            let admin = Admin::new(target.store(false).await?);
+            let done = admin
+                .drain(&worker, timeout, |p| drain_line(&worker, p))
+                .await?;
+            finish_line();
+            if json {
+                println!(
+                    "{}",
+                    json!({"command": "drain", "worker": worker.as_str(), "done": done.done()})
+                );
+            } else {
+                println!("worker {worker} has left the fleet and holds no lease");
+            }
+            Ok(())
+        }
+        Command::Checkpoint { action } => {
+            let admin = Admin::new(target.store(false).await?);
+            let (key, value, force, timeout) = match &action {
+                CheckpointAction::Set {
+                    key,
+                    value,
+                    force,
+                    timeout,
+                } => (key, Some(value.as_str()), *force, *timeout),
+                CheckpointAction::Reset {
+                    key,
+                    force,
+                    timeout,
+                } => (key, None, *force, *timeout),
+            };
+            let key = LeaseKey::new(key.as_str())?;
+            let given = admin
+                .set_checkpoint(&key, value, force, timeout, |lease| {
+                    waiting_for_owner(lease)
+                })
+                .await?;
+            finish_line();
+            let what = if value.is_some() {
+                "checkpoint set"
+            } else {
+                "checkpoint reset"
+            };
+            print_given(json, what, &key, &given);
+            Ok(())
+        }
+        Command::Delete {
+            key,
+            force,
+            timeout,
+        } => {
+            let key = LeaseKey::new(key)?;
+            let admin = Admin::new(target.store(false).await?);
+            let deleted = admin
+                .delete(&key, force, timeout, waiting_for_owner)
+                .await?;
+            finish_line();
+            if json {
+                println!(
+                    "{}",
+                    json!({"command": "delete", "key": key.as_str(), "checkpoint": deleted.checkpoint})
+                );
+            } else {
+                println!(
+                    "lease {key} deleted (its checkpoint was {})",
+                    deleted.checkpoint.as_deref().unwrap_or("none")
+                );
+            }
+            Ok(())
+        }
+        Command::CreateTable { provisioned } => {
+            connect::create_table(&target, provisioned.as_deref(), json).await
+        }
+        Command::DescribeTable => connect::describe_table(&target, json).await,
+        Command::ImportKcl { from, to, apply } => kcl::run(&target, &from, &to, apply, json).await,
+        Command::IamPolicy {
+            stream,
+            region,
+            account,
+        } => {
+            let table = target.table()?;
+            let policy = iam::policy(
+                table,
+                stream.as_deref(),
+                region.as_deref(),
+                account.as_deref(),
+            );
+            println!("{}", serde_json::to_string_pretty(&policy)?);
+            Ok(())
+        }
+    }
+}
+
+/// The progress line of a wait for an owner's application to let go.
+fn waiting_for_owner(lease: &Lease) {
+    let owner = lease.owner.as_ref().map_or("nobody", |o| o.as_str());
+    text::progress(&format!(
+        "waiting for {owner} to hand {} over (its application checkpoints and stops)",
+        lease.key
+    ));
+}
+
+fn drain_line(worker: &WorkerId, progress: &DrainProgress) {
+    text::progress(&format!(
+        "draining {worker}: {} leases still held, {}",
+        progress.leases_held.len(),
+        if progress.member_present {
+            "still in the fleet"
+        } else {
+            "left the fleet"
+        }
+    ));
+}
+
+fn finish_line() {
+    text::progress_done();
+}
+
+fn print_given(json: bool, what: &str, key: &LeaseKey, given: &GivenBack) {
+    let to = match given {
+        GivenBack::To(worker) => Some(worker.as_str()),
+        _ => None,
+    };
+    if json {
+        println!(
+            "{}",
+            json!({"command": what, "key": key.as_str(), "given_to": to})
+        );
+    } else {
+        match to {
+            Some(to) => println!("{what}: lease {key} given to {to}"),
+            None => println!(
+                "{what}: lease {key} left unowned; the workers take it at their next round"
+            ),
+        }
+    }
+}

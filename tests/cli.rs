@@ -1,0 +1,583 @@
+//! The `shardlease` command line as a process on dynalite, next to workers running in this
+//! test on the same table: every command end to end, and the IAM policy against the SDK
+//! operations the source calls.
+
+#[path = "common/dynamo.rs"]
+mod dynamo;
+
+use std::collections::BTreeSet;
+use std::process::{Command, Output};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use dynamo::{unique_table, Emulator};
+use serde_json::Value;
+use shardlease::lease::{LeaseKey, WorkerId};
+use shardlease::store::dynamodb::{DynamoConfig, DynamoStore};
+use shardlease::store::LeaseStore;
+use shardlease::worker::{LeaseEvent, Worker};
+use shardlease::WorkerConfig;
+use tokio::time::Instant;
+
+/// Runs `shardlease` with `args` against dynalite and `table` (off the async runtime).
+async fn cli(table: &str, args: &[&str]) -> Output {
+    let mut command = Command::new(env!("CARGO_BIN_EXE_shardlease"));
+    command
+        .args([
+            "--endpoint",
+            &Emulator::dynalite().endpoint,
+            "--table",
+            table,
+        ])
+        .args(args)
+        .env("AWS_ACCESS_KEY_ID", "test")
+        .env("AWS_SECRET_ACCESS_KEY", "test")
+        .env("AWS_REGION", "us-east-1")
+        .env_remove("AWS_ENDPOINT_URL")
+        .env_remove("AWS_PROFILE");
+    tokio::task::spawn_blocking(move || command.output().expect("shardlease runs"))
+        .await
+        .unwrap()
+}
+
+fn stdout(output: &Output) -> String {
+    String::from_utf8_lossy(&output.stdout).into_owned()
+}
+
+fn stderr(output: &Output) -> String {
+    String::from_utf8_lossy(&output.stderr).into_owned()
+}
+
+#[track_caller]
+fn ok(output: &Output) -> String {
+    assert!(
+        output.status.success(),
+        "exit {:?}\nstdout: {}\nstderr: {}",
+        output.status.code(),
+        stdout(output),
+        stderr(output)
+    );
+    stdout(output)
+}
+
+fn json(output: &Output) -> Value {
+    serde_json::from_str(&ok(output)).expect("one JSON document")
+}
+
+async fn store(table: &str) -> DynamoStore {
+    Emulator::dynalite().store(DynamoConfig::new(table)).await
+}
+
+/// What the applications of a test's workers did: (worker, key, "start" / "stop", checkpoint).
+type Journal = Arc<Mutex<Vec<(String, String, &'static str, Option<String>)>>>;
+
+/// A worker on `table` whose application records its starts and stops, and finishes 200 ms
+/// after it is asked to stop.
+async fn worker(table: &str, id: &str, shards: usize, journal: &Journal) -> Worker {
+    let keys = (0..shards)
+        .map(|i| LeaseKey::new(format!("shard-{i}")).unwrap())
+        .collect();
+    let config = WorkerConfig::with_lease_duration(Duration::from_secs(6));
+    let mut worker = Worker::builder(Arc::new(store(table).await), WorkerId::new(id).unwrap())
+        .config(config)
+        .shards(keys)
+        .start()
+        .await
+        .expect("worker starts");
+    let mut events = worker.take_events().unwrap();
+    let (journal, id) = (Arc::clone(journal), id.to_owned());
+    tokio::spawn(async move {
+        while let Some(event) = events.recv().await {
+            if let LeaseEvent::Acquired(mut grant) = event {
+                let key = grant.key().to_string();
+                journal.lock().unwrap().push((
+                    id.clone(),
+                    key.clone(),
+                    "start",
+                    grant.initial_checkpoint().map(str::to_owned),
+                ));
+                let (journal, id) = (Arc::clone(&journal), id.clone());
+                tokio::spawn(async move {
+                    grant.stopped().await;
+                    tokio::time::sleep(Duration::from_millis(200)).await;
+                    journal.lock().unwrap().push((id, key, "stop", None));
+                    grant.finish();
+                });
+            }
+        }
+    });
+    worker
+}
+
+/// Waits until `done` holds (polling every 100 ms), at most `limit`.
+async fn until(limit: Duration, mut done: impl FnMut() -> bool) -> bool {
+    let start = Instant::now();
+    while start.elapsed() < limit {
+        if done() {
+            return true;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    done()
+}
+
+/// No lease started on one worker while another still processed it.
+fn assert_one_at_a_time(journal: &Journal) {
+    let mut processing = std::collections::HashMap::new();
+    for (worker, key, what, _) in journal.lock().unwrap().iter() {
+        if *what == "start" {
+            if let Some(other) = processing.insert(key.clone(), worker.clone()) {
+                panic!("{key} started on {worker} while {other} processed it");
+            }
+        } else if processing.get(key) == Some(worker) {
+            processing.remove(key);
+        }
+    }
+}
+
+async fn held_by(table: &str) -> Vec<(String, Option<String>)> {
+    let snapshot = store(table)
+        .await
+        .snapshot(Instant::now() + Duration::from_secs(10))
+        .await
+        .unwrap();
+    snapshot
+        .leases
+        .iter()
+        .map(|l| (l.key.to_string(), l.owner.as_ref().map(|o| o.to_string())))
+        .collect()
+}
+
+#[tokio::test]
+async fn help_lists_every_command() {
+    let output = tokio::task::spawn_blocking(|| {
+        Command::new(env!("CARGO_BIN_EXE_shardlease"))
+            .arg("--help")
+            .output()
+            .unwrap()
+    })
+    .await
+    .unwrap();
+    let help = ok(&output);
+    for command in [
+        "status",
+        "release",
+        "drain",
+        "checkpoint",
+        "delete",
+        "create-table",
+        "describe-table",
+        "iam-policy",
+        "import-kcl",
+    ] {
+        assert!(help.contains(command), "--help lacks {command}:\n{help}");
+    }
+}
+
+#[tokio::test]
+async fn create_table_then_describe_it() {
+    let table = unique_table("cli-create");
+    let created = json(&cli(&table, &["--json", "create-table"]).await);
+    assert_eq!(created["created"], true);
+    let again = ok(&cli(&table, &["create-table"]).await);
+    assert!(again.contains("already exists"), "{again}");
+    let described = json(&cli(&table, &["describe-table", "--json"]).await);
+    assert_eq!(described["status"], "ACTIVE");
+    assert_eq!(described["leases"], 0);
+    assert_eq!(described["protocol"], "none running");
+
+    // A table that does not exist is named, not created, by the other commands.
+    let missing = cli(&unique_table("cli-missing"), &["status"]).await;
+    assert!(!missing.status.success());
+    assert!(
+        stderr(&missing).contains("cli-missing"),
+        "{}",
+        stderr(&missing)
+    );
+}
+
+#[tokio::test]
+async fn status_shows_workers_and_leases() {
+    let table = unique_table("cli-status");
+    let journal = Journal::default();
+    let a = worker(&table, "a", 4, &journal).await;
+    let b = worker(&table, "b", 4, &journal).await;
+    assert!(
+        until(Duration::from_secs(30), || a.held_leases().len() == 2
+            && b.held_leases().len() == 2)
+        .await
+    );
+    let status = json(&cli(&table, &["status", "--json"]).await);
+    let workers = status["workers"].as_array().unwrap();
+    assert_eq!(workers.len(), 2, "{status}");
+    assert!(workers
+        .iter()
+        .all(|w| w["leases_held"] == 2 && w["protocol"] == "sessions"));
+    let leases = status["leases"].as_array().unwrap();
+    assert_eq!(leases.len(), 4);
+    assert!(leases
+        .iter()
+        .all(|l| l["status"] == "ready" && l["owner"].is_string()));
+    assert!(leases[0]["written_age_s"].as_f64().unwrap() >= 0.0);
+
+    let text = ok(&cli(&table, &["status"]).await);
+    for header in [
+        "WORKER",
+        "HEARTBEAT",
+        "LEASE",
+        "OWNER",
+        "CHECKPOINT",
+        "shard-3",
+    ] {
+        assert!(text.contains(header), "{text}");
+    }
+    a.shutdown().await;
+    b.shutdown().await;
+}
+
+#[tokio::test]
+async fn release_and_drain_move_leases_gracefully() {
+    let table = unique_table("cli-move");
+    let journal = Journal::default();
+    let a = worker(&table, "a", 4, &journal).await;
+    let b = worker(&table, "b", 4, &journal).await;
+    assert!(
+        until(Duration::from_secs(30), || a.held_leases().len() == 2
+            && b.held_leases().len() == 2)
+        .await
+    );
+    let key = a.held_leases()[0].to_string();
+    let released = ok(&cli(&table, &["release", &key, "--timeout", "30s"]).await);
+    assert!(released.contains(&key), "{released}");
+    // It was stopped on a, then started again somewhere.
+    assert!(
+        until(Duration::from_secs(20), || {
+            let journal = journal.lock().unwrap();
+            let stop = journal
+                .iter()
+                .position(|(w, k, what, _)| w == "a" && *k == key && *what == "stop");
+            stop.is_some_and(|stop| {
+                journal[stop..]
+                    .iter()
+                    .any(|(_, k, what, _)| *k == key && *what == "start")
+            })
+        })
+        .await,
+        "{key} was not processed again after the release: {:?}",
+        journal.lock().unwrap()
+    );
+
+    let drained = json(&cli(&table, &["--json", "drain", "b", "--timeout", "60s"]).await);
+    assert_eq!(drained["done"], true);
+    tokio::time::timeout(Duration::from_secs(10), b.stopped())
+        .await
+        .expect("the drained worker stopped");
+    assert!(
+        until(Duration::from_secs(30), || a.held_leases().len() == 4).await,
+        "a holds {:?}",
+        a.held_leases()
+    );
+    assert!(held_by(&table)
+        .await
+        .iter()
+        .all(|(_, owner)| owner.as_deref() == Some("a")));
+    let gone = cli(&table, &["drain", "b"]).await;
+    assert!(!gone.status.success());
+    assert!(
+        stderr(&gone).contains("there is no worker b"),
+        "{}",
+        stderr(&gone)
+    );
+    assert_one_at_a_time(&journal);
+    a.shutdown().await;
+}
+
+#[tokio::test]
+async fn checkpoints_and_deletes_need_force_while_held() {
+    let table = unique_table("cli-checkpoint");
+    let journal = Journal::default();
+    let a = worker(&table, "a", 2, &journal).await;
+    assert!(until(Duration::from_secs(30), || a.held_leases().len() == 2).await);
+
+    let refused = cli(&table, &["checkpoint", "set", "shard-0", "4711"]).await;
+    assert_eq!(refused.status.code(), Some(1));
+    assert!(
+        stderr(&refused).contains("held by worker a") && stderr(&refused).contains("force"),
+        "{}",
+        stderr(&refused)
+    );
+    ok(&cli(&table, &["checkpoint", "set", "shard-0", "4711", "--force"]).await);
+    assert!(
+        until(Duration::from_secs(20), || journal
+            .lock()
+            .unwrap()
+            .iter()
+            .any(|(_, k, what, checkpoint)| k == "shard-0"
+                && *what == "start"
+                && checkpoint.as_deref() == Some("4711")))
+        .await,
+        "shard-0 did not resume from 4711: {:?}",
+        journal.lock().unwrap()
+    );
+    ok(&cli(&table, &["checkpoint", "reset", "shard-0", "--force"]).await);
+    let lease = store(&table)
+        .await
+        .get(
+            &LeaseKey::new("shard-0").unwrap(),
+            Instant::now() + Duration::from_secs(5),
+        )
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(lease.checkpoint, None);
+
+    let refused = cli(&table, &["delete", "shard-1"]).await;
+    assert_eq!(refused.status.code(), Some(1));
+    a.shutdown().await;
+    // Nobody holds it now: no force needed.
+    let deleted = ok(&cli(&table, &["delete", "shard-1"]).await);
+    assert!(deleted.contains("deleted"), "{deleted}");
+    let missing = cli(&table, &["delete", "shard-1"]).await;
+    assert!(
+        stderr(&missing).contains("there is no lease shard-1"),
+        "{}",
+        stderr(&missing)
+    );
+    assert_one_at_a_time(&journal);
+}
+
+/// The SDK operations the source sends: every `client . op ()` call in src/, as IAM names
+/// them.
+fn operations_in_source() -> BTreeSet<String> {
+    fn walk(dir: &std::path::Path, files: &mut Vec<std::path::PathBuf>) {
+        for entry in std::fs::read_dir(dir).unwrap() {
+            let path = entry.unwrap().path();
+            if path.is_dir() {
+                walk(&path, files);
+            } else if path.extension().is_some_and(|e| e == "rs") {
+                files.push(path);
+            }
+        }
+    }
+    let mut files = Vec::new();
+    walk(
+        &std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("src"),
+        &mut files,
+    );
+    let mut operations = BTreeSet::new();
+    for file in files {
+        let source = std::fs::read_to_string(&file).unwrap();
+        let service = if source.contains("aws_sdk_kinesis") {
+            "kinesis"
+        } else {
+            "dynamodb"
+        };
+        // `client` then whitespace (a line break too), `.`, a snake_case name, `()`.
+        let mut rest = source.as_str();
+        while let Some(at) = rest.find("client") {
+            rest = &rest[at + "client".len()..];
+            let after = rest.trim_start_matches("()").trim_start();
+            let Some(call) = after.strip_prefix('.') else {
+                continue;
+            };
+            let name: String = call
+                .chars()
+                .take_while(|c| c.is_ascii_lowercase() || *c == '_')
+                .collect();
+            if name.is_empty() || !call[name.len()..].starts_with("()") {
+                continue;
+            }
+            // Accessors of the client itself, not requests.
+            if ["config", "clone"].contains(&name.as_str()) {
+                continue;
+            }
+            let pascal: String = name
+                .split('_')
+                .map(|part| {
+                    let mut chars = part.chars();
+                    chars
+                        .next()
+                        .map(|c| c.to_ascii_uppercase().to_string() + chars.as_str())
+                        .unwrap_or_default()
+                })
+                .collect();
+            operations.insert(format!("{service}:{pascal}"));
+        }
+    }
+    operations
+}
+
+#[tokio::test]
+async fn the_iam_policy_allows_exactly_the_operations_the_code_sends() {
+    let policy = json(
+        &cli(
+            "orders-leases",
+            &["iam-policy", "--stream", "orders", "--region", "eu-west-1"],
+        )
+        .await,
+    );
+    let mut actions = BTreeSet::new();
+    let mut resources = Vec::new();
+    for statement in policy["Statement"].as_array().unwrap() {
+        assert_eq!(statement["Effect"], "Allow");
+        resources.push(statement["Resource"].as_str().unwrap().to_owned());
+        for action in statement["Action"].as_array().unwrap() {
+            actions.insert(action.as_str().unwrap().to_owned());
+        }
+    }
+    let sent = operations_in_source();
+    assert!(
+        sent.contains("dynamodb:UpdateItem") && sent.contains("kinesis:GetRecords"),
+        "the source scan found too little: {sent:?}"
+    );
+    assert_eq!(actions, sent, "policy actions vs SDK operations in src/");
+    assert_eq!(
+        resources,
+        [
+            "arn:aws:dynamodb:eu-west-1:*:table/orders-leases",
+            "arn:aws:kinesis:eu-west-1:*:stream/orders"
+        ]
+    );
+}
+
+/// A lease table as KCL 2.x writes it: a finished parent and two children, one checkpointed
+/// at a sequence number, one at TRIM_HORIZON.
+async fn kcl_table(name: &str) {
+    use aws_sdk_dynamodb::types::{
+        AttributeDefinition, AttributeValue, BillingMode, KeySchemaElement, KeyType,
+        ScalarAttributeType,
+    };
+    let client = Emulator::dynalite().client();
+    client
+        .create_table()
+        .table_name(name)
+        .billing_mode(BillingMode::PayPerRequest)
+        .attribute_definitions(
+            AttributeDefinition::builder()
+                .attribute_name("leaseKey")
+                .attribute_type(ScalarAttributeType::S)
+                .build()
+                .unwrap(),
+        )
+        .key_schema(
+            KeySchemaElement::builder()
+                .attribute_name("leaseKey")
+                .key_type(KeyType::Hash)
+                .build()
+                .unwrap(),
+        )
+        .send()
+        .await
+        .unwrap();
+    // dynalite creates a table in the background, as DynamoDB does.
+    for _ in 0..100 {
+        let described = client
+            .describe_table()
+            .table_name(name)
+            .send()
+            .await
+            .unwrap();
+        if described
+            .table()
+            .and_then(|t| t.table_status())
+            .map(|s| s.as_str())
+            == Some("ACTIVE")
+        {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    let s = |v: &str| AttributeValue::S(v.to_owned());
+    let n = |v: u64| AttributeValue::N(v.to_string());
+    for (key, checkpoint, parent) in [
+        ("shardId-000000000000", "SHARD_END", None),
+        (
+            "shardId-000000000001",
+            "49590338271490256608559692538361571095921575989136588898",
+            Some("shardId-000000000000"),
+        ),
+        (
+            "shardId-000000000002",
+            "TRIM_HORIZON",
+            Some("shardId-000000000000"),
+        ),
+    ] {
+        let mut item = client
+            .put_item()
+            .table_name(name)
+            .item("leaseKey", s(key))
+            .item("leaseOwner", s("kcl-worker-1"))
+            .item("leaseCounter", n(41))
+            .item("checkpoint", s(checkpoint))
+            .item("checkpointSubSequenceNumber", n(0))
+            .item("ownerSwitchesSinceCheckpoint", n(0));
+        if let Some(parent) = parent {
+            item = item.item("parentShardId", AttributeValue::Ss(vec![parent.to_owned()]));
+        }
+        item.send().await.unwrap();
+    }
+}
+
+#[tokio::test]
+async fn import_kcl_copies_checkpoints_and_a_kcl_table_is_named_as_such() {
+    let from = unique_table("cli-kcl-source");
+    let to = unique_table("cli-kcl-target");
+    kcl_table(&from).await;
+
+    // Pointed at KCL's table by mistake, the command line says what it is.
+    let mistaken = cli(&from, &["status"]).await;
+    assert_eq!(mistaken.status.code(), Some(1));
+    assert!(
+        stderr(&mistaken).contains("looks like a KCL lease table")
+            && stderr(&mistaken).contains("import-kcl"),
+        "{}",
+        stderr(&mistaken)
+    );
+
+    let dry = ok(&cli(&to, &["import-kcl", "--from", &from, "--to", &to]).await);
+    assert!(dry.contains("nothing was written"), "{dry}");
+    assert!(held_by(&to).await.is_empty(), "a dry run wrote");
+
+    let applied = json(
+        &cli(
+            &to,
+            &[
+                "--json",
+                "import-kcl",
+                "--from",
+                &from,
+                "--to",
+                &to,
+                "--apply",
+            ],
+        )
+        .await,
+    );
+    assert_eq!(applied["leases"].as_array().unwrap().len(), 3, "{applied}");
+    let status = json(&cli(&to, &["--json", "status"]).await);
+    let leases = status["leases"].as_array().unwrap();
+    let by_key = |key: &str| {
+        leases
+            .iter()
+            .find(|l| l["key"] == key)
+            .unwrap_or_else(|| panic!("{key} not imported: {status}"))
+    };
+    assert_eq!(by_key("shardId-000000000000")["status"], "finished");
+    assert_eq!(
+        by_key("shardId-000000000001")["checkpoint"],
+        "49590338271490256608559692538361571095921575989136588898"
+    );
+    assert_eq!(by_key("shardId-000000000001")["status"], "ready");
+    assert_eq!(by_key("shardId-000000000002")["checkpoint"], Value::Null);
+    assert_eq!(
+        by_key("shardId-000000000002")["parents"],
+        serde_json::json!(["shardId-000000000000"])
+    );
+    // Again: nothing changes.
+    let again = ok(&cli(
+        &to,
+        &["import-kcl", "--from", &from, "--to", &to, "--apply"],
+    )
+    .await);
+    assert!(!again.contains("created"), "{again}");
+}
