@@ -64,6 +64,7 @@ for _ in $(seq 300); do
   [ "$(held)" = "a=3 b=3" ] && break
   sleep 0.1
 done
+[ "$(held)" = "a=3 b=3" ] || { echo "demo_cli: the workers did not share the leases: $(held)" >&2; exit 1; }
 
 step "shardlease status"
 sl --table "$table" status
@@ -71,7 +72,9 @@ sl --table "$table" status
 step "shardlease drain b   (b hands its leases over and leaves; its process exits)"
 sl --table "$table" drain b --timeout 60s
 # shellcheck disable=SC2154
-wait "$pid_b" && echo "worker b exited with status 0"
+wait "$pid_b"
+echo "worker b exited with status 0"
+[ "$(held)" = "a=6" ] || { echo "demo_cli: a does not hold every lease: $(held)" >&2; exit 1; }
 sl --table "$table" status | head -4
 
 step "shardlease checkpoint set shard-0000 49590338271490256608559692538361571095921575989136588898"
@@ -112,6 +115,7 @@ sl --table "$imported" status | grep -E "^LEASE|^shardId"
 step "SIGTERM to a: it checkpoints, releases and exits 0"
 # shellcheck disable=SC2154
 kill -TERM "$pid_a"
-wait "$pid_a" && echo "worker a exited with status 0"
+wait "$pid_a"
+echo "worker a exited with status 0"
 echo
 echo "demo done in $(($(date +%s) - started)) s after the build"
