@@ -581,3 +581,39 @@ async fn import_kcl_copies_checkpoints_and_a_kcl_table_is_named_as_such() {
     .await);
     assert!(!again.contains("created"), "{again}");
 }
+
+#[tokio::test]
+async fn the_policy_in_the_operations_guide_is_the_one_the_command_prints() {
+    let guide = std::fs::read_to_string(
+        std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("docs/OPERATIONS.md"),
+    )
+    .unwrap();
+    let block = guide
+        .split("```json\n")
+        .nth(1)
+        .and_then(|rest| rest.split("```").next())
+        .expect("docs/OPERATIONS.md shows the policy in a json block");
+    let documented: Value = serde_json::from_str(block).expect("the documented policy parses");
+    let printed = json(
+        &cli(
+            "orders-leases",
+            &[
+                "iam-policy",
+                "--stream",
+                "orders",
+                "--region",
+                "eu-west-1",
+                "--account",
+                "123456789012",
+            ],
+        )
+        .await,
+    );
+    assert_eq!(
+        documented, printed,
+        "docs/OPERATIONS.md's policy differs from `shardlease iam-policy`"
+    );
+    assert!(guide.contains(
+        "shardlease --table orders-leases iam-policy --stream orders --region eu-west-1 --account 123456789012"
+    ));
+}
