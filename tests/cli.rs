@@ -617,3 +617,49 @@ async fn the_policy_in_the_operations_guide_is_the_one_the_command_prints() {
         "shardlease --table orders-leases iam-policy --stream orders --region eu-west-1 --account 123456789012"
     ));
 }
+
+#[tokio::test]
+async fn status_watch_refreshes_and_times_what_stands_still() {
+    use std::io::{BufRead, BufReader};
+    let table = unique_table("cli-watch");
+    let journal = Journal::default();
+    let a = worker(&table, "a", 2, &journal).await;
+    assert!(until(Duration::from_secs(30), || a.held_leases().len() == 2).await);
+    let mut child = Command::new(env!("CARGO_BIN_EXE_shardlease"))
+        .args([
+            "--endpoint",
+            &Emulator::dynalite().endpoint,
+            "--table",
+            &table,
+        ])
+        .args(["--json", "status", "--watch", "--interval", "300ms"])
+        .env("AWS_ACCESS_KEY_ID", "test")
+        .env("AWS_SECRET_ACCESS_KEY", "test")
+        .env("AWS_REGION", "us-east-1")
+        .env_remove("AWS_ENDPOINT_URL")
+        .stdout(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let stdout = child.stdout.take().unwrap();
+    let documents = tokio::task::spawn_blocking(move || {
+        BufReader::new(stdout)
+            .lines()
+            .take(4)
+            .map(|line| serde_json::from_str::<Value>(&line.unwrap()).unwrap())
+            .collect::<Vec<_>>()
+    })
+    .await
+    .unwrap();
+    child.kill().unwrap();
+    let _ = child.wait();
+    assert_eq!(documents.len(), 4);
+    // With sessions a lease's counter stands still while it is held: the watch times it.
+    let first = documents[0]["leases"][0]["counter_still_s"]
+        .as_f64()
+        .unwrap();
+    let last = documents[3]["leases"][0]["counter_still_s"]
+        .as_f64()
+        .unwrap();
+    assert!(first < 0.1 && last >= 0.6, "{first} then {last}");
+    a.shutdown().await;
+}
