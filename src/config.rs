@@ -143,6 +143,20 @@ pub struct WorkerConfig {
     /// session that stopped beating unnoticed, a lease nobody holds). Default: 50 s, so that a
     /// hand edit is noticed within a minute.
     pub slow_scan_interval: Duration,
+    /// How long a lease reported to the application may go without progress (a checkpoint,
+    /// or a call of [`LeaseGrant::progress`](crate::worker::LeaseGrant::progress)) before the
+    /// worker's monitor reports it stalled
+    /// ([`Stall::NoProgress`](crate::worker::Stall::NoProgress), and
+    /// [`WorkerMonitor::healthy`](crate::worker::WorkerMonitor::healthy) fails). The window
+    /// starts when the grant is given to the application. The Kinesis consumer reports
+    /// progress by itself after every batch its processor returns from and every empty read.
+    ///
+    /// Default: `None` (off): only the application knows how often it makes progress (a
+    /// lease of a quiet source may see nothing to checkpoint for hours), and a window that is
+    /// too short makes a liveness probe restart healthy processes. Set it to several times
+    /// the longest pause between two checkpoints or `progress()` calls your application makes
+    /// on a busy lease.
+    pub progress_window: Option<Duration>,
 }
 
 impl Default for WorkerConfig {
@@ -172,6 +186,7 @@ impl WorkerConfig {
             retire_after: Duration::from_secs(60),
             protocol: Protocol::Sessions,
             slow_scan_interval: Duration::from_secs(50),
+            progress_window: None,
         }
     }
 
@@ -244,6 +259,13 @@ impl WorkerConfig {
     #[must_use]
     pub fn slow_scan_interval(mut self, value: Duration) -> Self {
         self.slow_scan_interval = value;
+        self
+    }
+
+    /// Sets [`progress_window`](Self::progress_window) (`None`: off).
+    #[must_use]
+    pub fn progress_window(mut self, value: Option<Duration>) -> Self {
+        self.progress_window = value;
         self
     }
 
@@ -361,6 +383,13 @@ impl WorkerConfig {
                 return fail(name, format!("{name} must be non-zero"));
             }
         }
+        if self.progress_window.is_some_and(|window| window.is_zero()) {
+            return fail(
+                "progress_window",
+                "progress_window must be non-zero (leave it out, or None, to turn the check off)"
+                    .into(),
+            );
+        }
         if self.max_leases_per_worker == 0 {
             return fail(
                 "max_leases_per_worker",
@@ -433,6 +462,8 @@ mod file {
         retire_after: Option<Duration>,
         #[serde(default, with = "humantime_serde")]
         slow_scan_interval: Option<Duration>,
+        #[serde(default, with = "humantime_serde")]
+        progress_window: Option<Duration>,
     }
 
     impl TryFrom<WorkerConfigFile> for WorkerConfig {
@@ -465,6 +496,7 @@ mod file {
                 retire_after,
                 slow_scan_interval
             );
+            config.progress_window = file.progress_window;
             config.validate()?;
             Ok(config)
         }
@@ -526,6 +558,14 @@ mod tests {
             field(base().lease_duration(Duration::from_millis(50))),
             "lease_duration"
         );
+        assert_eq!(
+            field(base().progress_window(Some(Duration::ZERO))),
+            "progress_window"
+        );
+        base()
+            .progress_window(Some(Duration::from_secs(60)))
+            .validate()
+            .unwrap();
     }
 }
 
@@ -558,6 +598,9 @@ mod file_tests {
         assert_eq!(config.handoff_timeout, Duration::from_secs(90));
         assert_eq!(config.max_leases_per_worker, 12);
         assert!(!config.scan_at_expiry);
+        assert_eq!(config.progress_window, None);
+        let config = parse(r#"{"progress_window": "2m"}"#).unwrap();
+        assert_eq!(config.progress_window, Some(Duration::from_secs(120)));
     }
 
     #[test]
@@ -573,5 +616,7 @@ mod file_tests {
         assert!(err.contains("renew_interval"), "{err}");
         let err = parse(r#"{"protocol": "paxos"}"#).unwrap_err();
         assert!(err.contains("paxos"), "{err}");
+        let err = parse(r#"{"progress_window": "0s"}"#).unwrap_err();
+        assert!(err.contains("progress_window"), "{err}");
     }
 }

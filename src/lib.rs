@@ -62,7 +62,7 @@
 //! | the leases to hold | [`WorkerBuilder::shards`](worker::WorkerBuilder::shards) for a fixed set, or a [`ShardSource`] the discoverer follows (new, split, merged and vanished shards, children after their parents) |
 //! | to leave | [`Worker::shutdown`], or [`graceful_shutdown_on`](worker::WorkerBuilder::graceful_shutdown_on) a signal, then [`Worker::stopped`] |
 //! | events as callbacks | [`worker::LeaseListener`] |
-//! | health and metrics | [`Worker::monitor`] ([`worker::WorkerMonitor::is_healthy`] for a readiness probe); metric names in [`worker::metrics`] |
+//! | health and metrics | [`Worker::monitor`] ([`worker::WorkerMonitor::ready`] and [`healthy`](worker::WorkerMonitor::healthy) for probes); metric names in [`metrics`] |
 //! | another balance | [`balance::BalancePolicy`] |
 //! | a simulation | [`clock::Clock`] and [`clock::seed_thread`] |
 //!
@@ -95,6 +95,7 @@ mod jitter;
 pub mod kinesis;
 pub mod lease;
 mod lifecycle;
+pub mod metrics;
 mod notice;
 pub mod source;
 pub mod store;

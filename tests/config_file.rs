@@ -22,7 +22,8 @@ fn the_sample_file_configures_what_it_says() {
         .protocol(Protocol::Sessions)
         .handoff_timeout(Duration::from_secs(60))
         .max_leases_per_worker(64)
-        .shutdown_timeout(Duration::from_secs(45));
+        .shutdown_timeout(Duration::from_secs(45))
+        .progress_window(Some(Duration::from_secs(300)));
     assert_eq!(file.worker, worker);
     assert_eq!(file.table.table_name, "my-app-leases");
     assert_eq!(file.table.billing, Billing::OnDemand);
@@ -65,12 +66,17 @@ fn the_environment_configures_a_worker() {
             "SHARDLEASE_WORKER_MAX_LEASES_PER_WORKER".to_owned(),
             "7".to_owned(),
         ),
+        (
+            "SHARDLEASE_WORKER_PROGRESS_WINDOW".to_owned(),
+            "90s".to_owned(),
+        ),
     ];
     let config: WorkerConfig = envy::prefixed("SHARDLEASE_WORKER_")
         .from_iter(vars)
         .unwrap();
     let expected = WorkerConfig::with_lease_duration(Duration::from_secs(30))
         .protocol(Protocol::Leases)
-        .max_leases_per_worker(7);
+        .max_leases_per_worker(7)
+        .progress_window(Some(Duration::from_secs(90)));
     assert_eq!(config, expected);
 }

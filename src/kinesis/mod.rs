@@ -48,6 +48,7 @@
 mod config;
 mod consumer;
 mod event;
+mod metrics;
 mod processor;
 mod reader;
 mod source;

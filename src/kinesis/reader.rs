@@ -21,6 +21,7 @@ use tokio::time::Instant;
 
 use super::config::{ConsumerConfig, InitialPosition};
 use super::event::{ConsumerEvent, Observer};
+use super::metrics::ShardMeters;
 use super::processor::{
     KinesisRecord, RecordCheckpointer, RecordProcessor, ShardStart, StartPosition,
 };
@@ -167,6 +168,7 @@ pub(crate) async fn run<P: RecordProcessor>(
         parents: grant.parents().to_vec(),
     };
     tracing::info!(?position, "record loop starts");
+    let meters = ShardMeters::new(&context.stream, key.as_str());
     let exit = match guarded(processor.initialize(&start)).await {
         Ok(()) => {
             read(
@@ -175,11 +177,13 @@ pub(crate) async fn run<P: RecordProcessor>(
                 &mut processor,
                 &checkpointer,
                 &mut position,
+                &meters,
             )
             .await
         }
         Err(message) => Exit::Panicked(message),
     };
+    meters.ended();
     match exit {
         Exit::Stop(reason) => stop(&context, &key, &mut processor, &checkpointer, reason).await,
         Exit::Ended => {}
@@ -262,12 +266,17 @@ async fn give_back(context: &ReaderContext, grant: &mut LeaseGrant) {
 
 /// Reads until the lease must stop, its shard ended and the end was checkpointed, the
 /// processor panicked, or Kinesis refused the shard.
+///
+/// Each batch the processor returns from, and each empty answer (nothing to process), is
+/// progress of the lease's application ([`LeaseGrant::progress`]): a loop stuck in a
+/// processor, or backing off for good, stops counting as progress.
 async fn read<P: RecordProcessor>(
     context: &ReaderContext,
     grant: &mut LeaseGrant,
     processor: &mut P,
     checkpointer: &RecordCheckpointer,
     position: &mut StartPosition,
+    meters: &ShardMeters,
 ) -> Exit {
     let config = &context.config;
     let key = grant.key().clone();
@@ -299,6 +308,9 @@ async fn read<P: RecordProcessor>(
                         return Exit::Refused(format!("GetShardIterator: {error}"))
                     }
                     Ok(Err((failure, _))) => {
+                        if failure == Failure::Throttled {
+                            meters.iterator_throttled();
+                        }
                         next_call = Instant::now() + pause(failure, &mut backoff, config);
                         continue;
                     }
@@ -324,6 +336,7 @@ async fn read<P: RecordProcessor>(
             reason = grant.stopped() => return Exit::Stop(reason),
             answer = tokio::time::timeout(config.call_timeout, request) => answer,
         };
+        meters.get_records(called.elapsed());
         let Ok(answer) = answer else {
             let wait = pause(Failure::Transient, &mut backoff, config);
             tracing::warn!(timeout = ?config.call_timeout, ?wait, "GetRecords unanswered; backing off");
@@ -336,6 +349,9 @@ async fn read<P: RecordProcessor>(
             Err(err) => {
                 let failure = classify(&err);
                 let text = describe(&err);
+                if failure == Failure::Throttled {
+                    meters.read_throttled();
+                }
                 match failure {
                     Failure::ExpiredIterator => {
                         tracing::info!(error = %text, "shard iterator expired; getting a fresh one");
@@ -365,6 +381,8 @@ async fn read<P: RecordProcessor>(
         refused = false;
         let records: Vec<KinesisRecord> = output.records().iter().map(to_record).collect();
         let empty = records.is_empty();
+        let bytes = records.iter().map(|r| r.data.len()).sum();
+        meters.read(records.len(), bytes, output.millis_behind_latest());
         if let Some(last) = records.last() {
             *position = StartPosition::AfterSequenceNumber(last.sequence_number.clone());
         }
@@ -373,6 +391,7 @@ async fn read<P: RecordProcessor>(
                 return Exit::Panicked(message);
             }
         }
+        grant.progress();
         match output.next_shard_iterator() {
             Some(next) => {
                 iterator = Some(next.to_owned());

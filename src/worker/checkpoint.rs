@@ -52,6 +52,10 @@ impl Ledger for Arc<Shared> {
         }
     }
 
+    fn progress(&self, key: &LeaseKey, tenure: u64) {
+        self.note_progress(key, tenure);
+    }
+
     fn shard_ended(&self, key: &LeaseKey, tenure: u64) {
         if let Some(finish) = self.mark_ended(key, tenure) {
             spawn_finish(self, key.clone(), finish);

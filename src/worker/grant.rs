@@ -74,6 +74,9 @@ pub(crate) trait Ledger: Send + Sync {
     /// The shard of `key` was checkpointed at its end in `tenure`: let the lease go once the
     /// application has finished.
     fn shard_ended(&self, key: &LeaseKey, tenure: u64);
+
+    /// The application made progress on `key` in `tenure` (no store write).
+    fn progress(&self, key: &LeaseKey, tenure: u64);
 }
 
 /// Stores checkpoints for one lease, fenced by the tenure it was granted in. Cheap to clone.
@@ -127,7 +130,20 @@ impl Checkpointer {
     }
 
     async fn store(&self, value: &str) -> Result<(), CheckpointError> {
+        // Asking to checkpoint is progress, whatever the store answers: its trouble is
+        // reported elsewhere (store errors, a slow store, a lost lease).
+        self.progress();
         self.ledger.store(&self.key, self.tenure, value).await
+    }
+
+    /// Tells the worker that the application is making progress on the lease, without writing
+    /// anything: cheap enough to call for every record. Every checkpoint counts as progress
+    /// too. With [`WorkerConfig::progress_window`](crate::WorkerConfig::progress_window) set,
+    /// a lease with no progress for that long is reported stalled
+    /// ([`Stall::NoProgress`](super::Stall::NoProgress)). Does nothing once the grant's tenure
+    /// is over.
+    pub fn progress(&self) {
+        self.ledger.progress(&self.key, self.tenure);
     }
 
     /// The lease this checkpointer writes to.
@@ -266,6 +282,12 @@ impl LeaseGrant {
     /// Stores a checkpoint; see [`Checkpointer::checkpoint`].
     pub async fn checkpoint(&self, value: &str) -> Result<(), CheckpointError> {
         self.checkpointer.checkpoint(value).await
+    }
+
+    /// Tells the worker the application is making progress on the lease (no store write); see
+    /// [`Checkpointer::progress`].
+    pub fn progress(&self) {
+        self.checkpointer.progress();
     }
 
     /// Marks the shard as processed to its end; see [`Checkpointer::end_of_shard`].

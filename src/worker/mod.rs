@@ -491,7 +491,8 @@ impl std::fmt::Debug for Worker {
 }
 
 /// Reads a worker's held leases, and whether any of them is stalled, from anywhere; see
-/// [`Worker::monitor`]. [`is_healthy`](Self::is_healthy) is meant for a readiness probe.
+/// [`Worker::monitor`]. [`ready`](Self::ready) and [`healthy`](Self::healthy) are the answers
+/// of a readiness and a liveness probe (`examples/prometheus.rs` serves them over HTTP).
 #[derive(Clone)]
 pub struct WorkerMonitor {
     shared: Arc<Shared>,
@@ -516,18 +517,61 @@ impl WorkerMonitor {
     ///   the worker's queue while the lease is renewed;
     /// - [`Stall::Abandoned`]: its grant was dropped while active, without `finish` or a stop
     ///   request, and its release is not answered yet; if the release fails, until the
-    ///   validity the lease had here ends (then peers may take it).
+    ///   validity the lease had here ends (then peers may take it);
+    /// - [`Stall::NoProgress`], only with
+    ///   [`progress_window`](crate::WorkerConfig::progress_window) set: it is active and its
+    ///   application made no progress (a checkpoint, [`LeaseGrant::progress`]) within the
+    ///   window.
     ///
-    /// A lease whose grant the application holds counts as processed: the worker cannot see
-    /// inside the application (a task stuck in a loop while keeping its grant is not
-    /// detected here; the Kinesis consumer catches its processors' panics and releases).
+    /// Without a progress window, a lease whose grant the application holds counts as
+    /// processed: the worker cannot see inside the application (a task stuck in a loop while
+    /// keeping its grant is caught only by the window; the Kinesis consumer catches its
+    /// processors' panics and releases, and reports progress by itself).
     pub fn stalled_leases(&self) -> Vec<(LeaseKey, Stall)> {
         self.shared.stalled()
     }
 
     /// True when no lease is stalled ([`stalled_leases`](Self::stalled_leases) is empty).
+    /// Unlike [`healthy`](Self::healthy) it says nothing of the worker itself: it stays true
+    /// after the worker stopped.
     pub fn is_healthy(&self) -> bool {
         self.stalled_leases().is_empty()
+    }
+
+    /// The readiness answer: the worker takes part in the fleet now. True while all of these
+    /// hold:
+    ///
+    /// - it is running: started, not leaving ([`Worker::shutdown`] or the signal of
+    ///   [`graceful_shutdown_on`](WorkerBuilder::graceful_shutdown_on)), not stopped or
+    ///   dropped;
+    /// - with [`Protocol::Sessions`](crate::Protocol::Sessions): its session is open and
+    ///   valid here (its last beat landed within the lease validity); while it reopens a lost
+    ///   session, it is not ready;
+    /// - its store round trips are fast enough to hold leases (the beats, heartbeats and
+    ///   renewals answered within `renew_interval`); otherwise it takes nothing and publishes
+    ///   capacity 0 (with [`Protocol::Leases`](crate::Protocol::Leases) this is how a
+    ///   membership record that cannot be refreshed shows).
+    ///
+    /// It says nothing of the application: see [`healthy`](Self::healthy). Not ready is a
+    /// reason to keep traffic or new work away, not to restart the process: it comes back by
+    /// itself when the store does.
+    pub fn ready(&self) -> bool {
+        let shared = &self.shared;
+        !shared.cancel.is_cancelled()
+            && !shared.lock().shutting_down
+            && !shared.health.is_slow()
+            && (!shared.config.sessions() || shared.session_valid())
+    }
+
+    /// The liveness answer: nothing here needs a restart. True while the worker has not
+    /// stopped (starting, running, not ready, or leaving gracefully all count) and no lease
+    /// it holds is stalled ([`stalled_leases`](Self::stalled_leases) is empty: every grant
+    /// delivered and kept, and, with
+    /// [`progress_window`](crate::WorkerConfig::progress_window) set, every active lease made
+    /// progress within the window). False once the worker stopped or was dropped: the
+    /// process has nothing left to do.
+    pub fn healthy(&self) -> bool {
+        !self.shared.cancel.is_cancelled() && self.is_healthy()
     }
 }
 
@@ -580,8 +624,7 @@ impl Worker {
     /// Take it right after [`start`](WorkerBuilder::start): until it is taken, events queue
     /// in the worker (unbounded) and the leases the worker acquires are held and renewed
     /// while their grants wait unread; [`WorkerMonitor::stalled_leases`] reports them as
-    /// [`Stall::Undelivered`] (so a readiness probe on
-    /// [`is_healthy`](WorkerMonitor::is_healthy) fails) and they reach the application once
+    /// [`Stall::Undelivered`] (so a probe on [`healthy`](WorkerMonitor::healthy) fails) and they reach the application once
     /// the stream is taken. Once the stream is taken, the worker cannot tell whether it is
     /// read: read it promptly. If the receiver is dropped, later grants are dropped with
     /// their events: each is abandoned ([`LeaseEvent::Abandoned`]) and its lease released.

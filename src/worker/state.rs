@@ -39,6 +39,11 @@ pub enum Stall {
     /// release is not answered yet; if the release fails, until the lease's validity here ends
     /// (then peers may take it).
     Abandoned,
+    /// Active, and its application made no progress (no checkpoint, no
+    /// [`LeaseGrant::progress`]) for longer than
+    /// [`progress_window`](crate::WorkerConfig::progress_window) since the grant was given or
+    /// since its last progress. Only with a window configured.
+    NoProgress,
 }
 
 /// Where a held lease is in its life at this worker.
@@ -64,6 +69,9 @@ pub(crate) struct Held {
     pub app_done: bool,
     /// The application checkpointed the end of the shard.
     pub ended: bool,
+    /// When the application last made progress (a checkpoint or `LeaseGrant::progress`), or
+    /// was given the grant.
+    pub progress_at: Instant,
     pub stop: watch::Sender<Option<StopReason>>,
 }
 
@@ -635,9 +643,25 @@ impl Shared {
                 .iter()
                 .filter(|(_, h)| h.valid_until > now && !matches!(h.phase, Phase::Waiting { .. }));
             stalled.extend(reported.map(|(key, _)| (key.clone(), Stall::Undelivered)));
+        } else if let Some(window) = self.config.progress_window {
+            // Active only: a lease asked to stop has the stop's deadline instead.
+            let idle = state.held.iter().filter(|(_, h)| {
+                h.valid_until > now
+                    && h.phase == Phase::Active
+                    && now.saturating_duration_since(h.progress_at) > window
+            });
+            stalled.extend(idle.map(|(key, _)| (key.clone(), Stall::NoProgress)));
         }
         stalled.sort_by(|a, b| a.0.cmp(&b.0));
         stalled
+    }
+
+    /// The application made progress on `key` in `tenure`.
+    pub fn note_progress(&self, key: &LeaseKey, tenure: u64) {
+        let now = self.now();
+        if let Some(held) = self.lock().held.get_mut(key).filter(|h| h.tenure == tenure) {
+            held.progress_at = now;
+        }
     }
 
     /// The release of an abandoned lease was answered: it is no longer stalled here.
@@ -736,6 +760,7 @@ impl Shared {
                 parents,
                 app_done: false,
                 ended: false,
+                progress_at: self.now(),
                 stop,
             },
         );
@@ -771,6 +796,7 @@ impl Shared {
             return;
         }
         held.phase = Phase::Active;
+        held.progress_at = self.now();
         let ledger: Arc<dyn Ledger> = Arc::new(Arc::clone(self));
         let grant = LeaseGrant::new(
             ledger,

@@ -7,6 +7,7 @@
 
 mod classify;
 pub mod kcl;
+mod metrics;
 pub mod schema;
 mod table;
 
@@ -21,11 +22,14 @@ use aws_sdk_dynamodb::config::timeout::TimeoutConfig;
 use aws_sdk_dynamodb::operation::delete_item::DeleteItemError;
 use aws_sdk_dynamodb::operation::put_item::PutItemError;
 use aws_sdk_dynamodb::operation::update_item::UpdateItemError;
-use aws_sdk_dynamodb::types::{AttributeValue, ReturnValue, ReturnValuesOnConditionCheckFailure};
+use aws_sdk_dynamodb::types::{
+    AttributeValue, ReturnConsumedCapacity, ReturnValue, ReturnValuesOnConditionCheckFailure,
+};
 use aws_sdk_dynamodb::Client;
 use tokio::time::Instant;
 
 use self::classify::classify;
+use self::metrics::{Answer, Api, Request};
 use self::schema::{Decoded, Item};
 use super::{LeaseStore, Outcome, Page, PageToken, RetryPolicy, StoreError, StoreResult};
 use crate::config::ConfigError;
@@ -238,6 +242,7 @@ impl DynamoStore {
                 .build(),
         );
         table::ensure_table(&client, &config).await?;
+        crate::metrics::describe();
         Ok(Self {
             client,
             config: Arc::new(config),
@@ -271,15 +276,24 @@ impl DynamoStore {
         key: &str,
         consistent: bool,
     ) -> StoreResult<Option<Item>> {
-        self.client
+        let request = Request::start(self.table_name(), op, Api::GetItem);
+        let sent = self
+            .client
             .get_item()
             .table_name(self.table_name())
             .key(schema::KEY, schema::s(key))
             .consistent_read(consistent)
+            .return_consumed_capacity(ReturnConsumedCapacity::Total)
             .send()
-            .await
-            .map(|out| out.item)
-            .map_err(|e| classify(op, key, e))
+            .await;
+        match sent {
+            Ok(out) => {
+                request.consumed(out.consumed_capacity());
+                request.finish(Answer::Done);
+                Ok(out.item)
+            }
+            Err(err) => Err(request.failed(classify(op, key, err))),
+        }
     }
 
     /// The current item after a failed condition: the one the server returned, or a
@@ -322,6 +336,7 @@ impl DynamoStore {
         self.config
             .retry
             .run(op, key, deadline, |_| async {
+                let request = Request::start(self.table_name(), op, Api::UpdateItem);
                 let sent = self
                     .client
                     .update_item()
@@ -334,19 +349,23 @@ impl DynamoStore {
                     .return_values_on_condition_check_failure(
                         ReturnValuesOnConditionCheckFailure::AllOld,
                     )
+                    .return_consumed_capacity(ReturnConsumedCapacity::Total)
                     .send()
                     .await;
                 match sent {
                     Ok(out) => {
+                        request.consumed(out.consumed_capacity());
+                        request.finish(Answer::Done);
                         let item = out.attributes.unwrap_or_default();
                         Ok(Outcome::Done(decode(&item)?.0))
                     }
                     Err(err) => match err.as_service_error() {
                         Some(UpdateItemError::ConditionalCheckFailedException(e)) => {
+                            request.finish(Answer::LostRace);
                             let current = self.current(op, key, e.item().cloned()).await?;
                             self.lost_or_ours(current, &token, decode)
                         }
-                        _ => Err(classify(op, key, err)),
+                        _ => Err(request.failed(classify(op, key, err))),
                     },
                 }
             })
@@ -427,6 +446,7 @@ impl LeaseStore for DynamoStore {
         self.config
             .retry
             .run("create", key, deadline, |_| async {
+                let request = Request::start(self.table_name(), "create", Api::PutItem);
                 let sent = self
                     .client
                     .put_item()
@@ -436,16 +456,22 @@ impl LeaseStore for DynamoStore {
                     .return_values_on_condition_check_failure(
                         ReturnValuesOnConditionCheckFailure::AllOld,
                     )
+                    .return_consumed_capacity(ReturnConsumedCapacity::Total)
                     .send()
                     .await;
                 match sent {
-                    Ok(_) => Ok(Outcome::Done(lease.clone())),
+                    Ok(out) => {
+                        request.consumed(out.consumed_capacity());
+                        request.finish(Answer::Done);
+                        Ok(Outcome::Done(lease.clone()))
+                    }
                     Err(err) => match err.as_service_error() {
                         Some(PutItemError::ConditionalCheckFailedException(e)) => {
+                            request.finish(Answer::LostRace);
                             let current = self.current("create", key, e.item().cloned()).await?;
                             self.lost_or_ours(current, &token, schema::decode_lease)
                         }
-                        _ => Err(classify("create", key, err)),
+                        _ => Err(request.failed(classify("create", key, err))),
                     },
                 }
             })
@@ -868,7 +894,7 @@ impl DynamoStore {
             .config
             .retry
             .run("scan", table, deadline, |_| {
-                let request = self
+                let scan = self
                     .client
                     .scan()
                     .table_name(table)
@@ -880,8 +906,19 @@ impl DynamoStore {
                     )
                     .set_exclusive_start_key(from.as_ref().map(|token| {
                         HashMap::from([(schema::KEY.to_owned(), schema::s(token.0.as_str()))])
-                    }));
-                async move { request.send().await.map_err(|e| classify("scan", table, e)) }
+                    }))
+                    .return_consumed_capacity(ReturnConsumedCapacity::Total);
+                async move {
+                    let request = Request::start(table, "scan", Api::Scan);
+                    match scan.send().await {
+                        Ok(out) => {
+                            request.consumed(out.consumed_capacity());
+                            request.finish(Answer::Done);
+                            Ok(out)
+                        }
+                        Err(err) => Err(request.failed(classify("scan", table, err))),
+                    }
+                }
             })
             .await?;
         let mut page = Page::default();
@@ -940,6 +977,7 @@ impl DynamoStore {
         self.config
             .retry
             .run(op, key, deadline, |_| async {
+                let request = Request::start(self.table_name(), op, Api::DeleteItem);
                 let sent = self
                     .client
                     .delete_item()
@@ -951,22 +989,28 @@ impl DynamoStore {
                     .return_values_on_condition_check_failure(
                         ReturnValuesOnConditionCheckFailure::AllOld,
                     )
+                    .return_consumed_capacity(ReturnConsumedCapacity::Total)
                     .send()
                     .await;
                 match sent {
-                    Ok(out) => match out.attributes {
-                        Some(item) => Ok(Outcome::Done(decode(&item)?.0)),
-                        None => Ok(Outcome::LostRace { current: None }),
-                    },
+                    Ok(out) => {
+                        request.consumed(out.consumed_capacity());
+                        request.finish(Answer::Done);
+                        match out.attributes {
+                            Some(item) => Ok(Outcome::Done(decode(&item)?.0)),
+                            None => Ok(Outcome::LostRace { current: None }),
+                        }
+                    }
                     Err(err) => match err.as_service_error() {
                         Some(DeleteItemError::ConditionalCheckFailedException(e)) => {
+                            request.finish(Answer::LostRace);
                             let current = self.current(op, key, e.item().cloned()).await?;
                             current
                                 .map(|item| decode(&item).map(|(value, _)| value))
                                 .transpose()
                                 .map(|current| Outcome::LostRace { current })
                         }
-                        _ => Err(classify(op, key, err)),
+                        _ => Err(request.failed(classify(op, key, err))),
                     },
                 }
             })

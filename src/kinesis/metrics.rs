@@ -1,0 +1,74 @@
+//! What the record loop of one shard records: records and bytes handed to the processor, how
+//! far behind the tip of the stream it reads, how long `GetRecords` takes, and throttles (names
+//! and meanings in [`crate::metrics`]). The handles are registered once per loop.
+
+use std::time::Duration;
+
+use metrics::{Counter, Gauge, Histogram};
+
+use crate::metrics::{
+    KINESIS_BYTES, KINESIS_GET_RECORDS_SECONDS, KINESIS_MILLIS_BEHIND, KINESIS_RECORDS,
+    KINESIS_THROTTLES,
+};
+
+/// The metrics of one shard's record loop.
+pub(super) struct ShardMeters {
+    records: Counter,
+    bytes: Counter,
+    behind: Gauge,
+    get_records: Histogram,
+    throttled_reads: Counter,
+    throttled_iterators: Counter,
+}
+
+impl ShardMeters {
+    pub(super) fn new(stream: &str, shard: &str) -> Self {
+        let labels = [("stream", stream.to_owned()), ("shard", shard.to_owned())];
+        let throttles = |call: &'static str| {
+            metrics::counter!(
+                KINESIS_THROTTLES,
+                "stream" => stream.to_owned(),
+                "shard" => shard.to_owned(),
+                "call" => call
+            )
+        };
+        Self {
+            records: metrics::counter!(KINESIS_RECORDS, &labels),
+            bytes: metrics::counter!(KINESIS_BYTES, &labels),
+            behind: metrics::gauge!(KINESIS_MILLIS_BEHIND, &labels),
+            get_records: metrics::histogram!(KINESIS_GET_RECORDS_SECONDS, "stream" => stream.to_owned()),
+            throttled_reads: throttles("GetRecords"),
+            throttled_iterators: throttles("GetShardIterator"),
+        }
+    }
+
+    /// A `GetRecords` call took `took`, answered or not.
+    pub(super) fn get_records(&self, took: Duration) {
+        self.get_records.record(took.as_secs_f64());
+    }
+
+    /// A `GetRecords` answer: `records` records of `bytes` bytes, `millis_behind` behind the
+    /// tip of the stream (when the answer said).
+    pub(super) fn read(&self, records: usize, bytes: usize, millis_behind: Option<i64>) {
+        self.records.increment(records as u64);
+        self.bytes.increment(bytes as u64);
+        if let Some(behind) = millis_behind {
+            self.behind.set(behind as f64);
+        }
+    }
+
+    /// `GetRecords` was throttled.
+    pub(super) fn read_throttled(&self) {
+        self.throttled_reads.increment(1);
+    }
+
+    /// `GetShardIterator` was throttled.
+    pub(super) fn iterator_throttled(&self) {
+        self.throttled_iterators.increment(1);
+    }
+
+    /// The loop ended here: another process (or none) reads the shard now.
+    pub(super) fn ended(&self) {
+        self.behind.set(0.0);
+    }
+}
