@@ -94,7 +94,8 @@ pub const KINESIS_BYTES: &str = "shardlease_kinesis_bytes_total";
 pub const KINESIS_MILLIS_BEHIND: &str = "shardlease_kinesis_millis_behind_latest";
 /// Histogram: seconds one `GetRecords` call took, answered or not (label `stream`).
 pub const KINESIS_GET_RECORDS_SECONDS: &str = "shardlease_kinesis_get_records_seconds";
-/// Counter: Kinesis calls refused for lack of capacity (labels `stream`, `shard`, `call`:
+/// Counter: Kinesis calls refused for lack of capacity, as the record loop sees them: after
+/// the retries of the Kinesis client it was given, if any (labels `stream`, `shard`, `call`:
 /// `GetRecords` or `GetShardIterator`).
 pub const KINESIS_THROTTLES: &str = "shardlease_kinesis_throttles_total";
 

@@ -9,7 +9,7 @@ mod dynamo;
 mod kinesis;
 
 use std::collections::{BTreeSet, HashMap};
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, Mutex, OnceLock};
 use std::time::Duration;
 
 use kinesis::{Ledger, Producer};
@@ -64,6 +64,31 @@ async fn start(
     .start()
     .await
     .expect("consumer starts")
+}
+
+/// The process's Prometheus recorder (installed once, for every test of this binary), for the
+/// record loops' metrics.
+fn recorder() -> &'static metrics_exporter_prometheus::PrometheusHandle {
+    static HANDLE: OnceLock<metrics_exporter_prometheus::PrometheusHandle> = OnceLock::new();
+    HANDLE.get_or_init(|| {
+        metrics_exporter_prometheus::PrometheusBuilder::new()
+            .install_recorder()
+            .expect("no other recorder in this test binary")
+    })
+}
+
+/// The sum over the samples of `name` whose labels contain every one of `labels`, and how
+/// many there are.
+fn samples(text: &str, name: &str, labels: &[&str]) -> (f64, usize) {
+    text.lines()
+        .filter(|line| !line.starts_with('#'))
+        .filter_map(|line| line.rsplit_once(' '))
+        .filter(|(series, _)| {
+            let (series_name, series_labels) = series.split_once('{').unwrap_or((series, ""));
+            series_name == name && labels.iter().all(|l| series_labels.contains(l))
+        })
+        .filter_map(|(_, value)| value.parse::<f64>().ok())
+        .fold((0.0, 0), |(sum, n), value| (sum + value, n + 1))
 }
 
 async fn until(what: &str, done: impl Fn() -> bool) -> Duration {
@@ -352,6 +377,7 @@ async fn a_split_and_a_merge_while_consuming_keep_every_keys_order() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn throttling_and_expired_iterators_are_survived_without_losing_records() {
+    let metrics = recorder();
     let client = kinesis::client();
     let stream = kinesis::unique_stream("faults");
     kinesis::create_stream(&client, &stream, 2).await;
@@ -393,6 +419,38 @@ async fn throttling_and_expired_iterators_are_survived_without_losing_records() 
     assert_complete_and_ordered(&ledger, &producer);
     // Each fresh iterator started after the last record processed: nothing was read twice.
     assert_eq!(ledger.processed.len(), total, "records processed twice");
+
+    // The record loops' metrics, read before the injected count (still growing).
+    let text = metrics.render();
+    let stream_label = format!("stream=\"{stream}\"");
+    let on_stream = [stream_label.as_str()];
+    let (records, shards) = samples(&text, "shardlease_kinesis_records_total", &on_stream);
+    assert_eq!((records, shards), (total as f64, 2), "{text}");
+    let (bytes, _) = samples(&text, "shardlease_kinesis_bytes_total", &on_stream);
+    assert!(
+        bytes >= total as f64,
+        "{bytes} bytes for {total} records\n{text}"
+    );
+    let (_, lags) = samples(&text, "shardlease_kinesis_millis_behind_latest", &on_stream);
+    assert_eq!(lags, 2, "a lag per shard\n{text}");
+    let (calls, _) = samples(
+        &text,
+        "shardlease_kinesis_get_records_seconds_count",
+        &on_stream,
+    );
+    let throttles = [stream_label.as_str(), "call=\"GetRecords\""];
+    let (throttled_seen, _) = samples(&text, "shardlease_kinesis_throttles_total", &throttles);
+    let throttled = injected.throttled.load(std::sync::atomic::Ordering::SeqCst);
+    // The SDK client retries a throttled attempt itself (the injector counts attempts): the
+    // loop sees, and counts, only those its retries did not cure.
+    assert!(
+        throttled_seen <= f64::from(throttled),
+        "{throttled_seen} throttles counted, {throttled} injected\n{text}"
+    );
+    assert!(
+        calls > throttled_seen,
+        "{calls} GetRecords calls timed\n{text}"
+    );
     consumer.shutdown().await;
 }
 
