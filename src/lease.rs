@@ -227,7 +227,7 @@ impl WorkerId {
     }
 
     /// Parses a stored `handoff_to` value: a worker id or the retire marker.
-    #[cfg(feature = "dynamodb")]
+    #[cfg(any(feature = "dynamodb", feature = "redis"))]
     pub(crate) fn parse_handoff_target(value: &str) -> Result<Self, InvalidId> {
         if value == RETIRE {
             Ok(Self::retire_marker())

@@ -70,6 +70,8 @@
 //!
 //! - `dynamodb` (default): [`DynamoStore`](store::dynamodb::DynamoStore), on the AWS SDK.
 //! - `kinesis`: the Kinesis consumer, `kinesis::KinesisConsumer`.
+//! - `redis`: `store::redis::RedisStore`, the lease table in Redis (one Lua script per
+//!   conditional write; see `docs/ARCHITECTURE.md`, "Redis durability", before production).
 //!
 //! ## What is guaranteed
 //!

@@ -171,6 +171,15 @@ pub enum Misconfiguration {
          role"
     )]
     NoCredentials,
+    /// The Redis server refused the credentials of the URL, or their permissions.
+    #[cfg(feature = "redis")]
+    #[cfg_attr(docsrs, doc(cfg(feature = "redis")))]
+    #[error(
+        "the Redis server refused the credentials: put the user and password in the URL \
+         (redis://USER:PASSWORD@HOST:PORT/), and check that the server's ACL (or requirepass) \
+         lets them run EVALSHA, SCRIPT LOAD, HGETALL and ZRANGEBYLEX"
+    )]
+    RedisAuth,
 }
 
 impl StoreError {

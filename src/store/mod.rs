@@ -114,6 +114,10 @@ pub mod dynamodb;
 #[cfg(any(feature = "dynamodb", feature = "kinesis"))]
 pub(crate) mod sdk;
 
+#[cfg(feature = "redis")]
+#[cfg_attr(docsrs, doc(cfg(feature = "redis")))]
+pub mod redis;
+
 pub use error::{BoxError, Misconfiguration, StoreError, StoreResult};
 pub use retry::{Jitter, RetryPolicy};
 

@@ -1,0 +1,541 @@
+//! The Redis item format: the key layout, every field name, and the encoding and decoding of
+//! items. The conditions and updates are the Lua scripts of `src/store/redis/scripts.rs`.
+//!
+//! A table named `T` under the key prefix `P` is, all under the hash tag `{T}` (so that every
+//! script's keys are in one slot of a Redis Cluster):
+//!
+//! - `P:{T}:item:<item key>`: one hash per item, its fields named as the DynamoDB attributes
+//!   (`leaseKey`, `leaseOwner`, `leaseCounter`, ...). The item key is the lease key, or
+//!   [`RESERVED_PREFIX`]`member#<worker id>` for a membership record, as in DynamoDB.
+//! - `P:{T}:index`: a sorted set of every item key, all at score 0, so that listings page
+//!   through it in key order (`ZRANGEBYLEX`) without `KEYS` or `SCAN`. The scripts that create
+//!   and delete items keep it.
+//!
+//! Numbers are decimal text, as `HINCRBY` writes them; lists and sets (parent keys, notices)
+//! are JSON arrays of strings.
+
+use std::collections::{BTreeSet, HashMap};
+
+use crate::lease::{Incarnation, Lease, LeaseKey, Member, WorkerId, RESERVED_PREFIX};
+use crate::store::StoreError;
+
+/// The item key (string), as DynamoDB's hash key.
+pub const KEY: &str = "leaseKey";
+/// Lease owner's worker id (absent when unowned).
+pub const OWNER: &str = "leaseOwner";
+/// The owner's incarnation (absent when unowned or handed over and not yet taken).
+pub const OWNER_INCARNATION: &str = "ownerIncarnation";
+/// Liveness counter.
+pub const COUNTER: &str = "leaseCounter";
+/// Fencing token: changes with each new owner.
+pub const TENURE: &str = "leaseTenure";
+/// The application's checkpoint (absent when none).
+pub const CHECKPOINT: &str = "checkpoint";
+/// Owner changes since the last checkpoint.
+pub const OWNER_SWITCHES: &str = "ownerSwitchesSinceCheckpoint";
+/// Parent lease keys (a JSON array of strings; absent when none).
+pub const PARENTS: &str = "parentLeaseKeys";
+/// Worker a pending handoff goes to (absent when none).
+pub const HANDOFF_TO: &str = "handoffTo";
+/// Per-lease load figure (absent when not reported).
+pub const LEASE_LOAD: &str = "leaseLoad";
+/// Random nonce drawn when the lease was created, never changed.
+pub const NONCE: &str = "leaseNonce";
+/// Token of the last write, to recognise one's own write after a lost answer.
+pub const LAST_OP: &str = "lastOp";
+/// Wall-clock time of the last write (milliseconds since the Unix epoch), for operators only.
+pub const UPDATED_AT: &str = "updatedAt";
+/// Membership record: the worker id.
+pub const WORKER: &str = "workerId";
+/// Membership record: heartbeat counter.
+pub const HEARTBEAT: &str = "heartbeat";
+/// Membership record: the incarnation that wrote the last heartbeat.
+pub const MEMBER_INCARNATION: &str = "workerIncarnation";
+/// Membership record: the worker's load figure (optional).
+pub const MEMBER_LOAD: &str = "workerLoad";
+/// Membership record: the most leases the worker accepts (optional).
+pub const CAPACITY: &str = "workerCapacity";
+/// Membership record: pending notices (a JSON array of strings; absent when empty).
+pub const NOTICES: &str = "notices";
+/// Membership record: `sessions` on a session's record, absent on the lease protocol's.
+pub const MEMBER_PROTOCOL: &str = "workerProtocol";
+/// The value of [`MEMBER_PROTOCOL`] on a session's record.
+pub const SESSIONS: &str = "sessions";
+
+/// Every field name the format uses, to name the field a script found at fault.
+const FIELDS: [&str; 21] = [
+    KEY,
+    OWNER,
+    OWNER_INCARNATION,
+    COUNTER,
+    TENURE,
+    CHECKPOINT,
+    OWNER_SWITCHES,
+    PARENTS,
+    HANDOFF_TO,
+    LEASE_LOAD,
+    NONCE,
+    LAST_OP,
+    UPDATED_AT,
+    WORKER,
+    HEARTBEAT,
+    MEMBER_INCARNATION,
+    MEMBER_LOAD,
+    CAPACITY,
+    NOTICES,
+    MEMBER_PROTOCOL,
+    SESSIONS,
+];
+
+/// The field named `name`, as the format's constant ([`KEY`] for a name it does not use).
+pub fn field_name(name: &str) -> &'static str {
+    FIELDS.into_iter().find(|f| *f == name).unwrap_or(KEY)
+}
+
+/// Largest counter a hash may hold: `HINCRBY` works on signed 64-bit numbers, and the scripts
+/// refuse a counter of more than 18 digits, so that no increment can overflow.
+const MAX_COUNTER: u64 = 999_999_999_999_999_999;
+
+/// The item key of `worker`'s membership record.
+pub fn member_key(worker: &WorkerId) -> String {
+    format!("{}{worker}", member_key_prefix())
+}
+
+/// Every membership record's item key starts with this.
+pub fn member_key_prefix() -> String {
+    format!("{RESERVED_PREFIX}member#")
+}
+
+/// The Redis keys of one table.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Layout {
+    /// `P:{T}:item:`, to which an item key is appended.
+    item_prefix: String,
+    /// `P:{T}:index`.
+    index: String,
+}
+
+impl Layout {
+    /// The layout of table `table` under `prefix`.
+    pub fn new(prefix: &str, table: &str) -> Self {
+        Self {
+            item_prefix: format!("{prefix}:{{{table}}}:item:"),
+            index: format!("{prefix}:{{{table}}}:index"),
+        }
+    }
+
+    /// The hash of item `key`.
+    pub fn item(&self, key: &str) -> String {
+        format!("{}{key}", self.item_prefix)
+    }
+
+    /// The sorted set of every item key.
+    pub fn index(&self) -> &str {
+        &self.index
+    }
+}
+
+/// A hash as read: field name to raw value.
+pub type Item = HashMap<String, Vec<u8>>;
+
+/// Builds an [`Item`] from the flat field, value, field, value... list `HGETALL` answers.
+pub fn item_from_flat(flat: Vec<Vec<u8>>) -> Item {
+    let mut item = Item::with_capacity(flat.len() / 2);
+    let mut flat = flat.into_iter();
+    while let (Some(field), Some(value)) = (flat.next(), flat.next()) {
+        item.insert(String::from_utf8_lossy(&field).into_owned(), value);
+    }
+    item
+}
+
+/// A decoded item, with the token of its last write.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Decoded {
+    /// A lease.
+    Lease(Lease, Option<String>),
+    /// A membership record.
+    Member(Member, Option<String>),
+}
+
+/// The fields of a freshly created lease, field and value in turn, as the create script's
+/// arguments.
+pub fn encode_lease(lease: &Lease, op: &str, now: &str) -> Vec<(&'static str, String)> {
+    let mut fields = vec![
+        (KEY, lease.key.to_string()),
+        (COUNTER, lease.counter.to_string()),
+        (TENURE, lease.tenure.to_string()),
+        (
+            OWNER_SWITCHES,
+            lease.owner_switches_since_checkpoint.to_string(),
+        ),
+        (LAST_OP, op.to_owned()),
+        (UPDATED_AT, now.to_owned()),
+    ];
+    if lease.nonce != 0 {
+        fields.push((NONCE, lease.nonce.to_string()));
+    }
+    let optional = [
+        (OWNER, lease.owner.as_ref().map(WorkerId::to_string)),
+        (
+            OWNER_INCARNATION,
+            lease.owner_incarnation.map(|i| i.get().to_string()),
+        ),
+        (CHECKPOINT, lease.checkpoint.clone()),
+        (
+            HANDOFF_TO,
+            lease.handoff_to.as_ref().map(WorkerId::to_string),
+        ),
+        (LEASE_LOAD, lease.load.map(|l| l.to_string())),
+        (
+            PARENTS,
+            (!lease.parents.is_empty())
+                .then(|| json_list(lease.parents.iter().map(|p| p.as_str()))),
+        ),
+    ];
+    fields.extend(
+        optional
+            .into_iter()
+            .filter_map(|(name, value)| value.map(|v| (name, v))),
+    );
+    fields
+}
+
+/// A JSON array of strings.
+pub fn json_list<'a>(values: impl Iterator<Item = &'a str>) -> String {
+    serde_json::Value::Array(values.map(serde_json::Value::from).collect()).to_string()
+}
+
+/// Reads fields of one hash, naming the item and the field in every error.
+struct Fields<'a> {
+    item: &'a Item,
+    key: &'a str,
+}
+
+impl<'a> Fields<'a> {
+    fn err(&self, field: &'static str, reason: impl Into<String>) -> StoreError {
+        StoreError::Malformed {
+            key: self.key.to_owned(),
+            field,
+            reason: reason.into(),
+        }
+    }
+
+    fn string(&self, field: &'static str) -> Result<Option<&'a str>, StoreError> {
+        self.item
+            .get(field)
+            .map(|raw| std::str::from_utf8(raw).map_err(|_| self.err(field, "is not UTF-8 text")))
+            .transpose()
+    }
+
+    /// A canonical decimal (no sign, no leading zero): what the scripts compare as text.
+    fn number<T: std::str::FromStr>(&self, field: &'static str) -> Result<Option<T>, StoreError> {
+        let Some(text) = self.string(field)? else {
+            return Ok(None);
+        };
+        let canonical = text == "0"
+            || (!text.starts_with('0')
+                && !text.is_empty()
+                && text.bytes().all(|b| b.is_ascii_digit()));
+        match text.parse() {
+            Ok(value) if canonical => Ok(Some(value)),
+            _ => Err(self.err(
+                field,
+                format!("{text:?} is not a {}", std::any::type_name::<T>()),
+            )),
+        }
+    }
+
+    /// A counter the scripts raise with `HINCRBY`.
+    fn counter(&self, field: &'static str) -> Result<Option<u64>, StoreError> {
+        match self.number::<u64>(field)? {
+            Some(value) if value > MAX_COUNTER => {
+                Err(self.err(field, format!("{value} is above {MAX_COUNTER}")))
+            }
+            other => Ok(other),
+        }
+    }
+
+    fn required(&self, field: &'static str) -> Result<u64, StoreError> {
+        self.counter(field)?
+            .ok_or_else(|| self.err(field, "is missing"))
+    }
+
+    fn float(&self, field: &'static str) -> Result<Option<f64>, StoreError> {
+        let Some(text) = self.string(field)? else {
+            return Ok(None);
+        };
+        match text.parse::<f64>() {
+            Ok(value) if value.is_finite() => Ok(Some(value)),
+            _ => Err(self.err(field, format!("{text:?} is not a finite number"))),
+        }
+    }
+
+    fn worker(&self, field: &'static str) -> Result<Option<WorkerId>, StoreError> {
+        self.string(field)?
+            .map(|v| WorkerId::new(v).map_err(|e| self.err(field, e.to_string())))
+            .transpose()
+    }
+
+    fn incarnation(&self, field: &'static str) -> Result<Option<Incarnation>, StoreError> {
+        Ok(self.number(field)?.map(Incarnation::new))
+    }
+
+    fn strings(&self, field: &'static str) -> Result<Vec<String>, StoreError> {
+        match self.string(field)? {
+            None => Ok(Vec::new()),
+            Some(text) => serde_json::from_str(text)
+                .map_err(|e| self.err(field, format!("is not a JSON array of strings: {e}"))),
+        }
+    }
+
+    fn handoff_target(&self) -> Result<Option<WorkerId>, StoreError> {
+        self.string(HANDOFF_TO)?
+            .map(|v| {
+                WorkerId::parse_handoff_target(v).map_err(|e| self.err(HANDOFF_TO, e.to_string()))
+            })
+            .transpose()
+    }
+}
+
+/// Decodes any hash of the table.
+pub fn decode(item: &Item) -> Result<Decoded, StoreError> {
+    let raw_key = match item.get(KEY).map(|raw| std::str::from_utf8(raw)) {
+        Some(Ok(key)) => key,
+        _ => {
+            return Err(StoreError::Malformed {
+                key: "<missing>".into(),
+                field: KEY,
+                reason: "is missing or not UTF-8 text".into(),
+            })
+        }
+    };
+    let fields = Fields { item, key: raw_key };
+    let last_op = fields.string(LAST_OP)?.map(str::to_owned);
+    if let Some(worker) = raw_key.strip_prefix(RESERVED_PREFIX) {
+        let Some(worker) = worker.strip_prefix("member#") else {
+            return Err(fields.err(KEY, "uses the reserved prefix for an unknown kind of item"));
+        };
+        let worker = WorkerId::new(worker).map_err(|e| fields.err(KEY, e.to_string()))?;
+        let member = Member {
+            worker,
+            heartbeat: fields.required(HEARTBEAT)?,
+            incarnation: fields.incarnation(MEMBER_INCARNATION)?,
+            load: fields.float(MEMBER_LOAD)?,
+            capacity: fields.number(CAPACITY)?,
+            notices: fields
+                .strings(NOTICES)?
+                .into_iter()
+                .collect::<BTreeSet<_>>(),
+            session: match fields.string(MEMBER_PROTOCOL)? {
+                None => false,
+                Some(SESSIONS) => true,
+                Some(other) => {
+                    return Err(fields.err(
+                        MEMBER_PROTOCOL,
+                        format!("names a protocol this version does not know: {other:?}"),
+                    ))
+                }
+            },
+        };
+        return Ok(Decoded::Member(member, last_op));
+    }
+    let key = LeaseKey::new(raw_key).map_err(|e| fields.err(KEY, e.to_string()))?;
+    let parents = fields
+        .strings(PARENTS)?
+        .into_iter()
+        .map(|p| LeaseKey::new(p).map_err(|e| fields.err(PARENTS, e.to_string())))
+        .collect::<Result<_, _>>()?;
+    let lease = Lease {
+        key,
+        owner: fields.worker(OWNER)?,
+        owner_incarnation: fields.incarnation(OWNER_INCARNATION)?,
+        counter: fields.required(COUNTER)?,
+        tenure: fields.required(TENURE)?,
+        checkpoint: fields.string(CHECKPOINT)?.map(str::to_owned),
+        owner_switches_since_checkpoint: fields.counter(OWNER_SWITCHES)?.unwrap_or(0),
+        parents,
+        handoff_to: fields.handoff_target()?,
+        load: fields.float(LEASE_LOAD)?,
+        nonce: fields.number(NONCE)?.unwrap_or(0),
+    };
+    Ok(Decoded::Lease(lease, last_op))
+}
+
+/// Decodes a hash that must be a lease.
+pub fn decode_lease(item: &Item) -> Result<(Lease, Option<String>), StoreError> {
+    match decode(item)? {
+        Decoded::Lease(lease, op) => Ok((lease, op)),
+        Decoded::Member(member, _) => Err(StoreError::Malformed {
+            key: member_key(&member.worker),
+            field: KEY,
+            reason: "names a membership record where a lease was expected".into(),
+        }),
+    }
+}
+
+/// Decodes a hash that must be a membership record.
+pub fn decode_member(item: &Item) -> Result<(Member, Option<String>), StoreError> {
+    match decode(item)? {
+        Decoded::Member(member, op) => Ok((member, op)),
+        Decoded::Lease(lease, _) => Err(StoreError::Malformed {
+            key: lease.key.to_string(),
+            field: HEARTBEAT,
+            reason: "is missing: the item is a lease, not a membership record".into(),
+        }),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::lease::NewLease;
+
+    fn as_item(fields: Vec<(&'static str, String)>) -> Item {
+        fields
+            .into_iter()
+            .map(|(name, value)| (name.to_owned(), value.into_bytes()))
+            .collect()
+    }
+
+    fn full_lease() -> Lease {
+        let mut lease = NewLease::new(LeaseKey::new("shard-3").unwrap())
+            .with_parents(vec![
+                LeaseKey::new("shard-1").unwrap(),
+                LeaseKey::new("shard \"2\"").unwrap(),
+            ])
+            .with_checkpoint("49590338271490256608559692538361571095921575989136588898")
+            .into_lease();
+        lease.owner = Some(WorkerId::new("worker-a").unwrap());
+        lease.owner_incarnation = Some(Incarnation::new(u64::MAX));
+        lease.handoff_to = Some(WorkerId::new("worker-b").unwrap());
+        lease.counter = 17;
+        lease.tenure = 4;
+        lease.owner_switches_since_checkpoint = 2;
+        lease.load = Some(12.5);
+        lease.nonce = 6_004_799_503_160_661;
+        lease
+    }
+
+    #[test]
+    fn a_lease_survives_a_round_trip() {
+        let lease = full_lease();
+        let item = as_item(encode_lease(&lease, "op-1", "1700000000000"));
+        assert_eq!(
+            decode(&item).unwrap(),
+            Decoded::Lease(lease, Some("op-1".into()))
+        );
+        let bare = NewLease::new(LeaseKey::new("k").unwrap()).into_lease();
+        let item = as_item(encode_lease(&bare, "op-2", "now"));
+        assert!(!item.contains_key(OWNER) && !item.contains_key(PARENTS));
+        assert_eq!(decode_lease(&item).unwrap().0, bare);
+    }
+
+    #[test]
+    fn a_membership_record_decodes_and_is_not_a_lease() {
+        let item = as_item(vec![
+            (KEY, "shardlease#member#w1".into()),
+            (HEARTBEAT, "3".into()),
+            (CAPACITY, "10".into()),
+            (MEMBER_INCARNATION, u64::MAX.to_string()),
+            (NOTICES, r#"["b","a"]"#.into()),
+            (MEMBER_PROTOCOL, SESSIONS.into()),
+        ]);
+        let (member, _) = decode_member(&item).unwrap();
+        assert_eq!(member.worker.as_str(), "w1");
+        assert_eq!((member.heartbeat, member.capacity), (3, Some(10)));
+        assert_eq!(member.notices.iter().collect::<Vec<_>>(), ["a", "b"]);
+        assert!(member.session);
+        assert!(decode_lease(&item).is_err());
+    }
+
+    fn field_of(item: &Item) -> &'static str {
+        match decode(item) {
+            Err(StoreError::Malformed { field, .. }) => field,
+            other => panic!("expected a malformed-item error, got {other:?}"),
+        }
+    }
+
+    fn with(change: impl FnOnce(&mut Item)) -> Item {
+        let mut item = as_item(encode_lease(&full_lease(), "op", "now"));
+        change(&mut item);
+        item
+    }
+
+    fn set(item: &mut Item, field: &str, value: &[u8]) {
+        item.insert(field.to_owned(), value.to_vec());
+    }
+
+    #[test]
+    fn every_malformed_field_is_named() {
+        assert_eq!(field_of(&with(|i| drop(i.remove(KEY)))), KEY);
+        assert_eq!(field_of(&with(|i| set(i, KEY, b"")),), KEY);
+        assert_eq!(field_of(&with(|i| set(i, KEY, b"shardlease#other"))), KEY);
+        assert_eq!(field_of(&with(|i| drop(i.remove(COUNTER)))), COUNTER);
+        for bad in [
+            &b"-1"[..],
+            b"007",
+            b"1.5",
+            b"x",
+            b"",
+            b"1000000000000000000",
+        ] {
+            assert_eq!(
+                field_of(&with(|i| set(i, COUNTER, bad))),
+                COUNTER,
+                "{bad:?}"
+            );
+        }
+        assert_eq!(field_of(&with(|i| set(i, TENURE, b"+1"))), TENURE);
+        assert_eq!(field_of(&with(|i| set(i, OWNER, b""))), OWNER);
+        assert_eq!(field_of(&with(|i| set(i, OWNER, b"a\nb"))), OWNER);
+        assert_eq!(field_of(&with(|i| set(i, OWNER, b"\xff"))), OWNER);
+        assert_eq!(field_of(&with(|i| set(i, PARENTS, b"[1]"))), PARENTS);
+        assert_eq!(field_of(&with(|i| set(i, PARENTS, b"shard-1"))), PARENTS);
+        assert_eq!(field_of(&with(|i| set(i, PARENTS, b"[\"\"]"))), PARENTS);
+        assert_eq!(field_of(&with(|i| set(i, CHECKPOINT, b"\xc3"))), CHECKPOINT);
+        assert_eq!(field_of(&with(|i| set(i, LEASE_LOAD, b"inf"))), LEASE_LOAD);
+        assert_eq!(field_of(&with(|i| set(i, HANDOFF_TO, b""))), HANDOFF_TO);
+        assert_eq!(
+            field_of(&with(|i| set(
+                i,
+                OWNER_INCARNATION,
+                b"18446744073709551616"
+            ))),
+            OWNER_INCARNATION,
+            "one more than u64::MAX"
+        );
+        assert_eq!(field_of(&with(|i| set(i, NONCE, b"01"))), NONCE);
+        let member = |extra: &[(&str, &[u8])]| {
+            let mut item = as_item(vec![
+                (KEY, "shardlease#member#w".into()),
+                (HEARTBEAT, "1".into()),
+            ]);
+            for (field, value) in extra {
+                set(&mut item, field, value);
+            }
+            item
+        };
+        assert!(decode_member(&member(&[])).is_ok());
+        assert_eq!(field_of(&member(&[(HEARTBEAT, b"")])), HEARTBEAT);
+        assert_eq!(
+            field_of(&member(&[(MEMBER_INCARNATION, b"0.5")])),
+            MEMBER_INCARNATION
+        );
+        assert_eq!(field_of(&member(&[(CAPACITY, b"4294967296")])), CAPACITY);
+        assert_eq!(field_of(&member(&[(NOTICES, b"{}")])), NOTICES);
+        assert_eq!(
+            field_of(&member(&[(MEMBER_PROTOCOL, b"gossip")])),
+            MEMBER_PROTOCOL
+        );
+        assert_eq!(field_of(&member(&[(MEMBER_LOAD, b"NaN")])), MEMBER_LOAD);
+    }
+
+    #[test]
+    fn a_table_lives_under_one_hash_tag() {
+        let layout = Layout::new("shardlease", "orders");
+        assert_eq!(layout.item("shard-1"), "shardlease:{orders}:item:shard-1");
+        assert_eq!(layout.index(), "shardlease:{orders}:index");
+        // A key with braces of its own keeps the table's tag: only the first {...} counts.
+        assert!(layout.item("{x}").starts_with("shardlease:{orders}:"));
+    }
+}
