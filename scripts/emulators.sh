@@ -1,13 +1,15 @@
 #!/usr/bin/env bash
 # Installs, starts and stops the emulators the tests run against: dynalite and moto
-# (DynamoDB), kinesalite (Kinesis).
+# (DynamoDB), kinesalite (Kinesis), and a real redis-server (the Redis store).
 #
 #   scripts/emulators.sh install   # pinned versions into .emulators/ (idempotent)
 #   scripts/emulators.sh start     # start on 127.0.0.1, wait until they answer
 #   scripts/emulators.sh stop      # stop what `start` started
 #
-# Ports can be changed with DYNALITE_PORT / MOTO_PORT / KINESALITE_PORT. The pids live in
-# .emulators/run/.
+# Ports can be changed with DYNALITE_PORT / MOTO_PORT / KINESALITE_PORT / REDIS_PORT. The pids
+# live in .emulators/run/. redis-server comes from the distribution's packages (apt-get) and
+# listens on 127.0.0.1:6390 by default, not 6379, so that it never clashes with a system Redis;
+# it keeps nothing on disk (no RDB, no AOF).
 set -euo pipefail
 
 root=$(cd "$(dirname "$0")/.." && pwd)
@@ -19,6 +21,7 @@ KINESALITE_VERSION=3.3.3
 DYNALITE_PORT=${DYNALITE_PORT:-4567}
 MOTO_PORT=${MOTO_PORT:-4568}
 KINESALITE_PORT=${KINESALITE_PORT:-4569}
+REDIS_PORT=${REDIS_PORT:-6390}
 
 log() { printf 'emulators: %s\n' "$*" >&2; }
 
@@ -38,6 +41,49 @@ install() {
     "$dir/venv/bin/pip" install --quiet --disable-pip-version-check \
       "moto[dynamodb,server]==$MOTO_VERSION" flask flask-cors >&2
   fi
+  install_redis
+}
+
+install_redis() {
+  command -v redis-server >/dev/null && command -v redis-cli >/dev/null && return 0
+  if command -v apt-get >/dev/null && [ "$(id -u)" = 0 ]; then
+    log "installing redis-server from the distribution's packages (apt-get)"
+    if ! { apt-get install -y -qq redis-server >&2 ||
+      { apt-get update -qq >&2 && apt-get install -y -qq redis-server >&2; }; }; then
+      log "apt-get could not install redis-server: install it yourself (the package \
+redis-server), or point SHARDLEASE_REDIS_URL at a Redis of your own"
+      return 1
+    fi
+  else
+    log "redis-server is not installed and cannot be installed here (needs apt-get as root): \
+install the package redis-server, or point SHARDLEASE_REDIS_URL at a Redis of your own"
+    return 1
+  fi
+}
+
+wait_redis() { # port
+  local port=$1 i
+  for i in $(seq 1 200); do
+    if [ "$(redis-cli -h 127.0.0.1 -p "$port" ping 2>/dev/null)" = PONG ]; then
+      log "redis ready on 127.0.0.1:$port"
+      return 0
+    fi
+    sleep 0.1
+  done
+  log "redis did not answer PING on 127.0.0.1:$port within 20 s; its log:"
+  cat "$run/redis.log" >&2 || true
+  return 1
+}
+
+start_redis() {
+  if [ -f "$run/redis.pid" ] && kill -0 "$(cat "$run/redis.pid")" 2>/dev/null; then
+    log "redis already running (pid $(cat "$run/redis.pid"))"
+    return 0
+  fi
+  redis-server --port "$REDIS_PORT" --bind 127.0.0.1 --save '' --appendonly no \
+    --daemonize no >"$run/redis.log" 2>&1 &
+  echo $! >"$run/redis.pid"
+  wait_redis "$REDIS_PORT"
 }
 
 wait_ready() { # name port
@@ -76,6 +122,7 @@ start() {
     "$dir/venv/bin/python" "$root/scripts/moto_atomic.py" -H 127.0.0.1 -p "$MOTO_PORT"
   NODE_PATH="$dir/node/node_modules" start_one kinesalite "$KINESALITE_PORT" \
     node "$root/scripts/kinesalite.js" "$KINESALITE_PORT" 127.0.0.1
+  start_redis
 }
 
 stop() {

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # The whole test suite: installs and starts the emulators (dynalite and moto for DynamoDB,
-# kinesalite for Kinesis) on 127.0.0.1, runs every test with every feature (in-memory store,
+# kinesalite for Kinesis, redis-server for the Redis store) on 127.0.0.1, runs every test with every feature (in-memory store,
 # both DynamoDB emulators, the Kinesis consumer), and stops the emulators it started.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -14,6 +14,7 @@ if [ -z "${SHARDLEASE_DYNALITE_ENDPOINT:-}${SHARDLEASE_MOTO_ENDPOINT:-}${SHARDLE
   export SHARDLEASE_DYNALITE_ENDPOINT="http://127.0.0.1:${DYNALITE_PORT:-4567}"
   export SHARDLEASE_MOTO_ENDPOINT="http://127.0.0.1:${MOTO_PORT:-4568}"
   export SHARDLEASE_KINESALITE_ENDPOINT="http://127.0.0.1:${KINESALITE_PORT:-4569}"
+  export SHARDLEASE_REDIS_URL="${SHARDLEASE_REDIS_URL:-redis://127.0.0.1:${REDIS_PORT:-6390}}"
 fi
 
 # Tests that run example processes (example_sigterm) find them built with the same features.
@@ -25,4 +26,4 @@ cargo test --all-features --doc "$@"
 scripts/chaos.sh 60 7
 # The command line on two lease_worker processes: status, drain, checkpoints, import-kcl.
 scripts/demo_cli.sh
-echo "conformance targets run: in-memory (conformance_memory), dynalite (conformance_dynalite), moto (conformance_moto)"
+echo "conformance targets run: in-memory (conformance_memory), dynalite (conformance_dynalite), moto (conformance_moto), redis (conformance_redis)"
