@@ -366,8 +366,18 @@ async fn run(args: Args) -> Result<(), Error> {
         let per_sec = args.produce_per_sec as u32;
         tokio::spawn(produce(kinesis, args.stream.clone(), per_sec));
     }
-    let signal = common::shutdown_signal().await?;
-    println!("[{worker}] {signal}: leaving");
-    consumer.shutdown().await;
+    // Ctrl-C or SIGTERM, or an operator's `shardlease drain`, after which the consumer has
+    // left by itself.
+    let signal = tokio::select! {
+        signal = common::shutdown_signal() => Some(signal?),
+        _ = consumer.stopped() => None,
+    };
+    match signal {
+        Some(signal) => {
+            println!("[{worker}] {signal}: leaving");
+            consumer.shutdown().await;
+        }
+        None => println!("[{worker}] drained: the consumer left the fleet"),
+    }
     Ok(())
 }

@@ -244,8 +244,9 @@ impl KinesisConsumer {
 
     /// Resolves once the consumer has left gracefully and every record loop has ended: after
     /// the signal given to
-    /// [`graceful_shutdown_on`](KinesisConsumerBuilder::graceful_shutdown_on), or
-    /// [`shutdown`](Self::shutdown). Pending until then.
+    /// [`graceful_shutdown_on`](KinesisConsumerBuilder::graceful_shutdown_on), after
+    /// [`shutdown`](Self::shutdown), or after an operator drained its worker
+    /// ([`admin`](crate::admin), `shardlease drain`). Pending until then.
     pub async fn stopped(&self) {
         self.worker().stopped().await;
         // The worker's events have ended: the dispatcher starts no record loop after this.

@@ -670,8 +670,9 @@ impl Worker {
 
     /// Resolves once the worker has left gracefully: after [`shutdown`](Self::shutdown), or
     /// after the signal given to
-    /// [`graceful_shutdown_on`](WorkerBuilder::graceful_shutdown_on) completed and every lease
-    /// was finished (or left to expire) and released. Pending until then.
+    /// [`graceful_shutdown_on`](WorkerBuilder::graceful_shutdown_on) completed, or after an
+    /// operator drained this process ([`admin`](crate::admin), `shardlease drain`), and every
+    /// lease was finished (or left to expire) and released. Pending until then.
     pub async fn stopped(&self) {
         self.leaving.done.cancelled().await;
     }
