@@ -10,6 +10,7 @@
 
 mod classify;
 mod config;
+mod connection;
 pub mod schema;
 mod scripts;
 
@@ -25,6 +26,7 @@ use tokio::time::Instant;
 pub use self::config::{RedisConfig, DEFAULT_KEY_PREFIX, DEFAULT_PAGE_SIZE};
 
 use self::classify::{classify, is_auth};
+use self::connection::Connection;
 use self::schema::{Decoded, Item, Layout};
 use self::scripts::Script;
 use super::{LeaseStore, Misconfiguration, Outcome, Page, PageToken, StoreError, StoreResult};
@@ -33,7 +35,7 @@ use crate::lease::{Incarnation, Lease, LeaseKey, Member, NewLease, WorkerId};
 /// The lease table in Redis. Cheap to clone; clones share one connection.
 #[derive(Clone)]
 pub struct RedisStore {
-    connection: ConnectionManager,
+    connection: Arc<Connection>,
     config: Arc<RedisConfig>,
     layout: Arc<Layout>,
     malformed_seen: Arc<AtomicU64>,
@@ -71,7 +73,7 @@ impl RedisStore {
             .set_max_delay(Duration::from_millis(500));
         let connected = tokio::time::timeout(
             timeout * 2,
-            ConnectionManager::new_with_config(client, manager),
+            ConnectionManager::new_with_config(client.clone(), manager.clone()),
         )
         .await
         .unwrap_or_else(|_| {
@@ -80,9 +82,9 @@ impl RedisStore {
                 format!("no connection within {:?}", timeout * 2),
             )))
         });
-        let connection = connected.map_err(|e| connect_error(e, &endpoint))?;
+        let connected = connected.map_err(|e| connect_error(e, &endpoint))?;
         let store = Self {
-            connection,
+            connection: Arc::new(Connection::new(client, manager, connected)),
             layout: Arc::new(Layout::new(&config.key_prefix, &config.table)),
             config: Arc::new(config),
             malformed_seen: Arc::default(),
@@ -127,9 +129,16 @@ impl RedisStore {
         self.malformed_seen.load(Ordering::Relaxed)
     }
 
+    /// How many times the store replaced its connection because a reply did not come in
+    /// time (a half-open connection never answers again; see `src/store/redis/connection.rs`).
+    pub fn connections_replaced(&self) -> u64 {
+        self.connection.replacements()
+    }
+
     async fn query<T: redis::FromRedisValue>(&self, cmd: &redis::Cmd) -> Result<T, RedisError> {
-        let mut connection = self.connection.clone();
-        cmd.query_async(&mut connection).await
+        self.connection
+            .run(|mut connection| async move { cmd.query_async(&mut connection).await })
+            .await
     }
 
     async fn load(&self, script: &Script) -> Result<(), RedisError> {
@@ -276,11 +285,13 @@ impl RedisStore {
                 for key in &keys {
                     pipe.cmd("HGETALL").arg(self.layout.item(key));
                 }
-                let mut connection = self.connection.clone();
                 let hashes: Vec<Value> = if keys.is_empty() {
                     Vec::new()
                 } else {
-                    pipe.query_async(&mut connection)
+                    self.connection
+                        .run(
+                            |mut connection| async move { pipe.query_async(&mut connection).await },
+                        )
                         .await
                         .map_err(|e| classify(op, table, e))?
                 };
