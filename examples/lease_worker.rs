@@ -1,9 +1,12 @@
-//! One worker process on a DynamoDB lease table (or a local emulator), for fleets of real
-//! processes: `scripts/dynalite_failover.sh` starts several and kills one with SIGKILL.
+//! One worker process on a DynamoDB lease table (or a local emulator), or on a Redis server,
+//! for fleets of real processes: `scripts/dynalite_failover.sh` starts several and kills one
+//! with SIGKILL; `scripts/chaos.sh` runs them under faults on either backend.
 //!
 //! ```sh
 //! cargo run --example lease_worker -- --id a --endpoint http://127.0.0.1:4567 --shards 32 \
 //!     --events-log /tmp/a.jsonl
+//! cargo run --features redis --example lease_worker -- --id a --redis redis://127.0.0.1:6379 \
+//!     --shards 32
 //! ```
 //!
 //! The application "processes" a lease until it is told to stop, then checkpoints once and
@@ -13,7 +16,8 @@
 //! that stops the process is printed as one line.
 //!
 //! Options: `--id ID` (default: host and pid), `--table NAME` (default `shardlease-demo`),
-//! `--endpoint URL` (default: the AWS chain, or `AWS_ENDPOINT_URL`), `--shards N` (create
+//! `--endpoint URL` (default: the AWS chain, or `AWS_ENDPOINT_URL`), `--redis URL` (the lease
+//! table on a Redis server instead of DynamoDB; needs the `redis` feature), `--shards N` (create
 //! `shard-0000`.. if missing), `--lease-secs S` (default 10), `--protocol leases|sessions`
 //! (default `sessions`, the library's; every process of one table must use the same), `--events-log PATH` (append
 //! `{"ts_unix_nanos":..,"worker":..,"lease":..,"event":..}` per event: acquired, stopped,
@@ -33,10 +37,12 @@ use clap::Parser;
 use common::Error;
 use protocol_arg::ProtocolArg;
 use shardlease::store::dynamodb::{DynamoConfig, DynamoStore};
+use shardlease::store::LeaseStore;
 use shardlease::worker::{LeaseEvent, LeaseGrant, StopReason, Worker};
 use shardlease::{LeaseKey, WorkerConfig, WorkerId};
 
-/// One lease worker process on a DynamoDB lease table (or a local emulator). Ctrl-C or SIGTERM
+/// One lease worker process on a DynamoDB lease table (or a local emulator), or on Redis
+/// (`--redis`). Ctrl-C or SIGTERM
 /// leaves gracefully: every lease is checkpointed and released, and the process exits 0.
 #[derive(Parser)]
 #[command(
@@ -52,8 +58,12 @@ struct Args {
     #[arg(long, value_name = "NAME", default_value = "shardlease-demo")]
     table: String,
     /// The DynamoDB endpoint [default: the AWS chain, or AWS_ENDPOINT_URL]
-    #[arg(long, value_name = "URL")]
+    #[arg(long, value_name = "URL", conflicts_with = "redis")]
     endpoint: Option<String>,
+    /// Keep the lease table on this Redis server instead of DynamoDB:
+    /// redis://[USER:PASSWORD@]HOST[:PORT][/DB] (needs the redis feature)
+    #[arg(long, value_name = "URL")]
+    redis: Option<String>,
     /// Create the leases shard-0000.. (N of them) if missing
     #[arg(long, value_name = "N", default_value_t = 0)]
     shards: usize,
@@ -141,6 +151,34 @@ async fn process(mut grant: LeaseGrant, log: EventLog) {
     grant.finish();
 }
 
+/// The table on DynamoDB, at `--endpoint` or where the AWS environment says.
+async fn dynamo_store(args: &Args) -> Result<Arc<dyn LeaseStore>, Error> {
+    let aws = aws_config::load_from_env().await;
+    let mut dynamo = aws_sdk_dynamodb::config::Builder::from(&aws);
+    if let Some(endpoint) = &args.endpoint {
+        dynamo = dynamo.endpoint_url(endpoint);
+    }
+    let client = aws_sdk_dynamodb::Client::from_conf(dynamo.build());
+    let store = DynamoStore::connect(client, DynamoConfig::new(&args.table)).await?;
+    Ok(Arc::new(store))
+}
+
+/// The table on the Redis server at `url`.
+#[cfg(feature = "redis")]
+async fn redis_store(url: &str, table: &str) -> Result<Arc<dyn LeaseStore>, Error> {
+    use shardlease::store::redis::{RedisConfig, RedisStore};
+    let store = RedisStore::connect(RedisConfig::new(url, table)).await?;
+    Ok(Arc::new(store))
+}
+
+#[cfg(not(feature = "redis"))]
+async fn redis_store(_url: &str, _table: &str) -> Result<Arc<dyn LeaseStore>, Error> {
+    Err(
+        "--redis needs the redis feature: cargo run --features redis --example lease_worker -- ..."
+            .into(),
+    )
+}
+
 #[tokio::main]
 async fn main() -> ExitCode {
     let args = Args::parse();
@@ -153,19 +191,16 @@ async fn run(args: Args) -> Result<(), Error> {
         let host = std::env::var("HOSTNAME").unwrap_or_else(|_| "host".into());
         format!("{host}-{}", std::process::id())
     });
-    let aws = aws_config::load_from_env().await;
-    let mut dynamo = aws_sdk_dynamodb::config::Builder::from(&aws);
-    if let Some(endpoint) = &args.endpoint {
-        dynamo = dynamo.endpoint_url(endpoint);
-    }
-    let client = aws_sdk_dynamodb::Client::from_conf(dynamo.build());
-    let store = DynamoStore::connect(client, DynamoConfig::new(&args.table)).await?;
+    let store = match &args.redis {
+        Some(url) => redis_store(url, &args.table).await?,
+        None => dynamo_store(&args).await?,
+    };
     let shards = (0..args.shards)
         .map(|i| LeaseKey::new(format!("shard-{i:04}")))
         .collect::<Result<Vec<_>, _>>()?;
     let config = WorkerConfig::with_lease_duration(Duration::from_secs_f64(args.lease_secs))
         .protocol(args.protocol.into());
-    let mut worker = Worker::builder(Arc::new(store), WorkerId::new(&id)?)
+    let mut worker = Worker::builder(store, WorkerId::new(&id)?)
         .config(config)
         .shards(shards)
         .start()

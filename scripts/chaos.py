@@ -1,9 +1,10 @@
 #!/usr/bin/env python3
-"""Chaos with real processes: `lease_worker` processes on dynalite, each behind its own TCP
-fault proxy (scripts/fault_proxy.py), killed, frozen, partitioned, slowed and restarted on a
+"""Chaos with real processes: `lease_worker` processes on dynalite (or on redis-server with
+--store redis), each behind its own TCP fault proxy (scripts/fault_proxy.py), killed, frozen, partitioned, slowed and restarted on a
 seeded schedule; then an audit of their events logs (JSON lines, wall-clock nanoseconds).
 
-Run it through scripts/chaos.sh, which installs and starts dynalite and builds the example.
+Run it through scripts/chaos.sh, which installs and starts the emulators and builds the
+example.
 
 Schedules (--schedule):
   mixed       random faults (kill -9 and restart, SIGTERM and restart, SIGSTOP/SIGCONT,
@@ -77,11 +78,17 @@ class Proc:
         env = dict(os.environ, RUST_LOG=os.environ.get("RUST_LOG", "shardlease=info"))
         p = subprocess.Popen(
             [self.args.binary, "--id", self.id, "--table", self.args.table,
-             "--endpoint", f"http://127.0.0.1:{self.port}", "--shards", str(self.args.shards),
+             *self.store_args(), "--shards", str(self.args.shards),
              "--lease-secs", str(self.args.lease_secs), "--events-log", log,
              "--protocol", self.args.protocol],
             stdout=out, stderr=subprocess.STDOUT, env=env)
         self.runs.append((run, p, log))
+
+    def store_args(self):
+        """The lease_worker options that point it at its proxy, for the store under test."""
+        if self.args.store == "redis":
+            return ["--redis", f"redis://127.0.0.1:{self.port}"]
+        return ["--endpoint", f"http://127.0.0.1:{self.port}"]
 
     @property
     def current(self):
@@ -356,7 +363,10 @@ def pct(xs, q):
 def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
     ap.add_argument("--binary", required=True, help="the built lease_worker example")
-    ap.add_argument("--upstream", required=True, help="dynalite HOST:PORT (loopback)")
+    ap.add_argument("--upstream", required=True,
+                    help="the store's HOST:PORT (loopback): dynalite, or redis-server")
+    ap.add_argument("--store", choices=["dynamodb", "redis"], default="dynamodb",
+                    help="the lease table's backend: DynamoDB (dynalite) or Redis")
     ap.add_argument("--seconds", type=float, default=60)
     ap.add_argument("--seed", type=int, default=1)
     ap.add_argument("--schedule", choices=["mixed", "half-open", "slow"], default="mixed")
@@ -381,7 +391,8 @@ def main():
     steps = plan(args, rng)
     if args.schedule != "mixed":
         args.seconds = max(args.seconds, steps[-1][0] + steps[-1][3] + args.heal)
-    print(f"chaos: {args.workers} workers, {args.shards} leases, lease {args.lease_secs} s, "
+    print(f"chaos: {args.workers} workers on {args.store}, {args.shards} leases, "
+          f"lease {args.lease_secs} s, "
           f"{args.seconds:.0f} s, schedule {args.schedule}, seed {args.seed}, logs in {work}",
           flush=True)
     for p in procs:
@@ -431,7 +442,8 @@ def main():
     by_lease, overlaps, margins, uncovered, uncovered_healthy, span = \
         audit(args, procs, t0_ns, end_ns, heal_ns)
     summary = {
-        "schedule": args.schedule, "seed": args.seed, "workers": args.workers,
+        "store": args.store, "schedule": args.schedule, "seed": args.seed,
+        "workers": args.workers,
         "leases": args.shards, "lease_secs": args.lease_secs, "seconds": round(span, 1),
         "faults": [{"at": round(a, 1), "worker": f"w{i}", "kind": k, "secs": round(s, 1)}
                    for (a, i, k, s) in steps],

@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
-# Chaos with real processes: `lease_worker` processes on dynalite, each behind a TCP fault
-# proxy (scripts/fault_proxy.py: pass, delay, hold, never-answer, refuse), killed, frozen,
-# partitioned, slowed and restarted on a seeded schedule, then audited from their events logs
-# (overlaps, handover margins, failover and leave times, unprocessed lease-seconds, balance).
+# Chaos with real processes: `lease_worker` processes on dynalite (or on redis-server), each
+# behind a TCP fault proxy (scripts/fault_proxy.py: pass, delay, hold, never-answer, refuse),
+# killed, frozen, partitioned, slowed and restarted on a seeded schedule, then audited from
+# their events logs (overlaps, handover margins, failover and leave times, unprocessed
+# lease-seconds, balance).
 #
 #   scripts/chaos.sh [seconds] [seed] [-- more scripts/chaos.py options]
 #   scripts/chaos.sh 60 7                          # the CI run
@@ -10,6 +11,7 @@
 #   scripts/chaos.sh 0 1 --schedule half-open      # one worker's connections hang
 #   scripts/chaos.sh 0 1 --schedule slow           # one worker's requests take 4 to 12 s
 #   scripts/chaos.sh 300 1 --protocol leases       # the same faults on the lease protocol
+#   scripts/chaos.sh 60 7 --store redis            # the lease table on redis-server
 #
 # Exits non-zero on any overlap or an unbalanced fleet at the end.
 set -euo pipefail
@@ -18,14 +20,39 @@ seconds=${1:-60}
 seed=${2:-1}
 shift $(( $# < 2 ? $# : 2 ))
 [ "${1:-}" = "--" ] && shift
+store=dynamodb
+prev=
+for arg in "$@"; do
+  case "$arg" in
+    --store=*) store=${arg#--store=} ;;
+    *) [ "$prev" = --store ] && store=$arg ;;
+  esac
+  prev=$arg
+done
 
 scripts/emulators.sh install
-if [ -z "${SHARDLEASE_DYNALITE_ENDPOINT:-}" ]; then
+# The emulators are started here unless the store's address is given (as scripts/test.sh does).
+given=$([ "$store" = redis ] && echo "${SHARDLEASE_REDIS_URL:-}" || echo "${SHARDLEASE_DYNALITE_ENDPOINT:-}")
+if [ -z "$given" ]; then
   trap 'scripts/emulators.sh stop' EXIT
   scripts/emulators.sh start
 fi
-dynamo=${SHARDLEASE_DYNALITE_ENDPOINT:-http://127.0.0.1:${DYNALITE_PORT:-4567}}
+case "$store" in
+  redis)
+    redis=${SHARDLEASE_REDIS_URL:-redis://127.0.0.1:${REDIS_PORT:-6390}}
+    upstream=${redis#redis://}
+    upstream=${upstream%%/*}
+    case "$upstream" in
+      *@*) echo "chaos.sh: SHARDLEASE_REDIS_URL with a password is not supported here" >&2; exit 2 ;;
+    esac
+    ;;
+  dynamodb)
+    dynamo=${SHARDLEASE_DYNALITE_ENDPOINT:-http://127.0.0.1:${DYNALITE_PORT:-4567}}
+    upstream=${dynamo#http://}
+    ;;
+  *) echo "chaos.sh: --store $store: expected dynamodb or redis" >&2; exit 2 ;;
+esac
 cargo build --quiet --all-features --example lease_worker
 export AWS_REGION=us-east-1 AWS_ACCESS_KEY_ID=test AWS_SECRET_ACCESS_KEY=test
 python3 scripts/chaos.py --binary target/debug/examples/lease_worker \
-  --upstream "${dynamo#http://}" --seconds "$seconds" --seed "$seed" "$@"
+  --upstream "$upstream" --seconds "$seconds" --seed "$seed" "$@"
