@@ -24,6 +24,8 @@ cargo test --all-features --doc "$@"
 # Real processes under faults for 60 s: lease_worker processes on dynalite behind fault
 # proxies, killed, frozen, partitioned, slowed and restarted (BENCHMARKS.md has 10 minutes).
 scripts/chaos.sh 60 7
+# The same on Redis: lease_worker processes on redis-server behind the fault proxies.
+scripts/chaos.sh 60 7 --store redis
 # The command line on two lease_worker processes: status, drain, checkpoints, import-kcl.
 scripts/demo_cli.sh
 echo "conformance targets run: in-memory (conformance_memory), dynalite (conformance_dynalite), moto (conformance_moto), redis (conformance_redis)"
