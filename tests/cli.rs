@@ -1,6 +1,7 @@
 //! The `shardlease` command line as a process on dynalite, next to workers running in this
 //! test on the same table: every command end to end, and the IAM policy against the SDK
-//! operations the source calls.
+//! operations the source calls. The operator's commands (status, release, drain, checkpoint,
+//! delete) run on a Redis table too (`--redis`, on the server at `SHARDLEASE_REDIS_URL`).
 
 #[path = "common/dynamo.rs"]
 mod dynamo;
@@ -13,22 +14,67 @@ use std::time::Duration;
 use dynamo::{unique_table, Emulator};
 use serde_json::Value;
 use shardlease::lease::{LeaseKey, WorkerId};
-use shardlease::store::dynamodb::{DynamoConfig, DynamoStore};
+use shardlease::store::dynamodb::DynamoConfig;
+use shardlease::store::redis::{RedisConfig, RedisStore};
 use shardlease::store::LeaseStore;
 use shardlease::worker::{LeaseEvent, Worker};
 use shardlease::WorkerConfig;
 use tokio::time::Instant;
 
-/// Runs `shardlease` with `args` against dynalite and `table` (off the async runtime).
-async fn cli(table: &str, args: &[&str]) -> Output {
+/// A lease table of a test's own: on dynalite, or on the Redis server under a key prefix of
+/// its own.
+struct Table {
+    name: String,
+    redis_prefix: Option<String>,
+}
+
+impl Table {
+    fn dynamo(test: &str) -> Self {
+        Self {
+            name: unique_table(test),
+            redis_prefix: None,
+        }
+    }
+
+    fn named(name: &str) -> Self {
+        Self {
+            name: name.into(),
+            redis_prefix: None,
+        }
+    }
+
+    fn redis(test: &str) -> Self {
+        Self {
+            name: "leases".into(),
+            redis_prefix: Some(format!("test-{test}-{}", uuid::Uuid::new_v4().simple())),
+        }
+    }
+
+    /// The command line's options that name this table.
+    fn args(&self) -> Vec<String> {
+        let mut args = vec!["--table".to_owned(), self.name.clone()];
+        match &self.redis_prefix {
+            Some(prefix) => args.extend([
+                "--redis".into(),
+                redis_url(),
+                "--key-prefix".into(),
+                prefix.clone(),
+            ]),
+            None => args.extend(["--endpoint".into(), Emulator::dynalite().endpoint]),
+        }
+        args
+    }
+}
+
+fn redis_url() -> String {
+    std::env::var("SHARDLEASE_REDIS_URL").unwrap_or_else(|_| "redis://127.0.0.1:6379".into())
+}
+
+/// Runs `shardlease` with `args` against `table` (off the async runtime).
+async fn cli(table: &Table, args: &[&str]) -> Output {
     let mut command = Command::new(env!("CARGO_BIN_EXE_shardlease"));
     command
-        .args([
-            "--endpoint",
-            &Emulator::dynalite().endpoint,
-            "--table",
-            table,
-        ])
+        .args(table.args())
         .args(args)
         .env("AWS_ACCESS_KEY_ID", "test")
         .env("AWS_SECRET_ACCESS_KEY", "test")
@@ -64,8 +110,22 @@ fn json(output: &Output) -> Value {
     serde_json::from_str(&ok(output)).expect("one JSON document")
 }
 
-async fn store(table: &str) -> DynamoStore {
-    Emulator::dynalite().store(DynamoConfig::new(table)).await
+async fn store(table: &Table) -> Arc<dyn LeaseStore> {
+    match &table.redis_prefix {
+        None => Arc::new(
+            Emulator::dynalite()
+                .store(DynamoConfig::new(&table.name))
+                .await,
+        ),
+        Some(prefix) => {
+            let config = RedisConfig::new(redis_url(), &table.name).key_prefix(prefix.as_str());
+            Arc::new(
+                RedisStore::connect(config)
+                    .await
+                    .expect("redis-server at SHARDLEASE_REDIS_URL"),
+            )
+        }
+    }
 }
 
 /// What the applications of a test's workers did: (worker, key, "start" / "stop", checkpoint).
@@ -73,12 +133,12 @@ type Journal = Arc<Mutex<Vec<(String, String, &'static str, Option<String>)>>>;
 
 /// A worker on `table` whose application records its starts and stops, and finishes 200 ms
 /// after it is asked to stop.
-async fn worker(table: &str, id: &str, shards: usize, journal: &Journal) -> Worker {
+async fn worker(table: &Table, id: &str, shards: usize, journal: &Journal) -> Worker {
     let keys = (0..shards)
         .map(|i| LeaseKey::new(format!("shard-{i}")).unwrap())
         .collect();
     let config = WorkerConfig::with_lease_duration(Duration::from_secs(6));
-    let mut worker = Worker::builder(Arc::new(store(table).await), WorkerId::new(id).unwrap())
+    let mut worker = Worker::builder(store(table).await, WorkerId::new(id).unwrap())
         .config(config)
         .shards(keys)
         .start()
@@ -135,7 +195,7 @@ fn assert_one_at_a_time(journal: &Journal) {
     }
 }
 
-async fn held_by(table: &str) -> Vec<(String, Option<String>)> {
+async fn held_by(table: &Table) -> Vec<(String, Option<String>)> {
     let snapshot = store(table)
         .await
         .snapshot(Instant::now() + Duration::from_secs(10))
@@ -176,7 +236,7 @@ async fn help_lists_every_command() {
 
 #[tokio::test]
 async fn create_table_then_describe_it() {
-    let table = unique_table("cli-create");
+    let table = Table::dynamo("cli-create");
     let created = json(&cli(&table, &["--json", "create-table"]).await);
     assert_eq!(created["created"], true);
     let again = ok(&cli(&table, &["create-table"]).await);
@@ -187,7 +247,7 @@ async fn create_table_then_describe_it() {
     assert_eq!(described["protocol"], "none running");
 
     // A table that does not exist is named, not created, by the other commands.
-    let missing = cli(&unique_table("cli-missing"), &["status"]).await;
+    let missing = cli(&Table::dynamo("cli-missing"), &["status"]).await;
     assert!(!missing.status.success());
     assert!(
         stderr(&missing).contains("cli-missing"),
@@ -198,7 +258,15 @@ async fn create_table_then_describe_it() {
 
 #[tokio::test]
 async fn status_shows_workers_and_leases() {
-    let table = unique_table("cli-status");
+    status_shows_workers_and_leases_on(Table::dynamo("cli-status")).await;
+}
+
+#[tokio::test]
+async fn status_shows_workers_and_leases_on_redis() {
+    status_shows_workers_and_leases_on(Table::redis("cli-status")).await;
+}
+
+async fn status_shows_workers_and_leases_on(table: Table) {
     let journal = Journal::default();
     let a = worker(&table, "a", 4, &journal).await;
     let b = worker(&table, "b", 4, &journal).await;
@@ -237,7 +305,15 @@ async fn status_shows_workers_and_leases() {
 
 #[tokio::test]
 async fn release_and_drain_move_leases_gracefully() {
-    let table = unique_table("cli-move");
+    release_and_drain_move_leases_gracefully_on(Table::dynamo("cli-move")).await;
+}
+
+#[tokio::test]
+async fn release_and_drain_move_leases_gracefully_on_redis() {
+    release_and_drain_move_leases_gracefully_on(Table::redis("cli-move")).await;
+}
+
+async fn release_and_drain_move_leases_gracefully_on(table: Table) {
     let journal = Journal::default();
     let a = worker(&table, "a", 4, &journal).await;
     let b = worker(&table, "b", 4, &journal).await;
@@ -294,7 +370,15 @@ async fn release_and_drain_move_leases_gracefully() {
 
 #[tokio::test]
 async fn checkpoints_and_deletes_need_force_while_held() {
-    let table = unique_table("cli-checkpoint");
+    checkpoints_and_deletes_need_force_while_held_on(Table::dynamo("cli-checkpoint")).await;
+}
+
+#[tokio::test]
+async fn checkpoints_and_deletes_need_force_while_held_on_redis() {
+    checkpoints_and_deletes_need_force_while_held_on(Table::redis("cli-checkpoint")).await;
+}
+
+async fn checkpoints_and_deletes_need_force_while_held_on(table: Table) {
     let journal = Journal::default();
     let a = worker(&table, "a", 2, &journal).await;
     assert!(until(Duration::from_secs(30), || a.held_leases().len() == 2).await);
@@ -414,7 +498,7 @@ fn operations_in_source() -> BTreeSet<String> {
 async fn the_iam_policy_allows_exactly_the_operations_the_code_sends() {
     let policy = json(
         &cli(
-            "orders-leases",
+            &Table::named("orders-leases"),
             &["iam-policy", "--stream", "orders", "--region", "eu-west-1"],
         )
         .await,
@@ -523,9 +607,9 @@ async fn kcl_table(name: &str) {
 
 #[tokio::test]
 async fn import_kcl_copies_checkpoints_and_a_kcl_table_is_named_as_such() {
-    let from = unique_table("cli-kcl-source");
-    let to = unique_table("cli-kcl-target");
-    kcl_table(&from).await;
+    let from = Table::dynamo("cli-kcl-source");
+    let to = Table::dynamo("cli-kcl-target");
+    kcl_table(&from.name).await;
 
     // Pointed at KCL's table by mistake, the command line says what it is.
     let mistaken = cli(&from, &["status"]).await;
@@ -537,7 +621,7 @@ async fn import_kcl_copies_checkpoints_and_a_kcl_table_is_named_as_such() {
         stderr(&mistaken)
     );
 
-    let dry = ok(&cli(&to, &["import-kcl", "--from", &from, "--to", &to]).await);
+    let dry = ok(&cli(&to, &["import-kcl", "--from", &from.name, "--to", &to.name]).await);
     assert!(dry.contains("nothing was written"), "{dry}");
     assert!(held_by(&to).await.is_empty(), "a dry run wrote");
 
@@ -548,9 +632,9 @@ async fn import_kcl_copies_checkpoints_and_a_kcl_table_is_named_as_such() {
                 "--json",
                 "import-kcl",
                 "--from",
-                &from,
+                &from.name,
                 "--to",
-                &to,
+                &to.name,
                 "--apply",
             ],
         )
@@ -579,10 +663,48 @@ async fn import_kcl_copies_checkpoints_and_a_kcl_table_is_named_as_such() {
     // Again: nothing changes.
     let again = ok(&cli(
         &to,
-        &["import-kcl", "--from", &from, "--to", &to, "--apply"],
+        &[
+            "import-kcl",
+            "--from",
+            &from.name,
+            "--to",
+            &to.name,
+            "--apply",
+        ],
     )
     .await);
     assert!(!again.contains("created"), "{again}");
+}
+
+#[tokio::test]
+async fn dynamodb_commands_refuse_a_redis_table_and_say_why() {
+    let table = Table::redis("cli-refuse");
+    for (command, why) in [
+        (vec!["create-table"], "needs no creation"),
+        (vec!["describe-table"], "status"),
+        (vec!["iam-policy"], "ACLs"),
+        (
+            vec!["import-kcl", "--from", "a", "--to", "b"],
+            "DynamoDB table",
+        ),
+    ] {
+        let refused = cli(&table, &command).await;
+        assert_eq!(refused.status.code(), Some(1), "{command:?}");
+        let text = stderr(&refused);
+        assert!(
+            text.contains("not --redis") && text.contains(why),
+            "{command:?}: {text}"
+        );
+    }
+    let both = cli(&table, &["--endpoint", "http://127.0.0.1:1", "status"]).await;
+    assert_eq!(both.status.code(), Some(2), "{}", stderr(&both));
+    let prefix_alone = cli(&Table::named("t"), &["--key-prefix", "p", "status"]).await;
+    assert_eq!(prefix_alone.status.code(), Some(1));
+    assert!(
+        stderr(&prefix_alone).contains("--redis"),
+        "{}",
+        stderr(&prefix_alone)
+    );
 }
 
 #[tokio::test]
@@ -599,7 +721,7 @@ async fn the_policy_in_the_operations_guide_is_the_one_the_command_prints() {
     let documented: Value = serde_json::from_str(block).expect("the documented policy parses");
     let printed = json(
         &cli(
-            "orders-leases",
+            &Table::named("orders-leases"),
             &[
                 "iam-policy",
                 "--stream",
@@ -624,7 +746,7 @@ async fn the_policy_in_the_operations_guide_is_the_one_the_command_prints() {
 #[tokio::test]
 async fn status_watch_refreshes_and_times_what_stands_still() {
     use std::io::{BufRead, BufReader};
-    let table = unique_table("cli-watch");
+    let table = Table::dynamo("cli-watch");
     let journal = Journal::default();
     let a = worker(&table, "a", 2, &journal).await;
     assert!(until(Duration::from_secs(30), || a.held_leases().len() == 2).await);
@@ -633,7 +755,7 @@ async fn status_watch_refreshes_and_times_what_stands_still() {
             "--endpoint",
             &Emulator::dynalite().endpoint,
             "--table",
-            &table,
+            &table.name,
         ])
         .args(["--json", "status", "--watch", "--interval", "300ms"])
         .env("AWS_ACCESS_KEY_ID", "test")

@@ -1,17 +1,48 @@
 //! Which table, through which client; the table commands.
 
+use std::sync::Arc;
+
 use aws_sdk_dynamodb::Client;
 use serde_json::json;
 use shardlease::lease::Snapshot;
 use shardlease::store::dynamodb::{Billing, DynamoConfig, DynamoStore};
+use shardlease::store::redis::{RedisConfig, RedisStore};
 use shardlease::store::{LeaseStore, StoreError};
 
 use crate::{text, Error};
 
-/// The table and endpoint from the command line.
+/// The table, and where it lives, from the command line.
 pub struct Target {
     pub table: Option<String>,
     pub endpoint: Option<String>,
+    /// The table is on this Redis server (instead of DynamoDB).
+    pub redis: Option<String>,
+    /// The Redis key prefix (`--key-prefix`); `None`: the store's default.
+    pub key_prefix: Option<String>,
+}
+
+/// The lease table's backend.
+pub enum Backend {
+    Dynamo(DynamoStore),
+    Redis(RedisStore),
+}
+
+impl Backend {
+    /// The store, for the operator's protocol and listings.
+    pub fn lease_store(&self) -> Arc<dyn LeaseStore> {
+        match self {
+            Backend::Dynamo(store) => Arc::new(store.clone()),
+            Backend::Redis(store) => Arc::new(store.clone()),
+        }
+    }
+
+    /// The table's name.
+    pub fn table_name(&self) -> &str {
+        match self {
+            Backend::Dynamo(store) => store.table_name(),
+            Backend::Redis(store) => store.table(),
+        }
+    }
 }
 
 impl Target {
@@ -20,6 +51,31 @@ impl Target {
         self.table
             .as_deref()
             .ok_or_else(|| "no lease table: pass --table NAME (or set SHARDLEASE_TABLE)".into())
+    }
+
+    /// The table on DynamoDB or, with `--redis`, on Redis; never created here.
+    pub async fn backend(&self) -> Result<Backend, Error> {
+        let Some(url) = &self.redis else {
+            return Ok(Backend::Dynamo(self.store(false).await?));
+        };
+        let mut config = RedisConfig::new(url.as_str(), self.table()?);
+        if let Some(prefix) = &self.key_prefix {
+            config = config.key_prefix(prefix.as_str());
+        }
+        Ok(Backend::Redis(RedisStore::connect(config).await?))
+    }
+
+    /// Refuses `command` on a Redis table: it is about DynamoDB tables only.
+    pub fn dynamodb_only(&self, command: &str, why: &str) -> Result<(), Error> {
+        if self.redis.is_some() {
+            return Err(
+                format!("{command} is for DynamoDB lease tables, not --redis: {why}").into(),
+            );
+        }
+        if self.key_prefix.is_some() {
+            return Err("--key-prefix is for a Redis table (--redis URL)".into());
+        }
+        Ok(())
     }
 
     /// A DynamoDB client from the standard AWS environment, at `--endpoint` if given.

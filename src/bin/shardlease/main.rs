@@ -8,7 +8,9 @@
 //!
 //! The table comes from `--table` (or `SHARDLEASE_TABLE`), the endpoint, region and
 //! credentials from the standard AWS environment (`AWS_ENDPOINT_URL` or `--endpoint` for a
-//! local emulator). Every change goes through the workers' own conditional writes
+//! local emulator); with `--redis URL` (or `SHARDLEASE_REDIS`) the table is on that Redis
+//! server instead, under `--key-prefix` (default `shardlease`), and `status`, `release`,
+//! `drain`, `checkpoint` and `delete` work on it the same way. Every change goes through the workers' own conditional writes
 //! (`shardlease::admin`): nothing is processed twice. Tables print for people; `--json` prints
 //! one JSON document for scripts. Errors print one line and exit with status 1 (2 for a
 //! command line that does not parse).
@@ -16,6 +18,7 @@
 mod connect;
 mod iam;
 mod kcl;
+mod redis_table;
 mod status;
 mod text;
 
@@ -37,8 +40,21 @@ struct Cli {
     #[arg(long, global = true, env = "SHARDLEASE_TABLE", hide_env = true)]
     table: Option<String>,
     /// The DynamoDB endpoint, for a local emulator [default: the AWS chain, or AWS_ENDPOINT_URL]
-    #[arg(long, global = true)]
+    #[arg(long, global = true, conflicts_with = "redis")]
     endpoint: Option<String>,
+    /// The table is on this Redis server instead of DynamoDB:
+    /// redis://[USER:PASSWORD@]HOST[:PORT][/DB] [env: SHARDLEASE_REDIS]
+    #[arg(
+        long,
+        global = true,
+        value_name = "URL",
+        env = "SHARDLEASE_REDIS",
+        hide_env = true
+    )]
+    redis: Option<String>,
+    /// The Redis key prefix the workers use (RedisConfig::key_prefix) [default: shardlease]
+    #[arg(long, global = true, value_name = "PREFIX")]
+    key_prefix: Option<String>,
     /// Print one JSON document instead of tables
     #[arg(long, global = true)]
     json: bool,
@@ -189,16 +205,21 @@ async fn run(cli: Cli) -> Result<(), Error> {
     let target = Target {
         table: cli.table.clone(),
         endpoint: cli.endpoint.clone(),
+        redis: cli.redis.clone(),
+        key_prefix: cli.key_prefix.clone(),
     };
+    if target.redis.is_none() && target.key_prefix.is_some() {
+        return Err("--key-prefix is for a Redis table: pass --redis URL too".into());
+    }
     let json = cli.json;
     match cli.command {
         Command::Status { watch, interval } => {
-            let store = target.store(false).await?;
-            status::run(&store, json, watch.then_some(interval)).await
+            let backend = target.backend().await?;
+            status::run(&backend, json, watch.then_some(interval)).await
         }
         Command::Release { key, timeout } => {
             let key = LeaseKey::new(key)?;
-            let admin = Admin::new(target.store(false).await?);
+            let admin = Admin::new(target.backend().await?.lease_store());
             eprintln!("asking the owner of {key} to hand it over");
             let given = admin.release(&key, timeout, waiting_for_owner).await?;
             finish_line();
@@ -207,7 +228,7 @@ async fn run(cli: Cli) -> Result<(), Error> {
         }
         Command::Drain { worker, timeout } => {
             let worker = WorkerId::new(worker)?;
-            let admin = Admin::new(target.store(false).await?);
+            let admin = Admin::new(target.backend().await?.lease_store());
             let done = admin
                 .drain(&worker, timeout, |p| drain_line(&worker, p))
                 .await?;
@@ -223,7 +244,7 @@ async fn run(cli: Cli) -> Result<(), Error> {
             Ok(())
         }
         Command::Checkpoint { action } => {
-            let admin = Admin::new(target.store(false).await?);
+            let admin = Admin::new(target.backend().await?.lease_store());
             let (key, value, force, timeout) = match &action {
                 CheckpointAction::Set {
                     key,
@@ -258,7 +279,7 @@ async fn run(cli: Cli) -> Result<(), Error> {
             timeout,
         } => {
             let key = LeaseKey::new(key)?;
-            let admin = Admin::new(target.store(false).await?);
+            let admin = Admin::new(target.backend().await?.lease_store());
             let deleted = admin
                 .delete(&key, force, timeout, waiting_for_owner)
                 .await?;
@@ -277,15 +298,26 @@ async fn run(cli: Cli) -> Result<(), Error> {
             Ok(())
         }
         Command::CreateTable { provisioned } => {
+            target.dynamodb_only(
+                "create-table",
+                "a Redis table needs no creation (its first lease creates it)",
+            )?;
             connect::create_table(&target, provisioned.as_deref(), json).await
         }
-        Command::DescribeTable => connect::describe_table(&target, json).await,
-        Command::ImportKcl { from, to, apply } => kcl::run(&target, &from, &to, apply, json).await,
+        Command::DescribeTable => {
+            target.dynamodb_only("describe-table", "`status` shows what a Redis table holds")?;
+            connect::describe_table(&target, json).await
+        }
+        Command::ImportKcl { from, to, apply } => {
+            target.dynamodb_only("import-kcl", "it copies into a DynamoDB table")?;
+            kcl::run(&target, &from, &to, apply, json).await
+        }
         Command::IamPolicy {
             stream,
             region,
             account,
         } => {
+            target.dynamodb_only("iam-policy", "Redis access is granted by the server's ACLs")?;
             let table = target.table()?;
             let policy = iam::policy(
                 table,

@@ -12,6 +12,8 @@ use shardlease::store::dynamodb::DynamoStore;
 use shardlease::store::LeaseStore;
 use tokio::time::Instant;
 
+use crate::connect::Backend;
+use crate::redis_table;
 use crate::{text, Error};
 
 /// What this process saw change, and when: a counter (or heartbeat) value that has not moved
@@ -41,7 +43,7 @@ impl Observed {
 }
 
 /// Prints the status once, or every `watch` until interrupted.
-pub async fn run(store: &DynamoStore, json: bool, watch: Option<Duration>) -> Result<(), Error> {
+pub async fn run(store: &Backend, json: bool, watch: Option<Duration>) -> Result<(), Error> {
     let mut observed = Observed::default();
     let terminal = std::io::stdout().is_terminal();
     loop {
@@ -69,15 +71,15 @@ pub async fn run(store: &DynamoStore, json: bool, watch: Option<Duration>) -> Re
 }
 
 /// One look at the table, as the JSON document `--json` prints.
-async fn look(
-    store: &DynamoStore,
-    observed: &mut Observed,
-    watching: bool,
-) -> Result<Value, Error> {
+async fn look(store: &Backend, observed: &mut Observed, watching: bool) -> Result<Value, Error> {
     let snapshot: Snapshot = store
+        .lease_store()
         .snapshot(Instant::now() + Duration::from_secs(30))
         .await?;
-    let written = last_writes(store).await?;
+    let written = match store {
+        Backend::Dynamo(store) => last_writes(store).await?,
+        Backend::Redis(store) => redis_table::last_writes(store).await?,
+    };
     let now = Instant::now();
     let wall = chrono::Utc::now();
     let age = |key: &str| {

@@ -108,6 +108,11 @@ impl RedisStore {
         Ok(store)
     }
 
+    /// The configuration the store was connected with.
+    pub fn config(&self) -> &RedisConfig {
+        &self.config
+    }
+
     /// The table's name.
     pub fn table(&self) -> &str {
         &self.config.table
