@@ -72,6 +72,8 @@
 //! - `kinesis`: the Kinesis consumer, `kinesis::KinesisConsumer`.
 //! - `redis`: `store::redis::RedisStore`, the lease table in Redis (one Lua script per
 //!   conditional write; see `docs/ARCHITECTURE.md`, "Redis durability", before production).
+//! - `loghub`: nothing in the library; the Aliyun LogHub SDK for `examples/loghub_source.rs`,
+//!   a [`ShardSource`] over a logstore's shards.
 //!
 //! ## What is guaranteed
 //!
