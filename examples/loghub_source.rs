@@ -23,12 +23,14 @@
 //! (default `<hostname>-<pid>`), `--lease-secs N` (default 10). The leases live in memory
 //! (one process) unless `--table NAME` names a DynamoDB lease table (created if missing;
 //! region and credentials from the standard AWS environment, `--dynamodb-endpoint URL` for an
-//! emulator), which several processes can share. Credentials come from
+//! emulator), or `--redis URL` puts the table on a Redis server (what LogHub fleets on
+//! Alibaba Cloud usually have; the table's name is `--table`, by default
+//! `loghub-<project>-<logstore>`); several processes can share either. Credentials come from
 //! `ALIBABA_CLOUD_ACCESS_KEY_ID`, `ALIBABA_CLOUD_ACCESS_KEY_SECRET` and, for STS,
 //! `ALIBABA_CLOUD_SECURITY_TOKEN` (the SDK's environment provider).
 //!
 //! Ctrl-C or SIGTERM leaves gracefully (every lease checkpoints and is released); so does a
-//! drain (`shardlease drain ID` on a DynamoDB table). The library's log goes to stderr
+//! drain (`shardlease [--redis URL] --table T drain ID`). The library's log goes to stderr
 //! (`RUST_LOG`, default `info`); an error that stops the process (no credentials, a project
 //! or logstore that does not exist, refused credentials, an unreachable endpoint) is printed
 //! as one line.
@@ -63,6 +65,7 @@ use loghub_ranges::ListedShard;
 use shardlease::source::{Shard, ShardSource, SourceError};
 use shardlease::store::dynamodb::{DynamoConfig, DynamoStore};
 use shardlease::store::memory::InMemoryStore;
+use shardlease::store::redis::{RedisConfig, RedisStore};
 use shardlease::store::LeaseStore;
 use shardlease::worker::{Checkpointer, LeaseEvent, LeaseGrant, StopReason, Worker};
 use shardlease::{LeaseKey, WorkerConfig, WorkerId};
@@ -100,6 +103,10 @@ struct Args {
     /// The DynamoDB endpoint (an emulator), with --table
     #[arg(long, value_name = "URL", requires = "table")]
     dynamodb_endpoint: Option<String>,
+    /// Keep the lease table on this Redis server instead (redis://[USER:PASSWORD@]HOST[:PORT]);
+    /// the table's name is --table, default "loghub-<project>-<logstore>"
+    #[arg(long, value_name = "URL", conflicts_with = "dynamodb_endpoint")]
+    redis: Option<String>,
     /// The lease duration (failover time), in seconds
     #[arg(long, value_name = "N", default_value_t = 10, value_parser = clap::value_parser!(u64).range(1..))]
     lease_secs: u64,
@@ -371,8 +378,14 @@ async fn run(args: Args) -> Result<(), Error> {
         args.project, args.logstore
     );
 
-    let store: Arc<dyn LeaseStore> = match &args.table {
-        Some(table) => {
+    let store: Arc<dyn LeaseStore> = match (&args.redis, &args.table) {
+        (Some(url), table) => {
+            let table = table
+                .clone()
+                .unwrap_or_else(|| format!("loghub-{}-{}", args.project, args.logstore));
+            Arc::new(RedisStore::connect(RedisConfig::new(url.as_str(), table)).await?)
+        }
+        (None, Some(table)) => {
             let aws = aws_config::load_from_env().await;
             let mut dynamo = aws_sdk_dynamodb::config::Builder::from(&aws);
             if let Some(endpoint) = &args.dynamodb_endpoint {
@@ -381,7 +394,7 @@ async fn run(args: Args) -> Result<(), Error> {
             let client = aws_sdk_dynamodb::Client::from_conf(dynamo.build());
             Arc::new(DynamoStore::connect(client, DynamoConfig::new(table)).await?)
         }
-        None => Arc::new(InMemoryStore::new()),
+        (None, None) => Arc::new(InMemoryStore::new()),
     };
     let config = WorkerConfig::with_lease_duration(Duration::from_secs(args.lease_secs));
     let mut leases = Worker::builder(store, WorkerId::new(&worker)?)
