@@ -2,9 +2,11 @@
 //! `SHARDLEASE_REDIS_URL` (default `redis://127.0.0.1:6379`; `scripts/test.sh` starts one and
 //! sets it), each test on a key prefix of its own; then the cases only Redis has: a lost answer
 //! recognised by its token, `NOSCRIPT` after `SCRIPT FLUSH`, malformed hashes skipped and
-//! never written, paging with members, tables under different prefixes, failed connects.
+//! never written, paging with members, tables under different prefixes, failed connects; and
+//! in `tests/redis_cases/`, number fields checked by the scripts exactly as by the decoder.
 
 mod conformance;
+mod redis_cases;
 
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::Arc;

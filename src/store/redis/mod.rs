@@ -425,8 +425,9 @@ fn answer<T>(
             }
         }
         _ => {
-            // The Rust decoder names the field too; where it finds nothing wrong (the script's
-            // checks are a little stricter on numbers), the script's field is reported.
+            // The Rust decoder names the field too; where it finds nothing wrong (the scripts
+            // read a JSON list more strictly: no blank before its `[`), the script's field is
+            // reported.
             decode(&item)?;
             Err(StoreError::Malformed {
                 key: key.to_owned(),

@@ -49,9 +49,15 @@ local function id(v)
     and not string.find(v, '\194[\128-\159]') and string.sub(v, 1, 11) ~= 'shardlease#'
 end
 
+-- A load figure: text Rust's f64 parser reads (a sign, digits with at most one point and at
+-- least one digit, an exponent) whose value is finite. tonumber alone is looser: it also reads
+-- hex ("0x10", "0x1p4") and blanks around the number, which the Rust decoder refuses.
 local function finite(v)
+  local digits, exponent = string.match(v, '^[+-]?(%d*%.?%d*)(.*)$')
+  if digits == nil or not string.find(digits, '%d') then return false end
+  if exponent ~= '' and not string.match(exponent, '^[eE][+-]?%d+$') then return false end
   local n = tonumber(v)
-  return n ~= nil and n == n and n ~= math.huge and n ~= -math.huge
+  return n ~= nil and n > -math.huge and n < math.huge
 end
 
 -- A JSON array of strings (parents, notices); `check` tests each element.
