@@ -102,6 +102,10 @@
 //!   process draws the same incarnation).
 //! - `beat`, `notify`: conditioned on the incarnation only: send them again.
 
+// The attribute names both backends' schemas use (the in-memory store keeps no items): gated
+// on either backend, so that each has it without the other.
+#[cfg(any(feature = "dynamodb", feature = "redis"))]
+mod attributes;
 mod error;
 pub mod fault;
 pub mod memory;

@@ -1,5 +1,6 @@
-//! The DynamoDB item format: every attribute name, condition and update expression, and the
-//! encoding and decoding of items. Nothing else in the crate names an attribute.
+//! The DynamoDB item format: every condition and update expression, and the encoding and
+//! decoding of items. The attribute names are those of `src/store/attributes.rs`, shared with
+//! the Redis store and re-exported here; nothing else in the crate names an attribute.
 //!
 //! One table, hash key `leaseKey` (string). A lease item is keyed by its lease key; a
 //! membership record by [`RESERVED_PREFIX`]`member#<worker id>`.
@@ -11,54 +12,13 @@ use aws_sdk_dynamodb::types::AttributeValue;
 use crate::lease::{Incarnation, Lease, LeaseKey, Member, WorkerId, RESERVED_PREFIX};
 use crate::store::StoreError;
 
-/// Hash key of every item (string).
-pub const KEY: &str = "leaseKey";
-/// Lease owner's worker id (string; absent when unowned).
-pub const OWNER: &str = "leaseOwner";
-/// The owner's incarnation, the process that took the lease (number; absent when unowned or
-/// handed over and not yet taken by the requester).
-pub const OWNER_INCARNATION: &str = "ownerIncarnation";
-/// Liveness counter (number).
-pub const COUNTER: &str = "leaseCounter";
-/// Fencing token: changes with each new owner (number).
-pub const TENURE: &str = "leaseTenure";
-/// The application's checkpoint (string; absent when none).
-pub const CHECKPOINT: &str = "checkpoint";
-/// Owner changes since the last checkpoint (number).
-pub const OWNER_SWITCHES: &str = "ownerSwitchesSinceCheckpoint";
-/// Parent lease keys (list of strings; absent when none).
-pub const PARENTS: &str = "parentLeaseKeys";
-/// Worker a pending handoff goes to (string; absent when none).
-pub const HANDOFF_TO: &str = "handoffTo";
-/// Per-lease load figure (number; absent when not reported).
-pub const LEASE_LOAD: &str = "leaseLoad";
-/// Random nonce drawn when the lease item was created, never changed (number; absent on
-/// items written before it existed, read as 0).
-pub const NONCE: &str = "leaseNonce";
-/// Token of the last write, to recognise one's own write after a lost response (string).
-pub const LAST_OP: &str = "lastOp";
-/// Wall-clock time of the last write, RFC 3339, for operators only: never read by the library.
-pub const UPDATED_AT: &str = "updatedAt";
-/// Membership record: the worker id (string).
-pub const WORKER: &str = "workerId";
-/// Membership record: heartbeat counter (number).
-pub const HEARTBEAT: &str = "heartbeat";
-/// Membership record: the incarnation that wrote the last heartbeat (number).
-pub const MEMBER_INCARNATION: &str = "workerIncarnation";
-/// Membership record: the worker's load figure (number; optional).
-pub const MEMBER_LOAD: &str = "workerLoad";
-/// Membership record: the most leases the worker accepts (number; optional).
-pub const CAPACITY: &str = "workerCapacity";
-
-/// Membership record: what other workers asked the session to look at (string set; absent
-/// when empty).
-pub const NOTICES: &str = "notices";
-/// On a membership record: which protocol wrote it. [`SESSIONS`] on a session's record
-/// (written by `open_session`); absent on a record of the lease protocol's heartbeat, which
-/// removes it (and on every record written before it existed).
-pub const MEMBER_PROTOCOL: &str = "workerProtocol";
-/// The value of [`MEMBER_PROTOCOL`] on a session's record.
-pub const SESSIONS: &str = "sessions";
+// The attribute names, shared with the Redis store's hashes; re-exported so that this module
+// still names every attribute the format uses.
+pub use crate::store::attributes::{
+    CAPACITY, CHECKPOINT, COUNTER, HANDOFF_TO, HEARTBEAT, KEY, LAST_OP, LEASE_LOAD,
+    MEMBER_INCARNATION, MEMBER_LOAD, MEMBER_PROTOCOL, NONCE, NOTICES, OWNER, OWNER_INCARNATION,
+    OWNER_SWITCHES, PARENTS, SESSIONS, TENURE, UPDATED_AT, WORKER,
+};
 
 /// `create`: no item has this key.
 pub const COND_CREATE: &str = "attribute_not_exists(leaseKey)";

@@ -1,5 +1,6 @@
-//! The Redis item format: the key layout, every field name, and the encoding and decoding of
-//! items. The conditions and updates are the Lua scripts of `src/store/redis/scripts.rs`.
+//! The Redis item format: the key layout, and the encoding and decoding of items. The field
+//! names are the DynamoDB attribute names, from `src/store/attributes.rs`, re-exported here;
+//! the conditions and updates are the Lua scripts of `src/store/redis/scripts.rs`.
 //!
 //! A table named `T` under the key prefix `P` is, all under the hash tag `{T}` (so that every
 //! script's keys are in one slot of a Redis Cluster):
@@ -19,77 +20,20 @@ use std::collections::{BTreeSet, HashMap};
 use crate::lease::{Incarnation, Lease, LeaseKey, Member, WorkerId, RESERVED_PREFIX};
 use crate::store::StoreError;
 
-/// The item key (string), as DynamoDB's hash key.
-pub const KEY: &str = "leaseKey";
-/// Lease owner's worker id (absent when unowned).
-pub const OWNER: &str = "leaseOwner";
-/// The owner's incarnation (absent when unowned or handed over and not yet taken).
-pub const OWNER_INCARNATION: &str = "ownerIncarnation";
-/// Liveness counter.
-pub const COUNTER: &str = "leaseCounter";
-/// Fencing token: changes with each new owner.
-pub const TENURE: &str = "leaseTenure";
-/// The application's checkpoint (absent when none).
-pub const CHECKPOINT: &str = "checkpoint";
-/// Owner changes since the last checkpoint.
-pub const OWNER_SWITCHES: &str = "ownerSwitchesSinceCheckpoint";
-/// Parent lease keys (a JSON array of strings; absent when none).
-pub const PARENTS: &str = "parentLeaseKeys";
-/// Worker a pending handoff goes to (absent when none).
-pub const HANDOFF_TO: &str = "handoffTo";
-/// Per-lease load figure (absent when not reported).
-pub const LEASE_LOAD: &str = "leaseLoad";
-/// Random nonce drawn when the lease was created, never changed.
-pub const NONCE: &str = "leaseNonce";
-/// Token of the last write, to recognise one's own write after a lost answer.
-pub const LAST_OP: &str = "lastOp";
-/// Wall-clock time of the last write (milliseconds since the Unix epoch), for operators only.
-pub const UPDATED_AT: &str = "updatedAt";
-/// Membership record: the worker id.
-pub const WORKER: &str = "workerId";
-/// Membership record: heartbeat counter.
-pub const HEARTBEAT: &str = "heartbeat";
-/// Membership record: the incarnation that wrote the last heartbeat.
-pub const MEMBER_INCARNATION: &str = "workerIncarnation";
-/// Membership record: the worker's load figure (optional).
-pub const MEMBER_LOAD: &str = "workerLoad";
-/// Membership record: the most leases the worker accepts (optional).
-pub const CAPACITY: &str = "workerCapacity";
-/// Membership record: pending notices (a JSON array of strings; absent when empty).
-pub const NOTICES: &str = "notices";
-/// Membership record: `sessions` on a session's record, absent on the lease protocol's.
-pub const MEMBER_PROTOCOL: &str = "workerProtocol";
-/// The value of [`MEMBER_PROTOCOL`] on a session's record.
-pub const SESSIONS: &str = "sessions";
-
-/// Every field name the format uses, to name the field a script found at fault.
-const FIELDS: [&str; 21] = [
-    KEY,
-    OWNER,
-    OWNER_INCARNATION,
-    COUNTER,
-    TENURE,
-    CHECKPOINT,
-    OWNER_SWITCHES,
-    PARENTS,
-    HANDOFF_TO,
-    LEASE_LOAD,
-    NONCE,
-    LAST_OP,
-    UPDATED_AT,
-    WORKER,
-    HEARTBEAT,
-    MEMBER_INCARNATION,
-    MEMBER_LOAD,
-    CAPACITY,
-    NOTICES,
-    MEMBER_PROTOCOL,
-    SESSIONS,
-];
+// The field names: the DynamoDB attribute names, from the list both stores share; re-exported
+// so that this module still names every field the format uses.
+pub use crate::store::attributes::{
+    CAPACITY, CHECKPOINT, COUNTER, HANDOFF_TO, HEARTBEAT, KEY, LAST_OP, LEASE_LOAD,
+    MEMBER_INCARNATION, MEMBER_LOAD, MEMBER_PROTOCOL, NONCE, NOTICES, OWNER, OWNER_INCARNATION,
+    OWNER_SWITCHES, PARENTS, SESSIONS, TENURE, UPDATED_AT, WORKER,
+};
 
 /// The field named `name`, as the format's constant ([`KEY`] for a name it does not use).
 pub fn field_name(name: &str) -> &'static str {
-    FIELDS.into_iter().find(|f| *f == name).unwrap_or(KEY)
+    crate::store::attributes::ALL
+        .into_iter()
+        .find(|f| *f == name)
+        .unwrap_or(KEY)
 }
 
 /// Largest counter a hash may hold: `HINCRBY` works on signed 64-bit numbers, and the scripts
