@@ -3,8 +3,8 @@
 //! sets it), each test on a key prefix of its own; then the cases only Redis has: a lost answer
 //! recognised by its token, `NOSCRIPT` after `SCRIPT FLUSH`, malformed hashes skipped and
 //! never written, paging with members, tables under different prefixes, failed connects; and
-//! in `tests/redis_cases/`, number fields checked by the scripts exactly as by the decoder, and
-//! a lost answer for every other conditional write.
+//! in `tests/redis_cases/`, number and text fields checked by the scripts exactly as by the
+//! decoder, and a lost answer for every other conditional write.
 
 mod conformance;
 mod redis_cases;

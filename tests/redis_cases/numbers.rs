@@ -5,38 +5,8 @@
 use shardlease::store::StoreResult;
 use shardlease::{LeaseStore, Member, NewLease, StoreError};
 
-use crate::{config, connect, deadline, hash, key, side, worker, HashFields, PROCESS};
-
-type Side = redis::aio::MultiplexedConnection;
-type Hash = Vec<(String, String)>;
-
-/// Writes `fields` as the whole hash of item `name`, and the key into the index, as a script
-/// would; returns the hash as read back.
-async fn put_raw(
-    side: &mut Side,
-    store: &shardlease::store::redis::RedisStore,
-    name: &str,
-    fields: HashFields<'_>,
-) -> Hash {
-    let item = store.item_key(name);
-    let () = redis::pipe()
-        .cmd("DEL")
-        .arg(&item)
-        .ignore()
-        .cmd("HSET")
-        .arg(&item)
-        .arg(fields)
-        .ignore()
-        .cmd("ZADD")
-        .arg(store.index_key())
-        .arg(0)
-        .arg(name)
-        .ignore()
-        .query_async(side)
-        .await
-        .unwrap();
-    hash(side, &item).await
-}
+use super::{assert_written_iff_decoded, put_raw, raw_hash, Hash, Side};
+use crate::{config, connect, deadline, key, side, worker, HashFields, PROCESS};
 
 /// Asserts that write `op` answered a malformed-item error naming `field` and left the hash
 /// `item` as `before`.
@@ -52,7 +22,11 @@ async fn assert_refused(
         Err(StoreError::Malformed { field: named, .. }) if *named == field => {}
         other => panic!("{op}: expected a malformed {field}, got {other:?}"),
     }
-    assert_eq!(&hash(side, item).await, before, "{op} wrote over the hash");
+    assert_eq!(
+        &raw_hash(side, item).await,
+        before,
+        "{op} wrote over the hash"
+    );
 }
 
 /// Load figures that Lua's `tonumber` reads but Rust's `f64` parser does not.
@@ -210,33 +184,6 @@ fn with<'a>(fields: HashFields<'a>, field: &'a str, text: &'a str) -> Vec<(&'a s
     changed
 }
 
-/// Asserts that a write whose condition held changed the hash if and only if the Rust decoder
-/// read it (`decoded`), and that one it did not read was refused as malformed.
-async fn assert_written_iff_decoded(
-    side: &mut Side,
-    item: &str,
-    before: Hash,
-    (field, text): (&str, &str),
-    decoded: StoreResult<()>,
-    written: StoreResult<()>,
-) {
-    let after = hash(side, item).await;
-    match decoded {
-        Ok(()) => assert_ne!(after, before, "{field} = {text:?} decodes: {written:?}"),
-        Err(StoreError::Malformed { field: named, .. }) if named == field => {
-            assert_eq!(
-                after, before,
-                "{field} = {text:?} is malformed, yet written"
-            );
-            assert!(
-                matches!(written, Err(StoreError::Malformed { .. })),
-                "{field} = {text:?}: {written:?}"
-            );
-        }
-        Err(other) => panic!("{field} = {text:?}: the decoder answered {other:?}"),
-    }
-}
-
 #[tokio::test]
 async fn a_write_changes_a_number_field_exactly_when_the_rust_decoder_reads_it() {
     let store = connect(config("number_texts")).await;
@@ -279,7 +226,7 @@ async fn a_write_changes_a_number_field_exactly_when_the_rust_decoder_reads_it()
             } else {
                 store.renew(&shard, &a, 1, None, deadline()).await
             };
-            let (case, written) = ((field, text), written.map(drop));
+            let (case, written) = ((field, text.as_bytes()), written.map(drop));
             assert_written_iff_decoded(&mut side, &lease_item, before, case, decoded, written)
                 .await;
         }
@@ -292,7 +239,7 @@ async fn a_write_changes_a_number_field_exactly_when_the_rust_decoder_reads_it()
             } else {
                 store.beat(&w, PROCESS, None, &[], deadline()).await
             };
-            let (case, written) = ((field, text), written.map(drop));
+            let (case, written) = ((field, text.as_bytes()), written.map(drop));
             assert_written_iff_decoded(&mut side, &member_item, before, case, decoded, written)
                 .await;
         }

@@ -425,9 +425,9 @@ fn answer<T>(
             }
         }
         _ => {
-            // The Rust decoder names the field too; where it finds nothing wrong (the scripts
-            // read a JSON list more strictly: no blank before its `[`), the script's field is
-            // reported.
+            // The Rust decoder names the field too. The scripts accept what it accepts
+            // (tests/redis_cases/); should one ever refuse a hash it reads, the script's field
+            // is reported.
             decode(&item)?;
             Err(StoreError::Malformed {
                 key: key.to_owned(),

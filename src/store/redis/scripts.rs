@@ -43,10 +43,39 @@ local function u32(v)
   return #v < 10 or (#v == 10 and v <= '4294967295')
 end
 
--- A worker id or lease key: 1 to 1024 bytes, no control character, not reserved.
+-- UTF-8 text, as Rust's str::from_utf8 reads it: every sequence complete, none overlong, no
+-- surrogate, nothing above U+10FFFF.
+local function utf8(v)
+  if not string.find(v, '[\128-\255]') then return true end
+  local i, n = 1, #v
+  while i <= n do
+    local c = string.byte(v, i)
+    -- The sequence's length, and the range of its second byte.
+    local len, lo, hi = 1, 128, 191
+    if c < 128 then len = 1
+    elseif c >= 194 and c <= 223 then len = 2
+    elseif c == 224 then len, lo = 3, 160
+    elseif c == 237 then len, hi = 3, 159
+    elseif c >= 225 and c <= 239 then len = 3
+    elseif c == 240 then len, lo = 4, 144
+    elseif c >= 241 and c <= 243 then len = 4
+    elseif c == 244 then len, hi = 4, 143
+    else return false end
+    for j = i + 1, i + len - 1 do
+      local b = string.byte(v, j)
+      if b == nil or b < 128 or b > 191 then return false end
+      if j == i + 1 and (b < lo or b > hi) then return false end
+    end
+    i = i + len
+  end
+  return true
+end
+
+-- A worker id or lease key: UTF-8, 1 to 1024 bytes, no control character, not reserved.
 local function id(v)
   return #v > 0 and #v <= 1024 and not string.find(v, '%c')
     and not string.find(v, '\194[\128-\159]') and string.sub(v, 1, 11) ~= 'shardlease#'
+    and utf8(v)
 end
 
 -- A load figure: text Rust's f64 parser reads (a sign, digits with at most one point and at
@@ -60,9 +89,26 @@ local function finite(v)
   return n ~= nil and n > -math.huge and n < math.huge
 end
 
--- A JSON array of strings (parents, notices); `check` tests each element.
+-- True when no string of JSON text `v` holds a raw control character (JSON wants them
+-- escaped; cjson takes them as they are, serde_json does not).
+local function escaped(v)
+  if not string.find(v, '[%z\1-\31]') then return true end
+  local inside, backslash = false, false
+  for i = 1, #v do
+    local c = string.byte(v, i)
+    if not inside then inside = c == 34
+    elseif backslash then backslash = false
+    elseif c == 92 then backslash = true
+    elseif c == 34 then inside = false
+    elseif c < 32 then return false end
+  end
+  return true
+end
+
+-- A JSON array of strings (parents, notices), as serde_json reads one: UTF-8 text, blanks
+-- allowed around it, controls escaped; `check` tests each element.
 local function strings(v, check)
-  if string.sub(v, 1, 1) ~= '[' then return nil end
+  if not string.find(v, '^[ \t\n\r]*%[') or not utf8(v) or not escaped(v) then return nil end
   local ok, list = pcall(cjson.decode, v)
   if not ok or type(list) ~= 'table' then return nil end
   for i, s in pairs(list) do
@@ -75,6 +121,7 @@ local function any(s) return true end
 
 local function bad_lease(h)
   if h.leaseKey ~= name then return 'leaseKey' end
+  if h.lastOp ~= nil and not utf8(h.lastOp) then return 'lastOp' end
   if not counter(h.leaseCounter) then return 'leaseCounter' end
   if not counter(h.leaseTenure) then return 'leaseTenure' end
   local s = h.ownerSwitchesSinceCheckpoint
@@ -84,6 +131,7 @@ local function bad_lease(h)
   local to = h.handoffTo
   if to ~= nil and to ~= 'shardlease#retire' and not id(to) then return 'handoffTo' end
   if h.leaseLoad ~= nil and not finite(h.leaseLoad) then return 'leaseLoad' end
+  if h.checkpoint ~= nil and not utf8(h.checkpoint) then return 'checkpoint' end
   if h.leaseNonce ~= nil and not u64(h.leaseNonce) then return 'leaseNonce' end
   if h.parentLeaseKeys ~= nil and not strings(h.parentLeaseKeys, id) then
     return 'parentLeaseKeys'
@@ -93,6 +141,7 @@ end
 
 local function bad_member(h)
   if h.leaseKey ~= name then return 'leaseKey' end
+  if h.lastOp ~= nil and not utf8(h.lastOp) then return 'lastOp' end
   if not counter(h.heartbeat) then return 'heartbeat' end
   local inc = h.workerIncarnation
   if inc ~= nil and not u64(inc) then return 'workerIncarnation' end
