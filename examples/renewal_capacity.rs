@@ -1,16 +1,21 @@
 //! How many leases one worker can keep alive: renewals per second through the DynamoDB
-//! backend, with the renewer's concurrency (64 in flight by default), against a real table or
-//! an emulator.
+//! backend (or the Redis one, `--redis URL`), with the renewer's concurrency (64 in flight by
+//! default), against a real table, an emulator or a redis-server.
 //!
 //! ```sh
 //! cargo run --release --example renewal_capacity -- --endpoint http://127.0.0.1:4567 \
 //!     --leases 2000 --seconds 20 --concurrency 64
+//! cargo run --release --features redis --example renewal_capacity -- \
+//!     --redis redis://127.0.0.1:6379 --leases 2000 --seconds 20
 //! ```
 //!
-//! It creates a fresh table, creates and takes `--leases` leases as one worker, then renews
-//! them round-robin for `--seconds`, as the renewer does (the same store call, the same
-//! concurrency limit). It prints renewals per second, the latency distribution, and the leases
-//! that rate keeps alive at the default renew interval (lease duration / 3 = 3.33 s).
+//! It creates a fresh table (on Redis: a key prefix of its own, deleted at the end), creates
+//! and takes `--leases` leases as one worker, then renews them round-robin for `--seconds`, as
+//! the renewer of the lease protocol does (the same store call, the same concurrency limit).
+//! It prints renewals per second, the latency distribution, and the leases that rate keeps
+//! alive at that protocol's default renew interval (lease duration / 3 = 3.33 s). Under
+//! sessions (the default protocol) a worker beats one record, whatever it holds: this limit
+//! is the lease protocol's.
 //! Ctrl-C or SIGTERM ends the renewals early; the figures so far are printed.
 
 mod common;
@@ -25,12 +30,12 @@ use common::Error;
 use shardlease::lease::Incarnation;
 use shardlease::store::dynamodb::{DynamoConfig, DynamoStore};
 use shardlease::store::{LeaseStore, Outcome};
-use shardlease::{LeaseKey, NewLease, WorkerConfig, WorkerId};
+use shardlease::{LeaseKey, NewLease, Protocol, WorkerConfig, WorkerId};
 use tokio::sync::Semaphore;
 use tokio::task::JoinSet;
 use tokio::time::Instant;
 
-/// Renewals per second of one worker through the DynamoDB backend, and the leases that rate
+/// Renewals per second of one worker through the DynamoDB (or Redis) backend, and the leases that rate
 /// keeps alive. Ctrl-C or SIGTERM ends the renewals early; the figures so far are printed.
 #[derive(Parser)]
 #[command(
@@ -49,8 +54,11 @@ struct Args {
     #[arg(long, value_name = "N", default_value_t = 64, value_parser = at_least_1)]
     concurrency: u64,
     /// The DynamoDB endpoint [default: the AWS chain, or AWS_ENDPOINT_URL]
-    #[arg(long, value_name = "URL")]
+    #[arg(long, value_name = "URL", conflicts_with = "redis")]
     endpoint: Option<String>,
+    /// Measure the Redis store on this server instead (needs the redis feature)
+    #[arg(long, value_name = "URL")]
+    redis: Option<String>,
 }
 
 fn at_least_1(value: &str) -> Result<u64, String> {
@@ -74,14 +82,69 @@ async fn run(args: Args) -> Result<(), Error> {
     let concurrency = args.concurrency as usize;
     let endpoint = args.endpoint;
 
-    let aws = aws_config::load_from_env().await;
-    let mut dynamo = aws_sdk_dynamodb::config::Builder::from(&aws);
-    if let Some(endpoint) = &endpoint {
-        dynamo = dynamo.endpoint_url(endpoint);
-    }
-    let client = aws_sdk_dynamodb::Client::from_conf(dynamo.build());
     let table = format!("shardlease-capacity-{}", std::process::id());
-    let store = Arc::new(DynamoStore::connect(client, DynamoConfig::new(&table)).await?);
+    let (store, cleanup) = match &args.redis {
+        Some(url) => redis_store(url, &table).await?,
+        None => {
+            let aws = aws_config::load_from_env().await;
+            let mut dynamo = aws_sdk_dynamodb::config::Builder::from(&aws);
+            if let Some(endpoint) = &endpoint {
+                dynamo = dynamo.endpoint_url(endpoint);
+            }
+            let client = aws_sdk_dynamodb::Client::from_conf(dynamo.build());
+            let store = DynamoStore::connect(client, DynamoConfig::new(&table)).await?;
+            (Arc::new(store) as Arc<dyn LeaseStore>, None)
+        }
+    };
+    let result = measure(store, &table, leases, seconds, concurrency).await;
+    if let Some(cleanup) = cleanup {
+        cleanup.await?;
+    }
+    result
+}
+
+/// What the Redis run leaves behind, deleted at the end: the keys under its prefix.
+type Cleanup = std::pin::Pin<Box<dyn std::future::Future<Output = Result<(), Error>>>>;
+
+/// The store on Redis under a key prefix of its own, and the deletion of that prefix's keys.
+#[cfg(feature = "redis")]
+async fn redis_store(
+    url: &str,
+    table: &str,
+) -> Result<(Arc<dyn LeaseStore>, Option<Cleanup>), Error> {
+    use shardlease::store::redis::{RedisConfig, RedisStore};
+    let store = RedisStore::connect(RedisConfig::new(url, table).key_prefix(table)).await?;
+    let cleanup_store = store.clone();
+    let cleanup: Cleanup = Box::pin(async move {
+        let deadline = Instant::now() + Duration::from_secs(60);
+        let snapshot = cleanup_store.snapshot(deadline).await?;
+        for lease in snapshot.leases {
+            // Nobody else writes under this prefix: a lost race cannot happen.
+            let _deleted = cleanup_store
+                .delete(&lease.key, lease.counter, lease.tenure, deadline)
+                .await?;
+        }
+        Ok(())
+    });
+    Ok((Arc::new(store), Some(cleanup)))
+}
+
+#[cfg(not(feature = "redis"))]
+async fn redis_store(
+    _url: &str,
+    _table: &str,
+) -> Result<(Arc<dyn LeaseStore>, Option<Cleanup>), Error> {
+    Err("--redis needs the redis feature: cargo run --features redis --example renewal_capacity -- ...".into())
+}
+
+/// Creates and takes `leases` leases, renews them round-robin for `seconds`, prints the figures.
+async fn measure(
+    store: Arc<dyn LeaseStore>,
+    table: &str,
+    leases: usize,
+    seconds: u64,
+    concurrency: usize,
+) -> Result<(), Error> {
     let me = WorkerId::new("capacity")?;
     let process = Incarnation::random();
 
@@ -166,7 +229,10 @@ async fn run(args: Args) -> Result<(), Error> {
         return Err("no renewal succeeded".into());
     }
     let rate = latencies.len() as f64 / elapsed;
-    let interval = WorkerConfig::default().renew_interval.as_secs_f64();
+    let interval = WorkerConfig::default()
+        .protocol(Protocol::Leases)
+        .renew_interval
+        .as_secs_f64();
     println!(
         "renewals: {} in {elapsed:.1} s = {rate:.0}/s ({failures} failed); latency p50 {:.1} ms, \
          p99 {:.1} ms, max {:.1} ms",
@@ -177,7 +243,7 @@ async fn run(args: Args) -> Result<(), Error> {
     );
     println!(
         "FIGURE renewal capacity, one worker, {concurrency} in flight: {rate:.0} renewals/s = \
-         {:.0} leases kept alive at the default {interval:.2} s renew interval",
+         {:.0} leases kept alive at the lease protocol's default {interval:.2} s renew interval",
         rate * interval
     );
     Ok(())
