@@ -9,7 +9,8 @@
 # Ports can be changed with DYNALITE_PORT / MOTO_PORT / KINESALITE_PORT / REDIS_PORT. The pids
 # live in .emulators/run/. redis-server comes from the distribution's packages (apt-get) and
 # listens on 127.0.0.1:6390 by default, not 6379, so that it never clashes with a system Redis;
-# it keeps nothing on disk (no RDB, no AOF).
+# it keeps nothing on disk (no RDB, no AOF). A second one speaks only TLS on 6391
+# (REDIS_TLS_PORT), with a self-signed certificate made by openssl in .emulators/tls/.
 set -euo pipefail
 
 root=$(cd "$(dirname "$0")/.." && pwd)
@@ -22,6 +23,7 @@ DYNALITE_PORT=${DYNALITE_PORT:-4567}
 MOTO_PORT=${MOTO_PORT:-4568}
 KINESALITE_PORT=${KINESALITE_PORT:-4569}
 REDIS_PORT=${REDIS_PORT:-6390}
+REDIS_TLS_PORT=${REDIS_TLS_PORT:-6391}
 
 log() { printf 'emulators: %s\n' "$*" >&2; }
 
@@ -86,6 +88,36 @@ start_redis() {
   wait_redis "$REDIS_PORT"
 }
 
+# A second redis-server that speaks only TLS (rediss://), on a certificate made here for
+# 127.0.0.1 and signed by itself: .emulators/tls/ca.pem is what clients trust.
+start_redis_tls() {
+  if [ -f "$run/redis-tls.pid" ] && kill -0 "$(cat "$run/redis-tls.pid")" 2>/dev/null; then
+    log "redis (TLS) already running (pid $(cat "$run/redis-tls.pid"))"
+    return 0
+  fi
+  local tls="$dir/tls" i
+  mkdir -p "$tls"
+  if [ ! -s "$tls/ca.pem" ] || [ ! -s "$tls/key.pem" ]; then
+    openssl req -x509 -newkey rsa:2048 -nodes -days 3650 -subj /CN=127.0.0.1 \
+      -addext "subjectAltName=IP:127.0.0.1,DNS:localhost" \
+      -keyout "$tls/key.pem" -out "$tls/ca.pem" 2>"$run/redis-tls-openssl.log"
+  fi
+  redis-server --port 0 --tls-port "$REDIS_TLS_PORT" --bind 127.0.0.1 \
+    --tls-cert-file "$tls/ca.pem" --tls-key-file "$tls/key.pem" --tls-ca-cert-file "$tls/ca.pem" \
+    --tls-auth-clients no --save '' --appendonly no --daemonize no >"$run/redis-tls.log" 2>&1 &
+  echo $! >"$run/redis-tls.pid"
+  for i in $(seq 1 200); do
+    if [ "$(redis-cli -h 127.0.0.1 -p "$REDIS_TLS_PORT" --tls --cacert "$tls/ca.pem" ping 2>/dev/null)" = PONG ]; then
+      log "redis (TLS) ready on 127.0.0.1:$REDIS_TLS_PORT"
+      return 0
+    fi
+    sleep 0.1
+  done
+  log "redis (TLS) did not answer PING on 127.0.0.1:$REDIS_TLS_PORT within 20 s; its log:"
+  cat "$run/redis-tls.log" >&2 || true
+  return 1
+}
+
 wait_ready() { # name port
   local name=$1 port=$2 i
   for i in $(seq 1 200); do
@@ -123,6 +155,7 @@ start() {
   NODE_PATH="$dir/node/node_modules" start_one kinesalite "$KINESALITE_PORT" \
     node "$root/scripts/kinesalite.js" "$KINESALITE_PORT" 127.0.0.1
   start_redis
+  start_redis_tls
 }
 
 stop() {

@@ -15,6 +15,8 @@ if [ -z "${SHARDLEASE_DYNALITE_ENDPOINT:-}${SHARDLEASE_MOTO_ENDPOINT:-}${SHARDLE
   export SHARDLEASE_MOTO_ENDPOINT="http://127.0.0.1:${MOTO_PORT:-4568}"
   export SHARDLEASE_KINESALITE_ENDPOINT="http://127.0.0.1:${KINESALITE_PORT:-4569}"
   export SHARDLEASE_REDIS_URL="${SHARDLEASE_REDIS_URL:-redis://127.0.0.1:${REDIS_PORT:-6390}}"
+  export SHARDLEASE_REDIS_TLS_URL="rediss://127.0.0.1:${REDIS_TLS_PORT:-6391}"
+  export SHARDLEASE_REDIS_TLS_CA="$PWD/.emulators/tls/ca.pem"
 fi
 
 # Tests that run example processes (example_sigterm) find them built with the same features.

@@ -61,7 +61,8 @@ async fn copy(
     dead: Arc<AtomicBool>,
 ) {
     let mut buf = vec![0u8; 64 * 1024];
-    let _to = loop {
+    // `to` stays open while the connection is dead: nothing is closed, nothing answered.
+    loop {
         let n = match from.read(&mut buf).await {
             Ok(0) | Err(_) => return,
             Ok(n) => n,
@@ -75,7 +76,7 @@ async fn copy(
         if to.write_all(&buf[..n]).await.is_err() {
             return;
         }
-    };
+    }
 }
 
 fn config(test: &str, proxy: &HoldingProxy, attempt_timeout: Duration) -> RedisConfig {

@@ -1,6 +1,7 @@
 //! [`RedisConfig`]: where the server is, which table, how to retry.
 
 use std::fmt;
+use std::path::PathBuf;
 
 use crate::config::ConfigError;
 use crate::store::RetryPolicy;
@@ -19,9 +20,13 @@ pub const DEFAULT_PAGE_SIZE: u32 = 1000;
 #[non_exhaustive]
 pub struct RedisConfig {
     /// The server: `redis://[USER:PASSWORD@]HOST[:PORT][/DB]` (user and password are sent
-    /// with `AUTH`). `rediss://` (TLS) is refused by this build: the `redis` crate's TLS is
-    /// not compiled in yet. Required.
+    /// with `AUTH`), or `rediss://` for TLS, which needs the `redis-tls` feature (the
+    /// platform's TLS: OpenSSL on Linux). Required.
     pub url: String,
+    /// For `rediss://`: a PEM file of the certificate authority that signed the server's
+    /// certificate, for a server whose certificate does not chain to the system's trust store
+    /// (a private CA, a self-signed test server). Default: `None`, the system's trust store.
+    pub ca_file: Option<PathBuf>,
     /// The table's name: the hash tag every key of the table lives under. 1 to 255
     /// characters, no `{`, `}` or control character. Required.
     pub table: String,
@@ -40,6 +45,7 @@ impl RedisConfig {
     pub fn new(url: impl Into<String>, table: impl Into<String>) -> Self {
         Self {
             url: url.into(),
+            ca_file: None,
             table: table.into(),
             key_prefix: DEFAULT_KEY_PREFIX.to_owned(),
             retry: RetryPolicy::default(),
@@ -51,6 +57,13 @@ impl RedisConfig {
     #[must_use]
     pub fn url(mut self, value: impl Into<String>) -> Self {
         self.url = value.into();
+        self
+    }
+
+    /// Sets [`ca_file`](Self::ca_file).
+    #[must_use]
+    pub fn ca_file(mut self, value: impl Into<PathBuf>) -> Self {
+        self.ca_file = Some(value.into());
         self
     }
 
@@ -85,16 +98,30 @@ impl RedisConfig {
     /// Checks every field; the error names the first one at fault.
     pub fn validate(&self) -> Result<(), ConfigError> {
         let url = redacted(&self.url);
-        if !["redis://", "redis+unix://", "unix://"]
-            .iter()
-            .any(|scheme| self.url.starts_with(scheme))
-        {
+        let tls = self.url.starts_with("rediss://");
+        if tls && !cfg!(feature = "redis-tls") {
             return Err(ConfigError::invalid(
                 "url",
                 format!(
-                    "{url:?} is not a redis:// or unix:// URL (rediss://, TLS, is not \
-                     supported by this build)"
+                    "{url:?} is a TLS URL, and this build has no TLS for Redis: build shardlease \
+                     with the redis-tls feature"
                 ),
+            ));
+        }
+        if !tls
+            && !["redis://", "redis+unix://", "unix://"]
+                .iter()
+                .any(|scheme| self.url.starts_with(scheme))
+        {
+            return Err(ConfigError::invalid(
+                "url",
+                format!("{url:?} is not a redis://, rediss:// or unix:// URL"),
+            ));
+        }
+        if self.ca_file.is_some() && !tls {
+            return Err(ConfigError::invalid(
+                "ca_file",
+                format!("a CA file is for a rediss:// (TLS) URL, not {url:?}"),
             ));
         }
         if let Err(err) = redis::Client::open(self.url.as_str()) {
@@ -142,6 +169,7 @@ impl fmt::Debug for RedisConfig {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("RedisConfig")
             .field("url", &redacted(&self.url))
+            .field("ca_file", &self.ca_file)
             .field("table", &self.table)
             .field("key_prefix", &self.key_prefix)
             .field("retry", &self.retry)
@@ -182,7 +210,14 @@ mod tests {
         let ok = RedisConfig::new("redis://127.0.0.1:6390", "orders");
         ok.validate().unwrap();
         assert_eq!(field(ok.clone().url("http://127.0.0.1")), "url");
-        assert_eq!(field(ok.clone().url("rediss://127.0.0.1")), "url");
+        let tls = ok.clone().url("rediss://127.0.0.1");
+        if cfg!(feature = "redis-tls") {
+            tls.clone().validate().unwrap();
+            tls.ca_file("/etc/ca.pem").validate().unwrap();
+        } else {
+            assert_eq!(field(tls), "url");
+        }
+        assert_eq!(field(ok.clone().ca_file("/etc/ca.pem")), "ca_file");
         assert_eq!(field(ok.clone().url("redis://[::1")), "url");
         assert_eq!(field(ok.clone().table("")), "table");
         assert_eq!(field(ok.clone().table("a{b}")), "table");

@@ -63,8 +63,7 @@ impl RedisStore {
     pub async fn connect(config: RedisConfig) -> StoreResult<Self> {
         config.validate()?;
         let endpoint = config::redacted(&config.url);
-        let client = redis::Client::open(config.url.as_str())
-            .map_err(|e| crate::config::ConfigError::invalid("url", e.to_string()))?;
+        let client = client(&config)?;
         let timeout = config.retry.attempt_timeout;
         let manager = ConnectionManagerConfig::new()
             .set_connection_timeout(Some(timeout))
@@ -375,6 +374,29 @@ enum Listed {
 }
 
 /// The error of a failed connect, as one line that says what to fix.
+/// The client of `config`: its URL, and for TLS the CA file if one is given.
+fn client(config: &RedisConfig) -> StoreResult<redis::Client> {
+    let invalid = |field, e: &dyn std::fmt::Display| {
+        StoreError::from(crate::config::ConfigError::invalid(field, e.to_string()))
+    };
+    #[cfg(feature = "redis-tls")]
+    if let Some(path) = &config.ca_file {
+        let pem = std::fs::read(path).map_err(|e| {
+            invalid(
+                "ca_file",
+                &format!("cannot read the CA file {}: {e}", path.display()),
+            )
+        })?;
+        let certificates = redis::TlsCertificates {
+            client_tls: None,
+            root_cert: Some(pem),
+        };
+        return redis::Client::build_with_tls(config.url.as_str(), certificates)
+            .map_err(|e| invalid("ca_file", &e));
+    }
+    redis::Client::open(config.url.as_str()).map_err(|e| invalid("url", &e))
+}
+
 fn connect_error(err: RedisError, endpoint: &str) -> StoreError {
     if is_auth(&err) {
         return StoreError::Misconfigured {
