@@ -106,6 +106,9 @@
 // on either backend, so that each has it without the other.
 #[cfg(any(feature = "dynamodb", feature = "redis"))]
 mod attributes;
+// What both backends' decoders make of an item (`Decoded`), gated as `attributes`.
+#[cfg(any(feature = "dynamodb", feature = "redis"))]
+mod decoded;
 mod error;
 pub mod fault;
 pub mod memory;

@@ -10,6 +10,7 @@ use std::collections::{BTreeSet, HashMap};
 use aws_sdk_dynamodb::types::AttributeValue;
 
 use crate::lease::{Incarnation, Lease, LeaseKey, Member, WorkerId, RESERVED_PREFIX};
+pub use crate::store::decoded::{member_key, Decoded};
 use crate::store::StoreError;
 
 // The attribute names, shared with the Redis store's hashes; re-exported so that this module
@@ -132,22 +133,8 @@ pub fn heartbeat_update(load: bool, capacity: bool) -> String {
     format!("{set} REMOVE {}", remove.join(", "))
 }
 
-/// The item key of `worker`'s membership record.
-pub fn member_key(worker: &WorkerId) -> String {
-    format!("{RESERVED_PREFIX}member#{worker}")
-}
-
 /// A DynamoDB item.
 pub type Item = HashMap<String, AttributeValue>;
-
-/// A decoded item.
-#[derive(Debug, Clone, PartialEq)]
-pub enum Decoded {
-    /// A lease, with the token of its last write.
-    Lease(Lease, Option<String>),
-    /// A membership record, with the token of its last write.
-    Member(Member, Option<String>),
-}
 
 /// Encodes a number attribute.
 pub fn n(value: impl ToString) -> AttributeValue {
@@ -459,26 +446,12 @@ pub fn decode(item: &Item) -> Result<Decoded, StoreError> {
 
 /// Decodes an item that must be a lease.
 pub fn decode_lease(item: &Item) -> Result<(Lease, Option<String>), StoreError> {
-    match decode(item)? {
-        Decoded::Lease(lease, op) => Ok((lease, op)),
-        Decoded::Member(member, _) => Err(StoreError::Malformed {
-            key: member_key(&member.worker),
-            field: KEY,
-            reason: "names a membership record where a lease was expected".into(),
-        }),
-    }
+    decode(item)?.into_lease(KEY)
 }
 
 /// Decodes an item that must be a membership record.
 pub fn decode_member(item: &Item) -> Result<(Member, Option<String>), StoreError> {
-    match decode(item)? {
-        Decoded::Member(member, op) => Ok((member, op)),
-        Decoded::Lease(lease, _) => Err(StoreError::Malformed {
-            key: lease.key.to_string(),
-            field: HEARTBEAT,
-            reason: "is missing: the item is a lease, not a membership record".into(),
-        }),
-    }
+    decode(item)?.into_member(HEARTBEAT)
 }
 
 #[cfg(test)]

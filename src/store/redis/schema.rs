@@ -18,6 +18,7 @@
 use std::collections::{BTreeSet, HashMap};
 
 use crate::lease::{Incarnation, Lease, LeaseKey, Member, WorkerId, RESERVED_PREFIX};
+pub use crate::store::decoded::{member_key, Decoded};
 use crate::store::StoreError;
 
 // The field names: the DynamoDB attribute names, from the list both stores share; re-exported
@@ -39,11 +40,6 @@ pub fn field_name(name: &str) -> &'static str {
 /// Largest counter a hash may hold: `HINCRBY` works on signed 64-bit numbers, and the scripts
 /// refuse a counter of more than 18 digits, so that no increment can overflow.
 const MAX_COUNTER: u64 = 999_999_999_999_999_999;
-
-/// The item key of `worker`'s membership record.
-pub fn member_key(worker: &WorkerId) -> String {
-    format!("{}{worker}", member_key_prefix())
-}
 
 /// Every membership record's item key starts with this.
 pub fn member_key_prefix() -> String {
@@ -90,15 +86,6 @@ pub fn item_from_flat(flat: Vec<Vec<u8>>) -> Item {
         item.insert(String::from_utf8_lossy(&field).into_owned(), value);
     }
     item
-}
-
-/// A decoded item, with the token of its last write.
-#[derive(Debug, Clone, PartialEq)]
-pub enum Decoded {
-    /// A lease.
-    Lease(Lease, Option<String>),
-    /// A membership record.
-    Member(Member, Option<String>),
 }
 
 /// The fields of a freshly created lease, field and value in turn, as the create script's
@@ -307,26 +294,12 @@ pub fn decode(item: &Item) -> Result<Decoded, StoreError> {
 
 /// Decodes a hash that must be a lease.
 pub fn decode_lease(item: &Item) -> Result<(Lease, Option<String>), StoreError> {
-    match decode(item)? {
-        Decoded::Lease(lease, op) => Ok((lease, op)),
-        Decoded::Member(member, _) => Err(StoreError::Malformed {
-            key: member_key(&member.worker),
-            field: KEY,
-            reason: "names a membership record where a lease was expected".into(),
-        }),
-    }
+    decode(item)?.into_lease(KEY)
 }
 
 /// Decodes a hash that must be a membership record.
 pub fn decode_member(item: &Item) -> Result<(Member, Option<String>), StoreError> {
-    match decode(item)? {
-        Decoded::Member(member, op) => Ok((member, op)),
-        Decoded::Lease(lease, _) => Err(StoreError::Malformed {
-            key: lease.key.to_string(),
-            field: HEARTBEAT,
-            reason: "is missing: the item is a lease, not a membership record".into(),
-        }),
-    }
+    decode(item)?.into_member(HEARTBEAT)
 }
 
 #[cfg(test)]
