@@ -424,7 +424,9 @@ impl LeaseStore for InMemoryStore {
         let mut items = self.lock();
         let key = member_key(worker);
         let heartbeat = match (items.get(&key), replacing) {
-            (None, _) => 1,
+            (None, None) => 1,
+            // The record it names is gone: nothing to replace (as DynamoDB's condition fails).
+            (None, Some(_)) => return Ok(Outcome::LostRace { current: None }),
             (Some(Item::Member(current)), Some(seen))
                 if current.incarnation == seen.incarnation
                     && current.heartbeat == seen.heartbeat =>

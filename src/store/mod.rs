@@ -340,9 +340,10 @@ pub trait LeaseStore: Send + Sync + 'static {
     ) -> StoreResult<Option<Member>>;
 
     /// Opens a session of `worker`'s process `incarnation`: writes a fresh membership record
-    /// (heartbeat one more than the record it replaces, no notices) if there is none or, with
-    /// `replacing`, if the record is still exactly as observed (same incarnation and
-    /// heartbeat). Replacing a record ends the session it held.
+    /// (heartbeat one more than the record it replaces, no notices) if there is none (without
+    /// `replacing`) or, with `replacing`, if the record is still exactly as observed (same
+    /// incarnation and heartbeat). Replacing a record ends the session it held. A record that
+    /// differs, or is gone when `replacing` names one, is a lost race.
     async fn open_session(
         &self,
         worker: &WorkerId,
