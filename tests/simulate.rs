@@ -32,6 +32,7 @@ fn settings(name: &str, workers: usize, leases: usize, policy: Policy) -> Settin
         checkpoint_every: None,
         progress: None,
         start_gap: Duration::ZERO,
+        load: Default::default(),
     }
 }
 
@@ -89,6 +90,36 @@ fn a_join_moves_the_minimum_and_nothing_at_rest() {
     // KCL's pattern renews every lease too.
     let writes = kcl.rest.usage.writes as f64 / kcl.rest.lease_hours;
     assert!((1080.0..1200.0).contains(&writes), "{writes}");
+}
+
+#[test]
+fn count_balance_with_uniform_loads_reports_a_load_imbalance_near_one() {
+    // 8 workers, then 2 join: 10 workers over 1,000 leases at rest.
+    let report = simulate(settings("join", 8, 1000, Policy::Ours));
+    let json: serde_json::Value = serde_json::from_str(&report.json()).unwrap();
+    let at_rest = json["load_imbalance"]["at_rest"].as_f64().expect("at_rest");
+    let worst = json["load_imbalance"]["worst"].as_f64().expect("worst");
+    // Counts within one of each other: at most 101 / 100.
+    assert!((0.999..=1.2).contains(&at_rest), "{json}");
+    assert!(at_rest <= worst && worst <= 1.2, "{json}");
+    assert_eq!(json["moves_per_hour_at_rest"].as_f64(), Some(0.0), "{json}");
+    assert!(json["overloaded_worker_seconds"].as_f64().unwrap() >= 0.0);
+    assert_eq!(json["load"], "uniform");
+    assert!(json.get("hot_shard_isolated_s").is_none());
+}
+
+#[test]
+fn count_balance_ignores_capacities_and_the_report_shows_it() {
+    // 4 workers, then 2 join: 6 at rest.
+    let mut run = settings("join", 4, 120, Policy::Ours);
+    run.load.capacities = vec![1.0, 2.0, 4.0];
+    let report = simulate(run);
+    // 20 leases each on capacities 1, 2, 4, 1, 2, 4: the capacity-1 workers at 20 against a
+    // mean of 120 / 14.
+    let at_rest = report.load.at_rest.unwrap();
+    assert!((at_rest - 14.0 / 6.0).abs() < 1e-9, "{}", report.json());
+    // Their share with headroom is 120 / 14 × 1.25 = 10.7 < 20: both overloaded all rest.
+    assert!(report.load.overloaded_worker_seconds >= 2.0 * 300.0);
 }
 
 #[test]

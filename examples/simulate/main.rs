@@ -24,6 +24,7 @@ use clap::{Args, CommandFactory, FromArgMatches, Parser, ValueEnum};
 use protocol_arg::ProtocolArg;
 
 use sim::campaign::schedule::{self, Fault};
+use sim::load::{self, LoadModel, Loads};
 use sim::net::{FaultRates, Latencies, Latency};
 use sim::report::table;
 use sim::scenario::{scenario, NAMES};
@@ -129,6 +130,25 @@ struct RunArgs {
     /// Print simulated and wall time to stderr every SECS simulated, at least 1
     #[arg(long, value_name = "SECS", value_parser = progress)]
     progress: Option<Duration>,
+    /// Lease loads, normalised to a mean of 1: uniform (every lease 1); zipf:S (the lease of
+    /// rank r in proportion to 1/r^S, S > 0, the ranks shuffled over the leases by the seed);
+    /// hot:K (K leases, drawn by the seed, 10 times as heavy as the others). Shards added
+    /// during a run weigh 1
+    #[arg(long, value_name = "MODEL", default_value = "uniform")]
+    load: LoadModel,
+    /// Worker capacity weights, comma-separated, cycled over the workers in start order
+    /// (1,2,4: the first worker 1, the second 2, the third 4, the fourth 1 ...) [default: all 1]
+    #[arg(long, value_name = "LIST", value_parser = capacities)]
+    capacities: Option<Capacities>,
+    /// A worker is overloaded (above 100 % of its capacity) when it holds more than this
+    /// times its fair share of the load: its capacity weight x total lease load / total
+    /// capacity weight of the running workers x HEADROOM
+    #[arg(long, value_name = "HEADROOM", default_value = "1.25", value_parser = headroom)]
+    headroom: f64,
+    /// SECS into the rest, one lease drawn by the seed turns 20 times as heavy (the loads'
+    /// mean is then no longer 1)
+    #[arg(long, value_name = "SECS", value_parser = seconds)]
+    hot_after: Option<Duration>,
     /// One JSON object per run, one per line, instead of the table
     #[arg(long)]
     json: bool,
@@ -235,6 +255,23 @@ fn probability(value: &str) -> Result<f64, String> {
     (p <= 1.0)
         .then_some(p)
         .ok_or_else(|| "a probability is at most 1".into())
+}
+
+/// `--capacities`, as one value (clap would take a `Vec` for a list of values).
+#[derive(Clone)]
+struct Capacities(Vec<f64>);
+
+fn capacities(value: &str) -> Result<Capacities, String> {
+    load::parse_capacities(value).map(Capacities)
+}
+
+/// `--headroom`: at least 1 (a worker at its fair share is never overloaded).
+fn headroom(value: &str) -> Result<f64, String> {
+    let headroom = number(value, "a factor of at least 1")?;
+    if headroom < 1.0 {
+        return Err("at least 1 expected".into());
+    }
+    Ok(headroom)
 }
 
 fn checkpoint_every(value: &str) -> Result<Duration, String> {
@@ -418,6 +455,16 @@ fn main() -> ExitCode {
         ambiguous: args.ambiguous,
     };
     let k = args.k.unwrap_or((args.workers / 10).max(1));
+    if let Err(message) = args.load.loads(args.leases, seed) {
+        eprintln!("simulate: --load {message}");
+        return ExitCode::from(2);
+    }
+    let loads = Loads {
+        model: args.load,
+        capacities: args.capacities.clone().map(|c| c.0).unwrap_or_default(),
+        headroom: args.headroom,
+        hot_after: args.hot_after,
+    };
     let mut failed = false;
     for name in &scenarios {
         let scenario = match scenario(name, args.workers, args.leases, k, args.outage) {
@@ -446,6 +493,7 @@ fn main() -> ExitCode {
                 checkpoint_every: args.checkpoint_every,
                 progress: args.progress,
                 start_gap: args.start_gap,
+                load: loads.clone(),
             };
             let report = sim::simulate(settings);
             failed |= report.double_holding > 0;

@@ -12,11 +12,12 @@
 
 pub mod campaign;
 pub mod clock;
+pub mod load;
 pub mod net;
 pub mod report;
 pub mod scenario;
 
-use std::collections::{BTreeMap, HashMap, HashSet};
+use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -31,6 +32,7 @@ use shardlease::{LeaseKey, LeaseStore, NewLease, Protocol, WorkerConfig, WorkerI
 use tokio::task::JoinHandle;
 use tokio::time::Instant;
 
+use self::load::{Held, Loads, Meter};
 use self::net::{FaultRates, Latencies, Link, Net, SimStore};
 use self::report::{Dist, Failover, Report, StepReport};
 use self::scenario::{Scenario, Step};
@@ -90,6 +92,8 @@ pub struct Settings {
     pub progress: Option<Duration>,
     /// Between the starts of workers that join together (0: one right after the other).
     pub start_gap: Duration,
+    /// The leases' loads and the workers' capacities.
+    pub load: Loads,
 }
 
 /// Who processes what: the applications' view, where "two at once" is checked.
@@ -105,6 +109,22 @@ struct Ledger {
     shards: usize,
     idle_lease_seconds: f64,
     idle_since: Option<Instant>,
+    /// Each lease's load (1 for a lease not listed: a shard added during the run).
+    loads: HashMap<LeaseKey, f64>,
+    /// The load of the shards that exist.
+    total_load: f64,
+    /// The load each worker processes.
+    held_load: BTreeMap<usize, f64>,
+    /// The running workers (a leaving one is not, though it may still process leases).
+    members: BTreeSet<usize>,
+    capacities: Vec<f64>,
+    headroom: f64,
+    /// From the first step to the end of the rest: overloaded workers.
+    measuring: bool,
+    measured: Meter,
+    /// During the rest: load imbalance.
+    resting: bool,
+    at_rest: Meter,
 }
 
 impl Ledger {
@@ -113,15 +133,85 @@ impl Ledger {
     fn tick(&mut self) {
         let now = Instant::now();
         if let Some(since) = self.idle_since {
+            let seconds = (now - since).as_secs_f64();
             let idle = self.shards.saturating_sub(self.holder.len());
-            self.idle_lease_seconds += idle as f64 * (now - since).as_secs_f64();
+            self.idle_lease_seconds += idle as f64 * seconds;
+            if seconds > 0.0 && (self.measuring || self.resting) {
+                let workers = self.workers();
+                let (total, headroom) = (self.total_load, self.headroom);
+                if self.measuring {
+                    self.measured.add(&workers, total, headroom, seconds);
+                }
+                if self.resting {
+                    self.at_rest.add(&workers, total, headroom, seconds);
+                }
+            }
         }
         self.idle_since = Some(now);
     }
 
-    fn set_shards(&mut self, shards: usize) {
+    fn load(&self, key: &LeaseKey) -> f64 {
+        self.loads.get(key).copied().unwrap_or(1.0)
+    }
+
+    /// The shards that exist now.
+    fn set_shards(&mut self, shards: &[LeaseKey]) {
         self.tick();
-        self.shards = shards;
+        self.shards = shards.len();
+        self.total_load = shards.iter().map(|k| self.load(k)).sum();
+    }
+
+    /// What each worker holds against its capacity: the running workers, and any other that
+    /// still processes a lease (one leaving).
+    fn workers(&self) -> Vec<Held> {
+        let holding = self
+            .counts
+            .iter()
+            .filter(|(w, c)| **c > 0 && !self.members.contains(w))
+            .map(|(w, _)| *w);
+        self.members
+            .iter()
+            .copied()
+            .chain(holding)
+            .map(|w| Held {
+                load: self.held_load.get(&w).copied().unwrap_or(0.0).max(0.0),
+                capacity: load::capacity(&self.capacities, w),
+            })
+            .collect()
+    }
+
+    /// Worker `index` runs from now on.
+    fn join(&mut self, index: usize) {
+        self.tick();
+        self.members.insert(index);
+    }
+
+    /// Worker `index` no longer runs (it may still finish what it processes).
+    fn part(&mut self, index: usize) {
+        self.tick();
+        self.members.remove(&index);
+    }
+
+    /// Lease `key` weighs `factor` times what it did, from now on.
+    fn heavier(&mut self, key: &LeaseKey, factor: f64) {
+        self.tick();
+        let before = self.load(key);
+        let after = before * factor;
+        self.loads.insert(key.clone(), after);
+        self.total_load += after - before;
+        if let Some(worker) = self.holder.get(key) {
+            *self.held_load.entry(*worker).or_default() += after - before;
+        }
+    }
+
+    fn set_measuring(&mut self, on: bool) {
+        self.tick();
+        self.measuring = on;
+    }
+
+    fn set_resting(&mut self, on: bool) {
+        self.tick();
+        self.resting = on;
     }
 
     fn idle(&mut self) -> f64 {
@@ -132,16 +222,17 @@ impl Ledger {
     fn start(&mut self, worker: usize, key: &LeaseKey) {
         self.tick();
         self.starts += 1;
+        let load = self.load(key);
         if let Some(other) = self.holder.insert(key.clone(), worker) {
             if other != worker {
                 self.violations += 1;
                 eprintln!("VIOLATION: {key} started by w{worker} while w{other} processes it");
-                *self.counts.entry(other).or_default() -= 1;
-            } else {
-                *self.counts.entry(worker).or_default() -= 1;
             }
+            *self.counts.entry(other).or_default() -= 1;
+            *self.held_load.entry(other).or_default() -= load;
         }
         *self.counts.entry(worker).or_default() += 1;
+        *self.held_load.entry(worker).or_default() += load;
         if let Some(slot @ None) = self.watch.get_mut(key) {
             *slot = Some(Instant::now());
         }
@@ -152,6 +243,7 @@ impl Ledger {
         if self.holder.get(key) == Some(&worker) {
             self.holder.remove(key);
             *self.counts.entry(worker).or_default() -= 1;
+            *self.held_load.entry(worker).or_default() -= self.load(key);
         }
     }
 
@@ -160,6 +252,8 @@ impl Ledger {
         self.tick();
         self.holder.retain(|_, w| *w != worker);
         self.counts.remove(&worker);
+        self.held_load.remove(&worker);
+        self.members.remove(&worker);
     }
 }
 
@@ -248,8 +342,19 @@ impl Fleet {
                 assert!(opened.expect("in memory").is_done());
             }
         }
-        let ledger = Arc::new(Mutex::new(Ledger::default()));
-        ledger.lock().unwrap().set_shards(shards.len());
+        let loads = settings
+            .load
+            .model
+            .loads(shards.len(), settings.seed)
+            .expect("load model checked against the leases");
+        let ledger = Ledger {
+            loads: shards.iter().cloned().zip(loads).collect(),
+            capacities: settings.load.capacities.clone(),
+            headroom: settings.load.headroom,
+            ..Ledger::default()
+        };
+        let ledger = Arc::new(Mutex::new(ledger));
+        ledger.lock().unwrap().set_shards(&shards);
         Self {
             rng: StdRng::seed_from_u64(settings.seed),
             next_shard: settings.leases,
@@ -266,6 +371,7 @@ impl Fleet {
 
     async fn start(&mut self, index: usize) {
         let running = self.launch(index).await;
+        self.ledger.lock().unwrap().join(index);
         self.running.insert(index, running);
     }
 
@@ -308,6 +414,7 @@ impl Fleet {
         }
         while let Some(started) = starts.join_next().await {
             let (index, running) = started.expect("a start does not panic");
+            self.ledger.lock().unwrap().join(index);
             self.running.insert(index, running);
         }
     }
@@ -342,6 +449,7 @@ impl Fleet {
     /// Starts a graceful shutdown; it completes in the background.
     fn leave(&mut self, index: usize) {
         let running = self.running.remove(&index).expect("running");
+        self.ledger.lock().unwrap().part(index);
         self.leaving.push(tokio::spawn(async move {
             running.worker.shutdown().await;
             let _ = running.app.await;
@@ -497,6 +605,7 @@ impl Fleet {
                 // share back when it is up again.
                 let min = self.minimum_moves(&[index], 0) + self.share();
                 let running = self.running.remove(&index).expect("running");
+                self.ledger.lock().unwrap().part(index);
                 running.worker.shutdown().await;
                 let _ = running.app.await;
                 tokio::time::sleep(RESTART_DOWNTIME).await;
@@ -511,7 +620,7 @@ impl Fleet {
                     source.add(Shard::new(key.clone()));
                     self.shards.push(key);
                 }
-                self.ledger.lock().unwrap().set_shards(self.shards.len());
+                self.ledger.lock().unwrap().set_shards(&self.shards);
                 self.minimum_moves(&[], 0)
             }
             Step::RemoveShards(n) => {
@@ -523,7 +632,7 @@ impl Fleet {
                     source.remove(key);
                 }
                 self.shards.retain(|k| !gone.contains(k));
-                self.ledger.lock().unwrap().set_shards(self.shards.len());
+                self.ledger.lock().unwrap().set_shards(&self.shards);
                 self.minimum_moves(&[], 0)
             }
             Step::Pause(n, span) | Step::CutOff(n, span) => {
@@ -678,6 +787,7 @@ pub async fn run(settings: Settings) -> Report {
         Some(Duration::ZERO)
     };
     let mut steps = Vec::new();
+    fleet.ledger.lock().unwrap().set_measuring(true);
     for step in &scenario.steps {
         steps.push(fleet.apply(step).await);
     }
@@ -685,7 +795,22 @@ pub async fn run(settings: Settings) -> Report {
     let usage = fleet.net.usage();
     let starts = fleet.starts();
     let rest_start = Instant::now();
-    tokio::time::sleep(settings.rest).await;
+    fleet.ledger.lock().unwrap().set_resting(true);
+    rest(&fleet, &settings).await;
+    let load = {
+        let mut ledger = fleet.ledger.lock().unwrap();
+        ledger.set_resting(false);
+        ledger.set_measuring(false);
+        report::LoadReport {
+            model: settings.load.model.to_string(),
+            capacities: settings.load.capacities.clone(),
+            headroom: settings.load.headroom,
+            at_rest: ledger.at_rest.average(),
+            worst: ledger.at_rest.worst(),
+            overloaded_worker_seconds: ledger.measured.overloaded_worker_seconds,
+            overloaded_worker_seconds_at_rest: ledger.at_rest.overloaded_worker_seconds,
+        }
+    };
     let rest_usage = fleet.net.usage().minus(&usage);
     let moves_at_rest = fleet.starts() - starts;
     let rest_hours = rest_start.elapsed().as_secs_f64() / 3600.0;
@@ -723,9 +848,27 @@ pub async fn run(settings: Settings) -> Report {
         },
         spread,
         violations,
+        load,
         simulated.as_secs_f64(),
         wall.elapsed().as_secs_f64(),
     )
+}
+
+/// The rest after the last step: nothing happens, except that one lease turns hot if
+/// `--hot-after` says so.
+async fn rest(fleet: &Fleet, settings: &Settings) {
+    let Some(after) = settings.load.hot_after.filter(|a| *a < settings.rest) else {
+        tokio::time::sleep(settings.rest).await;
+        return;
+    };
+    tokio::time::sleep(after).await;
+    let key = shard_key(load::turning_hot(settings.leases, settings.seed));
+    fleet
+        .ledger
+        .lock()
+        .unwrap()
+        .heavier(&key, load::TURN_HOT_FACTOR);
+    tokio::time::sleep(settings.rest - after).await;
 }
 
 /// Runs one simulation on a fresh single-threaded runtime on paused time, with the library's
@@ -738,4 +881,37 @@ pub fn simulate(settings: Settings) -> Report {
         .build()
         .expect("a runtime");
     runtime.block_on(run(settings))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[tokio::test(start_paused = true)]
+    async fn a_lease_turning_hot_weighs_on_its_holder_and_on_the_total() {
+        let keys: Vec<LeaseKey> = (0..4).map(shard_key).collect();
+        let mut ledger = Ledger {
+            loads: keys.iter().cloned().zip([1.0; 4]).collect(),
+            headroom: 1.25,
+            ..Ledger::default()
+        };
+        ledger.set_shards(&keys);
+        ledger.join(0);
+        ledger.join(1);
+        for (i, key) in keys.iter().enumerate() {
+            ledger.start(i % 2, key);
+        }
+        ledger.set_resting(true);
+        tokio::time::sleep(Duration::from_secs(10)).await;
+        ledger.heavier(&keys[0], 20.0);
+        tokio::time::sleep(Duration::from_secs(10)).await;
+        ledger.set_resting(false);
+        // 2 and 2 for 10 s (imbalance 1), then 21 and 2 against a mean of 11.5 for 10 s.
+        assert_eq!(ledger.total_load, 23.0);
+        assert_eq!(ledger.at_rest.worst(), Some(21.0 / 11.5));
+        let average = (1.0 + 21.0 / 11.5) / 2.0;
+        assert!((ledger.at_rest.average().unwrap() - average).abs() < 1e-12);
+        // Worker 0 holds 21 against its share with headroom, 11.5 x 1.25: overloaded 10 s.
+        assert_eq!(ledger.at_rest.overloaded_worker_seconds, 10.0);
+    }
 }

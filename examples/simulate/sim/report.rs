@@ -119,6 +119,27 @@ pub struct Rest {
     pub lease_hours: f64,
 }
 
+/// The leases' loads against the workers' capacities (see [`super::load`]).
+#[derive(Debug, Clone, PartialEq)]
+pub struct LoadReport {
+    /// The load model, as `--load` names it.
+    pub model: String,
+    /// The capacity weights cycled over the workers (empty: all 1).
+    pub capacities: Vec<f64>,
+    pub headroom: f64,
+    /// The load imbalance averaged over the rest (each state weighted by how long it lasted).
+    pub at_rest: Option<f64>,
+    /// The highest load imbalance of a state during the rest (the fleet is balanced when it
+    /// begins, so this is the worst instant after convergence).
+    pub worst: Option<f64>,
+    /// Summed over workers, the seconds each held more than its capacity in load units,
+    /// from the first step to the end of the rest.
+    pub overloaded_worker_seconds: f64,
+    /// The same during the rest only (comparable between policies whose steps last
+    /// differently).
+    pub overloaded_worker_seconds_at_rest: f64,
+}
+
 /// Everything one run measured.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Report {
@@ -132,6 +153,7 @@ pub struct Report {
     pub rest: Rest,
     pub spread: usize,
     pub double_holding: u64,
+    pub load: LoadReport,
     pub simulated: f64,
     pub wall: f64,
 }
@@ -145,6 +167,7 @@ impl Report {
         rest: Rest,
         spread: usize,
         double_holding: u64,
+        load: LoadReport,
         simulated: f64,
         wall: f64,
     ) -> Self {
@@ -159,6 +182,7 @@ impl Report {
             rest,
             spread,
             double_holding,
+            load,
             simulated,
             wall,
         }
@@ -197,6 +221,14 @@ impl Report {
 
     pub fn failover(&self) -> Option<&Failover> {
         self.steps.iter().find_map(|s| s.failover.as_ref())
+    }
+
+    /// Lease moves per hour of rest.
+    pub fn moves_per_hour_at_rest(&self) -> f64 {
+        if self.rest.seconds <= 0.0 {
+            return f64::NAN;
+        }
+        self.rest.moves as f64 / (self.rest.seconds / 3600.0)
     }
 
     fn per_lease_hour(&self, count: impl Into<f64>) -> f64 {
@@ -253,8 +285,31 @@ impl Report {
                 self.rest.moves.to_string(),
             ),
             (
+                "moves per hour at rest".into(),
+                format!("{:.1}", self.moves_per_hour_at_rest()),
+            ),
+            (
                 "max - min leases per worker".into(),
                 self.spread.to_string(),
+            ),
+            (
+                "load imbalance at rest (mean)".into(),
+                ratio(self.load.at_rest),
+            ),
+            (
+                "load imbalance at rest (worst)".into(),
+                ratio(self.load.worst),
+            ),
+            (
+                format!(
+                    "overloaded worker-s (>{:.0} % share)",
+                    self.load.headroom * 100.0
+                ),
+                format!("{:.0}", self.load.overloaded_worker_seconds),
+            ),
+            (
+                "  of which at rest".into(),
+                format!("{:.0}", self.load.overloaded_worker_seconds_at_rest),
             ),
             (
                 "instants two workers held one lease".into(),
@@ -322,6 +377,16 @@ impl Report {
             "steps": steps,
             "rest_s": num(self.rest.seconds),
             "moves_at_rest": self.rest.moves,
+            "moves_per_hour_at_rest": num(self.moves_per_hour_at_rest()),
+            "load": self.load.model,
+            "capacities": self.load.capacities,
+            "headroom": num(self.load.headroom),
+            "load_imbalance": {
+                "at_rest": opt(self.load.at_rest),
+                "worst": opt(self.load.worst),
+            },
+            "overloaded_worker_seconds": num(self.load.overloaded_worker_seconds),
+            "overloaded_worker_seconds_at_rest": num(self.load.overloaded_worker_seconds_at_rest),
             "spread": self.spread,
             "double_holding": self.double_holding,
             "per_lease_hour": {
@@ -347,6 +412,11 @@ fn num(value: f64) -> Value {
     }
     let rounded: f64 = format!("{value:.3}").parse().unwrap_or(value);
     json!(rounded)
+}
+
+/// A ratio with 3 decimals, or `-` when there is none.
+fn ratio(value: Option<f64>) -> String {
+    value.map_or("-".into(), |v| format!("{v:.3}"))
 }
 
 fn opt(value: Option<f64>) -> Value {
