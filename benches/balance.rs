@@ -32,6 +32,7 @@ fn fleet(holders: usize) -> FleetView {
             .map(|i| WorkerView {
                 id: worker(i),
                 capacity: u32::MAX,
+                weight: 1.0,
                 load: None,
             })
             .collect(),

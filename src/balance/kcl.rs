@@ -132,6 +132,7 @@ mod tests {
                 .map(|id| WorkerView {
                     id: w(id),
                     capacity: u32::MAX,
+                    weight: 1.0,
                     load: None,
                 })
                 .collect(),

@@ -49,7 +49,10 @@ pub struct WorkerView {
     pub id: WorkerId,
     /// The most leases it accepts.
     pub capacity: u32,
-    /// Its load figure, if reported.
+    /// How much load it takes relative to others (its published weight; 1 when it publishes
+    /// none). A load policy gives it a share of the fleet's load in proportion.
+    pub weight: f64,
+    /// Its utilisation figure (CPU share, or anything the application measures), if reported.
     pub load: Option<f64>,
 }
 
@@ -91,6 +94,15 @@ pub trait BalancePolicy: Send + Sync + 'static {
     fn plan_with(&self, view: &FleetView, me: &WorkerId, assignment: &Assignment) -> Vec<Move> {
         let _ = assignment;
         self.plan(view, me)
+    }
+
+    /// The global assignment of `view`, the same for every observer of it: with
+    /// `Protocol::Sessions` the taker places others' leases by it (gives them what nobody
+    /// holds, asks handoffs on their behalf) and hands it to [`plan_with`](Self::plan_with).
+    /// A worker is below its share while its `counts` entry is below its `targets` entry.
+    /// By default, the count assignment ([`Assignment::compute`]).
+    fn assign(&self, view: &FleetView) -> Assignment {
+        Assignment::compute(view)
     }
 }
 
@@ -245,6 +257,7 @@ mod tests {
         WorkerView {
             id: w(id),
             capacity: u32::MAX,
+            weight: 1.0,
             load: None,
         }
     }

@@ -8,7 +8,7 @@ use std::sync::atomic::Ordering;
 use tokio::time::Instant;
 
 use super::{incarnations, patience, Holding, Taker};
-use crate::balance::{Assignment, FleetView, Holder, Move};
+use crate::balance::{FleetView, Holder, Move};
 use crate::lease::{Incarnation, Lease, LeaseKey, Snapshot, WorkerId};
 use crate::lifecycle::LeaseStatus;
 use crate::worker::state::{member_notice, Receiver, EXPECT_NOTICE};
@@ -167,7 +167,7 @@ impl Taker {
         let mut survivors = live.clone();
         survivors.remove(&victim);
         let view = self.view(snapshot, statuses, &survivors, &if_dead, now);
-        let assignment = Assignment::compute(&view);
+        let assignment = self.policy.assign(&view);
         let incarnations = incarnations(snapshot);
         let deadline = now + self.shared.config.store_timeout;
         let mut receivers: Vec<&WorkerId> = assignment

@@ -231,7 +231,7 @@ impl Taker {
         let view = self.view(&snapshot, &statuses, &live, &expiry, now);
         // With sessions the assignment also places others' leases: computed once (at 100,000
         // leases it is a good part of a round's work).
-        let placement = sessions.then(|| Assignment::compute(&view));
+        let placement = sessions.then(|| self.policy.assign(&view));
         let moves = match &placement {
             Some(assignment) => self.policy.plan_with(&view, &self.shared.id, assignment),
             None => self.policy.plan(&view, &self.shared.id),
@@ -247,7 +247,7 @@ impl Taker {
             let below = |a: &Assignment| a.counts.get(me) < a.targets.get(me);
             match &placement {
                 Some(assignment) => below(assignment),
-                None => below(&Assignment::compute(&view)),
+                None => below(&self.policy.assign(&view)),
             }
         };
         let by_key: HashMap<&LeaseKey, &Lease> =

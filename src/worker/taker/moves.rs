@@ -178,6 +178,7 @@ impl Taker {
             .map(|(id, capacity)| WorkerView {
                 id: id.clone(),
                 capacity: capacity.unwrap_or(u32::MAX),
+                weight: 1.0,
                 load: None,
             })
             .collect();
