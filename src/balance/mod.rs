@@ -8,10 +8,12 @@
 //! the [`BalancePolicy`] trait.
 
 mod kcl;
+mod load;
 
 use std::collections::HashMap;
 
 pub use self::kcl::KclBalance;
+pub use self::load::LoadBalance;
 use crate::lease::{LeaseKey, WorkerId};
 
 /// Who has a lease, as the observer judges it.

@@ -1,0 +1,851 @@
+//! Balance by load: [`LoadBalance`] gives every worker a share of the fleet's load in
+//! proportion to its weight, computed by every worker alike from the same snapshot.
+//!
+//! The figures: each lease's load as its holder publishes it (a long moving average; a lease
+//! with no figure counts as [`LoadBalance::unknown_load`]), each worker's weight (1 when it
+//! publishes none) and, optionally, its utilisation (the application's figure, 1.0 = fully
+//! used). From them, in this order:
+//!
+//! 1. **Isolation.** A lease heavier than a fair share on its own cannot be balanced by moving
+//!    it around: it gets a worker of its own (its holder when emptying that worker moves the
+//!    fewest leases, else the worker holding the fewest), and the rest of the fleet balances
+//!    what is left. Repeated while the heaviest lease left is heavier than the fair share of
+//!    the workers left.
+//! 2. **Targets.** Every other worker's target is the load left times its weight over the
+//!    weights left; a worker whose utilisation is above [`LoadBalance::overload`] has its
+//!    target cut to the load it holds times `overload / utilisation`, so it sheds.
+//! 3. **Hysteresis.** A worker is balanced while its load is within
+//!    [`LoadBalance::tolerance`] of its target. Only a worker outside its band gives or
+//!    receives load; when every worker is inside, nothing moves (leases nobody holds are
+//!    placed in any case). Noise smaller than the tolerance therefore moves nothing, and a
+//!    move always takes a worker from outside its band towards its target.
+//! 4. **Fewest moves.** A worker above its band gives the heaviest lease that does not take it
+//!    below its band (the heaviest of all when it is overloaded, or the lightest when every
+//!    lease is too heavy), until it is back inside; a worker below its band receives, from
+//!    the worker furthest above its target, the heaviest lease that neither overshoots the
+//!    receiver's band nor takes the giver below its own. Leases to place go, heaviest first,
+//!    to the worker with the most room. Every move of a held lease is a graceful handoff.
+//!
+//! Ties are broken by worker id and by a stable hash of the lease key, so every observer of
+//! one snapshot computes the same assignment, whatever order the snapshot lists things in.
+
+use std::collections::{BTreeMap, HashMap};
+
+use super::{stable_hash, Assignment, BalancePolicy, FleetView, Holder, Move};
+use crate::lease::{LeaseKey, WorkerId};
+
+/// Balance by load; see the module documentation.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct LoadBalance {
+    /// A worker is balanced while its load is within this fraction of its target (0.10: from
+    /// 90 % to 110 %). Default 0.10.
+    pub tolerance: f64,
+    /// The load a lease counts for while nobody has published a figure for it (a new lease);
+    /// `None`: the mean of the published figures (1 when there are none). Default `None`.
+    pub unknown_load: Option<f64>,
+    /// A worker reporting a utilisation above this sheds load until it would be at it
+    /// (Pulsar's 85 %). Default 0.85.
+    pub overload: f64,
+}
+
+impl Default for LoadBalance {
+    fn default() -> Self {
+        Self {
+            tolerance: 0.10,
+            unknown_load: None,
+            overload: 0.85,
+        }
+    }
+}
+
+impl BalancePolicy for LoadBalance {
+    fn plan(&self, view: &FleetView, me: &WorkerId) -> Vec<Move> {
+        self.assign(view).moves.remove(me).unwrap_or_default()
+    }
+
+    fn plan_with(&self, _view: &FleetView, me: &WorkerId, assignment: &Assignment) -> Vec<Move> {
+        assignment.moves.get(me).cloned().unwrap_or_default()
+    }
+
+    fn assign(&self, view: &FleetView) -> Assignment {
+        Plan::new(self, view).solve()
+    }
+}
+
+/// A lease as the plan moves it: its load, a stable order, and where it is.
+struct Item<'a> {
+    key: &'a LeaseKey,
+    load: f64,
+    order: (u64, &'a str),
+    /// Its holder before the plan (none: available), and whether a handoff is pending (then
+    /// it stays with its receiver).
+    from: Option<usize>,
+    pinned: bool,
+    /// Where the plan puts it.
+    to: Option<usize>,
+}
+
+/// One worker in the plan.
+struct Slot<'a> {
+    id: &'a WorkerId,
+    weight: f64,
+    capacity: usize,
+    utilisation: Option<f64>,
+    /// The load and number of leases the plan gives it so far.
+    load: f64,
+    count: usize,
+    /// Its target load, and whether it holds one isolated lease.
+    target: f64,
+    isolated: bool,
+}
+
+struct Plan<'a> {
+    policy: &'a LoadBalance,
+    /// The band the moves aim for: the tolerance to decide whether anything moves, half of
+    /// it once something does (see [`Plan::solve`]).
+    band: f64,
+    items: Vec<Item<'a>>,
+    slots: Vec<Slot<'a>>,
+}
+
+impl<'a> Plan<'a> {
+    fn new(policy: &'a LoadBalance, view: &'a FleetView) -> Self {
+        let mut workers: Vec<_> = view.workers.iter().collect();
+        workers.sort_by(|a, b| a.id.cmp(&b.id));
+        workers.dedup_by(|a, b| a.id == b.id);
+        let index: HashMap<&WorkerId, usize> = workers
+            .iter()
+            .enumerate()
+            .map(|(i, w)| (&w.id, i))
+            .collect();
+        let known: Vec<f64> = view
+            .leases
+            .iter()
+            .filter_map(|l| l.load.filter(|x| x.is_finite() && *x >= 0.0))
+            .collect();
+        let unknown = policy.unknown_load.unwrap_or(if known.is_empty() {
+            1.0
+        } else {
+            known.iter().sum::<f64>() / known.len() as f64
+        });
+        let mut items: Vec<Item<'a>> = view
+            .leases
+            .iter()
+            .map(|lease| {
+                let (from, pinned) = match &lease.holder {
+                    Holder::Moving { to, .. } if index.contains_key(to) => (Some(index[to]), true),
+                    Holder::Moving { from, .. } | Holder::Held(from) => {
+                        (index.get(from).copied(), false)
+                    }
+                    Holder::Available => (None, false),
+                };
+                Item {
+                    key: &lease.key,
+                    load: lease
+                        .load
+                        .filter(|x| x.is_finite() && *x >= 0.0)
+                        .unwrap_or(unknown),
+                    order: (
+                        stable_hash(lease.key.as_str().as_bytes()),
+                        lease.key.as_str(),
+                    ),
+                    from,
+                    pinned,
+                    to: from,
+                }
+            })
+            .collect();
+        // Heaviest first, then by a stable order of keys: every choice below walks this order.
+        items.sort_by(|a, b| b.load.total_cmp(&a.load).then(a.order.cmp(&b.order)));
+        let slots = workers
+            .iter()
+            .map(|w| Slot {
+                id: &w.id,
+                weight: if w.weight.is_finite() && w.weight > 0.0 {
+                    w.weight
+                } else {
+                    1.0
+                },
+                capacity: w.capacity as usize,
+                utilisation: w.load.filter(|u| u.is_finite() && *u >= 0.0),
+                load: 0.0,
+                count: 0,
+                target: 0.0,
+                isolated: false,
+            })
+            .collect();
+        let mut plan = Plan {
+            policy,
+            band: policy.tolerance,
+            items,
+            slots,
+        };
+        for i in 0..plan.items.len() {
+            if let Some(w) = plan.items[i].to {
+                plan.slots[w].load += plan.items[i].load;
+                plan.slots[w].count += 1;
+            }
+        }
+        plan
+    }
+
+    fn solve(mut self) -> Assignment {
+        if !self.slots.is_empty() {
+            self.isolate();
+            self.shed_over_capacity();
+            self.set_targets();
+            self.place();
+            // Hysteresis: nothing moves while every worker is inside its band; once one is
+            // not, the moves aim for half the band, so that a figure drifting by less than
+            // half the tolerance afterwards moves nothing again.
+            if (0..self.slots.len()).any(|w| !self.slots[w].isolated && self.outside(w) != 0.0) {
+                self.band = self.policy.tolerance / 2.0;
+                self.balance();
+            }
+        }
+        self.assignment()
+    }
+
+    /// Gives each lease heavier than a fair share a worker of its own.
+    fn isolate(&mut self) {
+        let mut left: f64 = self.items.iter().map(|i| i.load).sum();
+        let mut weights: f64 = self.slots.iter().map(|s| s.weight).sum();
+        for i in 0..self.items.len() {
+            let free = self.slots.iter().filter(|s| !s.isolated).count();
+            if free <= 1 {
+                break;
+            }
+            let load = self.items[i].load;
+            // The heaviest weight left: a lease fits a fair share if it fits the largest one.
+            let widest = self
+                .slots
+                .iter()
+                .filter(|s| !s.isolated)
+                .map(|s| s.weight)
+                .fold(0.0, f64::max);
+            if load <= left / weights * widest {
+                break;
+            }
+            // Its own worker: the one emptied with the fewest moves (its holder costs the
+            // leases it holds besides; another worker, those plus this lease), then the least
+            // loaded, then by id.
+            let holder = self.items[i].to;
+            let pinned = self.items[i].pinned;
+            let cost = |w: usize, slot: &Slot| {
+                let others = if holder == Some(w) {
+                    slot.count - 1
+                } else {
+                    slot.count + 1
+                };
+                (others, slot.load)
+            };
+            let Some(chosen) = self
+                .slots
+                .iter()
+                .enumerate()
+                .filter(|(w, s)| !s.isolated && s.capacity >= 1 && (!pinned || holder == Some(*w)))
+                .min_by(|(a, x), (b, y)| {
+                    let (ca, la) = cost(*a, x);
+                    let (cb, lb) = cost(*b, y);
+                    ca.cmp(&cb).then(la.total_cmp(&lb)).then(a.cmp(b))
+                })
+                .map(|(w, _)| w)
+            else {
+                break;
+            };
+            self.put(i, Some(chosen));
+            // Everything else it holds goes back to be placed.
+            for j in 0..self.items.len() {
+                if j != i && self.items[j].to == Some(chosen) && !self.items[j].pinned {
+                    self.put(j, None);
+                }
+            }
+            let slot = &mut self.slots[chosen];
+            slot.isolated = true;
+            slot.target = load;
+            left -= load;
+            weights -= slot.weight;
+        }
+    }
+
+    /// Targets of the workers without an isolated lease: the load left in proportion to their
+    /// weights; an overloaded worker's cut to what would bring it to the threshold, and what it
+    /// sheds shared by the others in proportion to theirs.
+    fn set_targets(&mut self) {
+        let left: f64 = self
+            .items
+            .iter()
+            .filter(|i| !i.to.is_some_and(|w| self.slots[w].isolated))
+            .map(|i| i.load)
+            .sum::<f64>();
+        let free = |s: &Slot| !s.isolated;
+        let weights: f64 = self
+            .slots
+            .iter()
+            .filter(|s| free(s))
+            .map(|s| s.weight)
+            .sum();
+        let overload = self.policy.overload;
+        let cut = |s: &Slot| {
+            s.utilisation
+                .filter(|u| *u > overload)
+                .map(|u| (left * s.weight / weights).min(s.load * overload / u))
+        };
+        let (mut rest, mut rest_weights) = (left, 0.0);
+        for slot in self.slots.iter().filter(|s| free(s)) {
+            match cut(slot) {
+                Some(target) => rest -= target,
+                None => rest_weights += slot.weight,
+            }
+        }
+        for slot in self.slots.iter_mut().filter(|s| free(s)) {
+            slot.target = match cut(slot) {
+                Some(target) => target,
+                None => rest.max(0.0) * slot.weight / rest_weights,
+            };
+        }
+    }
+
+    fn upper(&self, w: usize) -> f64 {
+        self.slots[w].target * (1.0 + self.band)
+    }
+
+    fn lower(&self, w: usize) -> f64 {
+        self.slots[w].target * (1.0 - self.band)
+    }
+
+    /// Moves item `i` to `to` (none: back to be placed), keeping the slots' sums.
+    fn put(&mut self, i: usize, to: Option<usize>) {
+        let load = self.items[i].load;
+        if let Some(w) = self.items[i].to {
+            self.slots[w].load -= load;
+            self.slots[w].count -= 1;
+        }
+        if let Some(w) = to {
+            self.slots[w].load += load;
+            self.slots[w].count += 1;
+        }
+        self.items[i].to = to;
+    }
+
+    /// Workers above their capacity (in leases) give their lightest leases back to be placed.
+    fn shed_over_capacity(&mut self) {
+        for w in 0..self.slots.len() {
+            while self.slots[w].count > self.slots[w].capacity {
+                let Some(i) = (0..self.items.len())
+                    .rev()
+                    .find(|&i| self.items[i].to == Some(w) && !self.items[i].pinned)
+                else {
+                    break;
+                };
+                self.put(i, None);
+            }
+        }
+    }
+
+    /// Places every lease without a worker, heaviest first, where there is the most room.
+    fn place(&mut self) {
+        for i in 0..self.items.len() {
+            if self.items[i].to.is_some() {
+                continue;
+            }
+            let best = (0..self.slots.len())
+                .filter(|&w| self.open(w))
+                .max_by(|&a, &b| {
+                    let room = |w: usize| self.slots[w].target - self.slots[w].load;
+                    room(a).total_cmp(&room(b)).then(b.cmp(&a))
+                });
+            if let Some(w) = best {
+                self.put(i, Some(w));
+            }
+        }
+    }
+
+    /// True when worker `w` may receive a lease.
+    fn open(&self, w: usize) -> bool {
+        !self.slots[w].isolated && self.slots[w].count < self.slots[w].capacity
+    }
+
+    /// How far outside its band worker `w` is, as a fraction of its target: positive above,
+    /// negative below, 0 inside.
+    fn outside(&self, w: usize) -> f64 {
+        let slot = &self.slots[w];
+        let scale = slot.target.max(f64::MIN_POSITIVE);
+        if slot.load > self.upper(w) {
+            (slot.load - self.upper(w)) / scale
+        } else if slot.load < self.lower(w) {
+            (slot.load - self.lower(w)) / scale
+        } else {
+            0.0
+        }
+    }
+
+    /// Moves leases between workers until every worker is inside its band, or no move can
+    /// bring one closer: the worker furthest outside goes first; a worker above gives the
+    /// heaviest lease some worker can take without leaving its band upwards, and that does
+    /// not take the giver below its band; a worker below receives, from the workers above
+    /// their targets (furthest first), the heaviest lease that keeps both inside their bands
+    /// on that side. Every move shrinks the total distance outside the bands by at least the
+    /// load it moves, so this ends; a state it ends in is one where it moves nothing, so the
+    /// next round on the same figures moves nothing either.
+    fn balance(&mut self) {
+        let mut stuck = vec![false; self.slots.len()];
+        for _ in 0..=self.items.len() {
+            let Some(x) = (0..self.slots.len())
+                .filter(|&w| !self.slots[w].isolated && !stuck[w] && self.outside(w) != 0.0)
+                .max_by(|&a, &b| {
+                    self.outside(a)
+                        .abs()
+                        .total_cmp(&self.outside(b).abs())
+                        .then(b.cmp(&a))
+                })
+            else {
+                return;
+            };
+            let step = if self.outside(x) > 0.0 {
+                self.give_from(x)
+            } else {
+                self.receive_by(x)
+            };
+            match step {
+                Some((i, to)) => {
+                    self.put(i, Some(to));
+                    stuck.iter_mut().for_each(|s| *s = false);
+                }
+                None => stuck[x] = true,
+            }
+        }
+    }
+
+    /// The move that takes load from `x` (above its band): (lease, receiver).
+    fn give_from(&self, x: usize) -> Option<(usize, usize)> {
+        let spare = self.slots[x].load - self.lower(x);
+        let overloaded = self.slots[x]
+            .utilisation
+            .is_some_and(|u| u > self.policy.overload);
+        let mut receivers: Vec<usize> = (0..self.slots.len())
+            .filter(|&w| w != x && self.open(w))
+            .collect();
+        // The most room first.
+        receivers.sort_by(|&a, &b| {
+            let room = |w: usize| self.upper(w) - self.slots[w].load;
+            room(b).total_cmp(&room(a)).then(a.cmp(&b))
+        });
+        let room = receivers
+            .first()
+            .map(|&r| (r, self.upper(r) - self.slots[r].load))?;
+        // Items are heaviest first; an overloaded worker sheds its hottest lease that fits.
+        let i = (0..self.items.len()).find(|&i| {
+            let item = &self.items[i];
+            item.to == Some(x)
+                && !item.pinned
+                && item.load > 0.0
+                && item.load <= room.1
+                && (overloaded || item.load <= spare)
+        })?;
+        Some((i, room.0))
+    }
+
+    /// The move that brings load to `x` (below its band): (lease, receiver = x).
+    fn receive_by(&self, x: usize) -> Option<(usize, usize)> {
+        if !self.open(x) {
+            return None;
+        }
+        let room = self.upper(x) - self.slots[x].load;
+        let mut givers: Vec<usize> = (0..self.slots.len())
+            .filter(|&w| {
+                w != x && !self.slots[w].isolated && self.slots[w].load > self.slots[w].target
+            })
+            .collect();
+        givers.sort_by(|&a, &b| {
+            let over = |w: usize| self.slots[w].load / self.slots[w].target.max(f64::MIN_POSITIVE);
+            over(b).total_cmp(&over(a)).then(a.cmp(&b))
+        });
+        givers.iter().find_map(|&g| {
+            let spare = self.slots[g].load - self.lower(g);
+            (0..self.items.len())
+                .find(|&i| {
+                    let item = &self.items[i];
+                    item.to == Some(g)
+                        && !item.pinned
+                        && item.load > 0.0
+                        && item.load <= room
+                        && item.load <= spare
+                })
+                .map(|i| (i, x))
+        })
+    }
+
+    fn assignment(&self) -> Assignment {
+        let mut moves: HashMap<WorkerId, Vec<Move>> = HashMap::new();
+        let mut counts: BTreeMap<usize, u32> = (0..self.slots.len()).map(|w| (w, 0)).collect();
+        let mut incoming: BTreeMap<usize, u32> = BTreeMap::new();
+        for item in &self.items {
+            if let Some(w) = item.from {
+                *counts.entry(w).or_default() += 1;
+            }
+            let Some(to) = item.to else { continue };
+            if item.from == Some(to) {
+                continue;
+            }
+            let step = match item.from {
+                None => Move::Take(item.key.clone()),
+                Some(from) => Move::RequestHandoff {
+                    key: item.key.clone(),
+                    from: self.slots[from].id.clone(),
+                },
+            };
+            *incoming.entry(to).or_default() += 1;
+            moves
+                .entry(self.slots[to].id.clone())
+                .or_default()
+                .push(step);
+        }
+        // A lease available in the view but held by a worker that is not live is a take.
+        let counts: HashMap<WorkerId, u32> = counts
+            .into_iter()
+            .map(|(w, c)| (self.slots[w].id.clone(), c))
+            .collect();
+        let targets = self
+            .slots
+            .iter()
+            .enumerate()
+            .map(|(w, s)| {
+                (
+                    s.id.clone(),
+                    counts[s.id] + incoming.get(&w).copied().unwrap_or(0),
+                )
+            })
+            .collect();
+        for steps in moves.values_mut() {
+            steps.sort_by(|a, b| step_key(a).cmp(step_key(b)));
+        }
+        Assignment {
+            targets,
+            counts,
+            moves,
+        }
+    }
+}
+
+fn step_key(step: &Move) -> &str {
+    match step {
+        Move::Take(key) | Move::RequestHandoff { key, .. } => key.as_str(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::balance::{LeaseView, WorkerView};
+
+    fn w(id: &str) -> WorkerId {
+        WorkerId::new(id).unwrap()
+    }
+
+    fn worker(id: &str, weight: f64) -> WorkerView {
+        WorkerView {
+            id: w(id),
+            capacity: u32::MAX,
+            weight,
+            load: None,
+        }
+    }
+
+    fn lease(key: &str, holder: Option<&str>, load: f64) -> LeaseView {
+        LeaseView {
+            key: LeaseKey::new(key).unwrap(),
+            holder: holder.map_or(Holder::Available, |h| Holder::Held(w(h))),
+            load: Some(load),
+        }
+    }
+
+    /// Applies the assignment at once (every worker acting on one snapshot, handoffs done);
+    /// returns how many leases moved. Panics if a lease is moved twice.
+    fn settle(view: &mut FleetView, policy: &LoadBalance) -> usize {
+        let assignment = policy.assign(view);
+        let mut to: HashMap<LeaseKey, WorkerId> = HashMap::new();
+        for (worker, steps) in &assignment.moves {
+            assert!(
+                assignment.counts[worker] < assignment.targets[worker],
+                "{worker} has moves, so it is below its target"
+            );
+            for step in steps {
+                assert!(
+                    to.insert(step_key(step).parse_key(), worker.clone())
+                        .is_none(),
+                    "{step:?} twice"
+                );
+            }
+        }
+        for lease in &mut view.leases {
+            if let Some(worker) = to.get(&lease.key) {
+                lease.holder = Holder::Held(worker.clone());
+            }
+        }
+        to.len()
+    }
+
+    trait ParseKey {
+        fn parse_key(&self) -> LeaseKey;
+    }
+
+    impl ParseKey for &str {
+        fn parse_key(&self) -> LeaseKey {
+            LeaseKey::new(*self).unwrap()
+        }
+    }
+
+    /// Each worker's held load, by id.
+    fn loads(view: &FleetView) -> BTreeMap<String, f64> {
+        let mut held: BTreeMap<String, f64> = view
+            .workers
+            .iter()
+            .map(|w| (w.id.as_str().to_owned(), 0.0))
+            .collect();
+        for lease in &view.leases {
+            if let Holder::Held(owner) = &lease.holder {
+                *held.get_mut(owner.as_str()).unwrap() += lease.load.unwrap();
+            }
+        }
+        held
+    }
+
+    /// Zipf(1.0) loads over `n` leases (mean 1), ranks spread by a hash of the key.
+    fn zipf(n: usize) -> Vec<f64> {
+        let h: f64 = (1..=n).map(|k| 1.0 / k as f64).sum();
+        let mut ranks: Vec<usize> = (0..n).collect();
+        ranks.sort_by_key(|i| stable_hash(format!("rank-{i}").as_bytes()));
+        ranks
+            .iter()
+            .map(|r| n as f64 / h / (*r + 1) as f64)
+            .collect()
+    }
+
+    #[test]
+    fn targets_follow_the_weights() {
+        let mut fleet = FleetView {
+            leases: (0..8)
+                .map(|i| lease(&format!("s{i}"), Some("a"), 1.0))
+                .collect(),
+            workers: vec![worker("a", 1.0), worker("b", 3.0)],
+        };
+        let policy = LoadBalance::default();
+        assert_eq!(settle(&mut fleet, &policy), 6);
+        assert_eq!(
+            loads(&fleet).values().copied().collect::<Vec<_>>(),
+            [2.0, 6.0]
+        );
+        assert_eq!(settle(&mut fleet, &policy), 0, "at rest nothing moves");
+    }
+
+    #[test]
+    fn a_fleet_inside_the_tolerance_moves_nothing() {
+        // a holds 52, b 48: 4 % off their targets of 50.
+        let mut leases: Vec<LeaseView> = (0..52)
+            .map(|i| lease(&format!("a{i}"), Some("a"), 1.0))
+            .collect();
+        leases.extend((0..48).map(|i| lease(&format!("b{i}"), Some("b"), 1.0)));
+        let fleet = FleetView {
+            leases,
+            workers: vec![worker("a", 1.0), worker("b", 1.0)],
+        };
+        let assignment = LoadBalance::default().assign(&fleet);
+        assert!(assignment.moves.is_empty(), "{:?}", assignment.moves);
+        // At 12 % off it moves, to within half the tolerance.
+        let mut far = fleet.clone();
+        // a at 60 against a target of 54: 11 % above.
+        for lease in far.leases.iter_mut().take(8) {
+            lease.load = Some(2.0);
+        }
+        assert!(settle(&mut far, &LoadBalance::default()) > 0);
+        let held = loads(&far);
+        assert!(
+            held.values().all(|l| (l - 54.0).abs() <= 54.0 * 0.05),
+            "{held:?}"
+        );
+    }
+
+    #[test]
+    fn a_lease_heavier_than_a_share_gets_a_worker_of_its_own() {
+        // 4 workers, a hot lease of 100 on a with 10 light ones, 30 light ones on b, c, d.
+        let mut leases = vec![lease("hot", Some("a"), 100.0)];
+        leases.extend((0..10).map(|i| lease(&format!("a{i}"), Some("a"), 1.0)));
+        for owner in ["b", "c", "d"] {
+            leases.extend((0..10).map(|i| lease(&format!("{owner}{i}"), Some(owner), 1.0)));
+        }
+        let mut fleet = FleetView {
+            leases,
+            workers: ["a", "b", "c", "d"]
+                .iter()
+                .map(|id| worker(id, 1.0))
+                .collect(),
+        };
+        let policy = LoadBalance::default();
+        // Emptying a moves its 10 light leases; moving the hot one to b would move 11.
+        assert_eq!(settle(&mut fleet, &policy), 10);
+        let held = loads(&fleet);
+        assert_eq!(held["a"], 100.0);
+        for id in ["b", "c", "d"] {
+            assert!((held[id] - 40.0 / 3.0).abs() <= 1.0, "{held:?}");
+        }
+        assert_eq!(settle(&mut fleet, &policy), 0);
+    }
+
+    #[test]
+    fn zipf_loads_over_twenty_workers_settle_within_the_tolerance_and_stay() {
+        let loads_of = zipf(1000);
+        let ids: Vec<String> = (0..20).map(|i| format!("w{i:02}")).collect();
+        // Count-balanced: 50 leases each.
+        let mut fleet = FleetView {
+            leases: loads_of
+                .iter()
+                .enumerate()
+                .map(|(i, l)| lease(&format!("shard-{i:04}"), Some(&ids[i % 20]), *l))
+                .collect(),
+            workers: ids.iter().map(|id| worker(id, 1.0)).collect(),
+        };
+        let policy = LoadBalance::default();
+        let moved = settle(&mut fleet, &policy);
+        assert!(moved > 0 && moved < 1000, "{moved}");
+        let held = loads(&fleet);
+        // Leases heavier than a share sit alone; the others are within the tolerance of the
+        // load left over the workers left.
+        let alone: Vec<&String> = held
+            .keys()
+            .filter(|id| {
+                fleet
+                    .leases
+                    .iter()
+                    .filter(|l| l.holder == Holder::Held(w(id)))
+                    .count()
+                    == 1
+            })
+            .collect();
+        assert!(!alone.is_empty(), "the 133.6 lease is isolated");
+        let rest: Vec<f64> = held
+            .iter()
+            .filter(|(id, _)| !alone.contains(id))
+            .map(|(_, l)| *l)
+            .collect();
+        let mean = rest.iter().sum::<f64>() / rest.len() as f64;
+        for l in &rest {
+            assert!(
+                (l / mean - 1.0).abs() <= 0.10,
+                "{l} against {mean}: {held:?}"
+            );
+        }
+        assert_eq!(settle(&mut fleet, &policy), 0, "at rest nothing moves");
+        // Noise of ±4 % on every figure moves nothing either.
+        for (i, lease) in fleet.leases.iter_mut().enumerate() {
+            let noise = if stable_hash(&i.to_le_bytes()) % 2 == 0 {
+                1.04
+            } else {
+                0.96
+            };
+            lease.load = lease.load.map(|l| l * noise);
+        }
+        assert_eq!(settle(&mut fleet, &policy), 0, "noise moves nothing");
+    }
+
+    #[test]
+    fn an_overloaded_worker_sheds_its_hottest_lease_first() {
+        let mut leases = vec![lease("warm", Some("a"), 1.5), lease("a8", Some("a"), 0.5)];
+        leases.extend((0..8).map(|i| lease(&format!("a{i}"), Some("a"), 1.0)));
+        leases.extend((0..10).map(|i| lease(&format!("b{i}"), Some("b"), 1.0)));
+        let mut fleet = FleetView {
+            leases,
+            workers: vec![worker("a", 1.0), worker("b", 1.0)],
+        };
+        // Balanced by load (10 each), but a reports 95 % utilisation: its target is cut to
+        // 10 x 0.85 / 0.95 = 8.95, b's raised to 11.05.
+        assert!(LoadBalance::default().assign(&fleet).moves.is_empty());
+        fleet.workers[0].load = Some(0.95);
+        let moves = LoadBalance::default().plan(&fleet, &w("b"));
+        assert_eq!(
+            moves.first(),
+            Some(&Move::RequestHandoff {
+                key: LeaseKey::new("warm").unwrap(),
+                from: w("a"),
+            })
+        );
+    }
+
+    #[test]
+    fn available_leases_go_where_there_is_room_and_unknown_loads_count_as_the_mean() {
+        let mut leases: Vec<LeaseView> = (0..4)
+            .map(|i| lease(&format!("a{i}"), Some("a"), 3.0))
+            .collect();
+        leases.extend((0..4).map(|i| LeaseView {
+            load: None,
+            ..lease(&format!("new{i}"), None, 0.0)
+        }));
+        let mut fleet = FleetView {
+            leases,
+            workers: vec![worker("a", 1.0), worker("b", 1.0)],
+        };
+        // The new leases count 3 each: b gets all four, a keeps its own.
+        let moves = LoadBalance::default().assign(&fleet).moves;
+        assert_eq!(moves.len(), 1);
+        assert_eq!(moves[&w("b")].len(), 4);
+        assert!(moves[&w("b")].iter().all(|m| matches!(m, Move::Take(_))));
+        settle(&mut fleet, &LoadBalance::default());
+    }
+
+    #[test]
+    fn pending_handoffs_stay_with_their_receiver_and_capacity_caps_a_worker() {
+        let mut leases: Vec<LeaseView> = (0..6)
+            .map(|i| lease(&format!("a{i}"), Some("a"), 1.0))
+            .collect();
+        leases[0].holder = Holder::Moving {
+            from: w("a"),
+            to: w("b"),
+        };
+        let mut fleet = FleetView {
+            leases,
+            workers: vec![worker("a", 1.0), worker("b", 1.0), worker("c", 1.0)],
+        };
+        fleet.workers[2].capacity = 1;
+        let assignment = LoadBalance::default().assign(&fleet);
+        assert_eq!(
+            assignment.counts[&w("b")],
+            1,
+            "the pending handoff counts for b"
+        );
+        let keys: Vec<&str> = assignment.moves.values().flatten().map(step_key).collect();
+        assert!(
+            !keys.contains(&"a0"),
+            "a pending handoff is not asked again"
+        );
+        assert_eq!(assignment.moves[&w("c")].len(), 1, "c takes at most one");
+    }
+
+    #[test]
+    fn every_observer_computes_the_same_assignment() {
+        let loads_of = zipf(200);
+        let fleet = FleetView {
+            leases: loads_of
+                .iter()
+                .enumerate()
+                .map(|(i, l)| {
+                    lease(
+                        &format!("k{i}"),
+                        (i % 3 != 0).then_some(["a", "b"][i % 2]),
+                        *l,
+                    )
+                })
+                .collect(),
+            workers: ["c", "a", "d", "b"]
+                .iter()
+                .map(|id| worker(id, 1.0))
+                .collect(),
+        };
+        let mut shuffled = fleet.clone();
+        shuffled.leases.reverse();
+        shuffled.workers.reverse();
+        let policy = LoadBalance::default();
+        for me in ["a", "b", "c", "d"] {
+            assert_eq!(policy.plan(&fleet, &w(me)), policy.plan(&shuffled, &w(me)));
+        }
+    }
+}
