@@ -8,11 +8,13 @@
 //! the [`BalancePolicy`] trait.
 
 mod kcl;
+mod kcl3;
 mod load;
 
 use std::collections::HashMap;
 
 pub use self::kcl::KclBalance;
+pub use self::kcl3::Kcl3Balance;
 pub use self::load::LoadBalance;
 use crate::lease::{LeaseKey, WorkerId};
 
