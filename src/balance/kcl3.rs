@@ -64,18 +64,23 @@
 //! - [`WorkerView::weight`] (no KCL counterpart) divides the extrapolated rise: a worker of
 //!   weight 2 gets half the rise per lease, its target being twice the throughput.
 //! - [`WorkerView::capacity`] replaces the fleet-wide `maxLeasesForWorker`.
-//! - The policy has no memory, so it balances variance on every call; to match KCL's
-//!   cadence, a caller plans with it every third interval.
+//! - The policy has no memory, so it balances variance on every call, where KCL does so on
+//!   every third run only (placing unassigned leases on every run).
 //! - Available leases (unowned, expired, or held by a worker not in the view) are placed in
 //!   stable-hash order: the view does not say how long each has been expired.
 //! - A lease with a pending handoff ([`Holder::Moving`]) counts for its receiver, not for its
-//!   old owner as in KCL, as everywhere in this crate ([`Assignment::counts`]): the
-//!   receiver is not handed more while the lease is on its way. It is not moved again, nor is a lease moved twice in
-//!   one run (KCL could reassign a lease it had just placed).
+//!   old owner as in KCL, as everywhere in this crate ([`Assignment::counts`]): the receiver
+//!   is not handed more while the lease is on its way. It is not moved again, nor is a lease
+//!   moved twice in one run (KCL could reassign a lease it had just placed).
+//! - Issue 15 speaks of throughput-sorted leases; the source shuffles them, and throughput
+//!   decides only the overshoot's pick (the lightest). This follows the source.
+//! - KCL's leader writes each new owner itself; here each receiver acts on its own entry
+//!   ([`Move::Take`] for an available lease, [`Move::RequestHandoff`] for a held one), and
+//!   observers whose views differ are reconciled by the store's conditional writes.
 
 use std::collections::HashMap;
 
-use super::{stable_hash, Assignment, BalancePolicy, FleetView, Holder, Move};
+use super::{stable_hash, Assignment, BalancePolicy, FleetView, Holder, Move, WorkerView};
 use crate::lease::{LeaseKey, WorkerId};
 
 /// The KCL 3.x variance-based assignment, computed by every worker alike; see the module
@@ -445,7 +450,7 @@ impl<'a> Run<'a> {
 
 /// Fills in each worker's utilisation: its reported figure, or an estimate from its held
 /// throughput per weight, scaled as the reporters' figures are (KCL's "T" scale if none is).
-fn estimate_utilisation(workers: &mut [Worker], views: &[&super::WorkerView], per_weight: f64) {
+fn estimate_utilisation(workers: &mut [Worker], views: &[&WorkerView], per_weight: f64) {
     let (mut reported, mut reporters_load) = (0.0, 0.0);
     for (worker, view) in workers.iter().zip(views) {
         if let Some(util) = usable(view.load) {
@@ -468,7 +473,7 @@ fn estimate_utilisation(workers: &mut [Worker], views: &[&super::WorkerView], pe
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::balance::{LeaseView, WorkerView};
+    use crate::balance::LeaseView;
 
     fn w(id: &str) -> WorkerId {
         WorkerId::new(id).unwrap()
