@@ -699,6 +699,16 @@ mod tests {
         assert!(moves
             .iter()
             .all(|(_, m)| *lease_of(m) != view.leases[0].key));
+
+        // The hot worker's only lease is on its way to it: it is not handed on (back to b).
+        let mut view = fleet(&[("a", Some(90.0), 0), ("b", Some(10.0), 20)], 10.0, 0);
+        view.leases[0].holder = Holder::Moving {
+            from: w("b"),
+            to: w("a"),
+        };
+        let assignment = Kcl3Balance::default().assign(&view);
+        assert_eq!(assignment.counts[&w("a")], 1);
+        assert!(assignment.moves.is_empty(), "{:?}", assignment.moves);
     }
 
     #[test]
