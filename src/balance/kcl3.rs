@@ -662,6 +662,8 @@ mod tests {
                 ("b", Some(60.0), 6),
                 ("c", Some(20.0), 2),
                 ("d", Some(5.0), 0),
+                // Tied with d on every figure: only the id orders them.
+                ("e", Some(5.0), 0),
             ],
             7.0,
             5,
@@ -673,12 +675,12 @@ mod tests {
         shuffled.leases.reverse();
         shuffled.leases.rotate_left(7);
         shuffled.workers.reverse();
-        shuffled.workers.rotate_left(1);
+        shuffled.workers.rotate_left(2);
         let again = policy.assign(&shuffled);
         assert_eq!(again.moves, assignment.moves);
         assert_eq!(again.targets, assignment.targets);
         assert_eq!(again.counts, assignment.counts);
-        for me in ["a", "b", "c", "d"] {
+        for me in ["a", "b", "c", "d", "e"] {
             let planned = policy.plan(&shuffled, &w(me));
             assert_eq!(planned, policy.plan_with(&view, &w(me), &assignment));
         }
