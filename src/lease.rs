@@ -4,7 +4,7 @@
 //! values of these types, and every change to them goes through a
 //! [`LeaseStore`](crate::store::LeaseStore) conditional write.
 
-use std::collections::BTreeSet;
+use std::collections::{BTreeMap, BTreeSet};
 use std::fmt;
 use std::sync::Arc;
 
@@ -362,8 +362,15 @@ pub struct Member {
     /// The incarnation (process) that wrote the last heartbeat; `None` when written by an older
     /// version. Another incarnation than one's own here means a second live process uses the id.
     pub incarnation: Option<Incarnation>,
-    /// The worker's own load figure (CPU share, throughput), if it reports one.
+    /// The worker's own utilisation figure (CPU share, or anything the application supplies),
+    /// if it reports one: [`LoadReport::utilisation`].
     pub load: Option<f64>,
+    /// How much load the worker takes relative to others, if it reports one:
+    /// [`LoadReport::weight`].
+    pub weight: Option<f64>,
+    /// The load figure of each lease the worker holds (or handed on moments ago), as last
+    /// reported: [`LoadReport::leases`]. Empty when it reports none.
+    pub lease_loads: BTreeMap<LeaseKey, f64>,
     /// How many leases the worker may hold at most, if it declares a limit.
     pub capacity: Option<u32>,
     /// What other workers asked this session to look at (lease keys, or markers), until its
@@ -374,6 +381,71 @@ pub struct Member {
     /// before records said which protocol wrote them. One table serves one protocol: a worker
     /// refuses to start while live workers of the other one use the table.
     pub session: bool,
+}
+
+/// What a worker publishes about its load with its heartbeat or beat: read by every worker's
+/// balance policy from the table.
+///
+/// Every figure is a finite number, none negative, and the weight above 0
+/// ([`validate`](Self::validate)); a store refuses a report that breaks this before it writes.
+#[derive(Debug, Clone, PartialEq, Default)]
+pub struct LoadReport {
+    /// How much load the worker takes relative to others; a load policy gives it a share in proportion.
+    pub weight: f64,
+    /// A utilisation figure the application supplies (CPU share, or anything), if any.
+    pub utilisation: Option<f64>,
+    /// The load figure of each lease it holds (or handed on moments ago).
+    pub leases: BTreeMap<LeaseKey, f64>,
+}
+
+impl LoadReport {
+    /// Checks every figure: finite, not negative, and the weight above 0. The first figure at
+    /// fault is named in the error.
+    ///
+    /// ```
+    /// use shardlease::LoadReport;
+    /// let mut report = LoadReport { weight: 1.0, ..LoadReport::default() };
+    /// assert!(report.validate().is_ok());
+    /// report.utilisation = Some(f64::NAN);
+    /// assert_eq!(report.validate().unwrap_err().figure, "utilisation");
+    /// ```
+    pub fn validate(&self) -> Result<(), InvalidLoadReport> {
+        let refuse = |figure: String, value: f64, rule: &'static str| {
+            Err(InvalidLoadReport {
+                figure,
+                value,
+                rule,
+            })
+        };
+        if !(self.weight.is_finite() && self.weight > 0.0) {
+            return refuse("weight".into(), self.weight, "a finite number above 0");
+        }
+        const AT_LEAST_0: &str = "a finite number of at least 0";
+        if let Some(utilisation) = self.utilisation {
+            if !(utilisation.is_finite() && utilisation >= 0.0) {
+                return refuse("utilisation".into(), utilisation, AT_LEAST_0);
+            }
+        }
+        for (key, &load) in &self.leases {
+            if !(load.is_finite() && load >= 0.0) {
+                return refuse(format!("load of lease {key}"), load, AT_LEAST_0);
+            }
+        }
+        Ok(())
+    }
+}
+
+/// A [`LoadReport`] figure that cannot be published.
+#[derive(Debug, Clone, PartialEq, thiserror::Error)]
+#[error("load report refused: the {figure} is {value}, not {rule}")]
+#[non_exhaustive]
+pub struct InvalidLoadReport {
+    /// The figure at fault: `weight`, `utilisation`, or `load of lease <key>`.
+    pub figure: String,
+    /// Its value.
+    pub value: f64,
+    /// What it must be.
+    pub rule: &'static str,
 }
 
 /// Everything in the lease table at one moment: leases, members, and how many items could not
@@ -415,6 +487,47 @@ mod tests {
             Err(InvalidId::ControlCharacter { .. })
         ));
         assert!(LeaseKey::new("x".repeat(MAX_KEY_LEN)).is_ok());
+    }
+
+    #[test]
+    fn a_load_report_names_the_first_figure_at_fault() {
+        let good = LoadReport {
+            weight: 2.0,
+            utilisation: Some(0.0),
+            leases: BTreeMap::from([(LeaseKey::new("a b=c:d").unwrap(), 0.0)]),
+        };
+        assert_eq!(good.validate(), Ok(()));
+        let figure = |change: &dyn Fn(&mut LoadReport)| {
+            let mut report = good.clone();
+            change(&mut report);
+            report.validate().map_err(|e| e.figure)
+        };
+        for weight in [0.0, -1.0, f64::NAN, f64::INFINITY] {
+            assert_eq!(
+                figure(&|r| r.weight = weight),
+                Err("weight".into()),
+                "{weight}"
+            );
+        }
+        for value in [-0.5, f64::NAN, f64::INFINITY, f64::NEG_INFINITY] {
+            assert_eq!(
+                figure(&|r| r.utilisation = Some(value)),
+                Err("utilisation".into()),
+                "{value}"
+            );
+            assert_eq!(
+                figure(&|r| {
+                    r.leases.insert(LeaseKey::new("k").unwrap(), value);
+                }),
+                Err("load of lease k".into()),
+                "{value}"
+            );
+        }
+        let err = LoadReport::default().validate().unwrap_err();
+        assert_eq!(
+            err.to_string(),
+            "load report refused: the weight is 0, not a finite number above 0"
+        );
     }
 
     #[test]

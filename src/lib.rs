@@ -107,7 +107,8 @@ pub mod worker;
 
 pub use config::{ConfigError, Protocol, WorkerConfig};
 pub use lease::{
-    Incarnation, InvalidId, Lease, LeaseKey, Member, NewLease, Snapshot, WorkerId, SHARD_END,
+    Incarnation, InvalidId, InvalidLoadReport, Lease, LeaseKey, LoadReport, Member, NewLease,
+    Snapshot, WorkerId, SHARD_END,
 };
 pub use source::{Shard, ShardSource, StaticShardSource};
 pub use store::{LeaseStore, Outcome, StoreError, StoreResult};

@@ -406,7 +406,7 @@ async fn a_malformed_hash_is_skipped_in_listings_and_never_written() {
     assert_eq!(
         malformed_field(
             store
-                .beat(&w, PROCESS, None, &[], deadline())
+                .beat(&w, PROCESS, None, None, &[], deadline())
                 .await
                 .map(|_| ())
         ),

@@ -1,8 +1,8 @@
 //! The attribute names of the lease table's items, one list for every backend: a DynamoDB
 //! item's attributes and a Redis hash's fields are named alike, so that an operator reads
 //! either table with the same words. Each backend's `schema` module encodes the values: the
-//! types given here are DynamoDB's; Redis holds numbers as decimal text and lists and sets as
-//! JSON arrays of strings.
+//! types given here are DynamoDB's; Redis holds numbers as decimal text, lists and sets as
+//! JSON arrays of strings, and a map of lease loads as lines (see [`LEASE_LOADS`]).
 //!
 //! This module names no other module of the crate, so that every backend can use it whatever
 //! features are built.
@@ -43,8 +43,16 @@ pub const WORKER: &str = "workerId";
 pub const HEARTBEAT: &str = "heartbeat";
 /// Membership record: the incarnation that wrote the last heartbeat (number).
 pub const MEMBER_INCARNATION: &str = "workerIncarnation";
-/// Membership record: the worker's load figure (number; optional).
+/// Membership record: the worker's utilisation figure, a load report's `utilisation` (number;
+/// optional).
 pub const MEMBER_LOAD: &str = "workerLoad";
+/// Membership record: the worker's weight, from its last load report (number above 0; absent
+/// until it reports one).
+pub const WEIGHT: &str = "workerWeight";
+/// Membership record: the load figure of each lease the worker holds, from its last load
+/// report (a map of lease key to number on DynamoDB; on Redis one line `<key>\t<number>` per
+/// lease, the lines joined by `\n`; absent when the report names no lease).
+pub const LEASE_LOADS: &str = "leaseLoads";
 /// Membership record: the most leases the worker accepts (number; optional).
 pub const CAPACITY: &str = "workerCapacity";
 /// Membership record: what other workers asked the session to look at (string set; absent
@@ -60,7 +68,7 @@ pub const SESSIONS: &str = "sessions";
 /// Every attribute name above but [`SESSIONS`] (a value, not a name). The Redis store finds
 /// in it the name of the field a script reports at fault.
 #[cfg(feature = "redis")]
-pub const ALL: [&str; 20] = [
+pub const ALL: [&str; 22] = [
     KEY,
     OWNER,
     OWNER_INCARNATION,
@@ -78,6 +86,8 @@ pub const ALL: [&str; 20] = [
     HEARTBEAT,
     MEMBER_INCARNATION,
     MEMBER_LOAD,
+    WEIGHT,
+    LEASE_LOADS,
     CAPACITY,
     NOTICES,
     MEMBER_PROTOCOL,

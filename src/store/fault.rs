@@ -13,7 +13,7 @@ use async_trait::async_trait;
 use tokio::time::Instant;
 
 use super::{LeaseStore, Outcome, Page, PageToken, StoreError, StoreResult};
-use crate::lease::{Incarnation, Lease, LeaseKey, Member, NewLease, WorkerId};
+use crate::lease::{Incarnation, Lease, LeaseKey, LoadReport, Member, NewLease, WorkerId};
 
 /// Switches for a [`FaultyStore`]. Cheap to clone; clones share the switches.
 #[derive(Debug, Clone, Default)]
@@ -349,15 +349,16 @@ impl<S: LeaseStore> LeaseStore for FaultyStore<S> {
         &self,
         worker: &WorkerId,
         incarnation: Incarnation,
-        load: Option<f64>,
+        report: Option<&LoadReport>,
         capacity: Option<u32>,
         deadline: Instant,
     ) -> StoreResult<Outcome<Member>> {
         self.gate("heartbeat", worker.as_str(), deadline).await?;
         let worker = worker.clone();
+        let report = report.cloned();
         self.land(move |inner| async move {
             inner
-                .heartbeat(&worker, incarnation, load, capacity, deadline)
+                .heartbeat(&worker, incarnation, report.as_ref(), capacity, deadline)
                 .await
         })
         .await
@@ -432,15 +433,24 @@ impl<S: LeaseStore> LeaseStore for FaultyStore<S> {
         worker: &WorkerId,
         incarnation: Incarnation,
         capacity: Option<u32>,
+        report: Option<&LoadReport>,
         seen: &[String],
         deadline: Instant,
     ) -> StoreResult<Outcome<Member>> {
         self.gate("beat", worker.as_str(), deadline).await?;
         let worker = worker.clone();
         let seen = seen.to_vec();
+        let report = report.cloned();
         self.land(move |inner| async move {
             inner
-                .beat(&worker, incarnation, capacity, &seen, deadline)
+                .beat(
+                    &worker,
+                    incarnation,
+                    capacity,
+                    report.as_ref(),
+                    &seen,
+                    deadline,
+                )
                 .await
         })
         .await

@@ -10,8 +10,10 @@ use std::sync::{Arc, Mutex, MutexGuard};
 use async_trait::async_trait;
 use tokio::time::Instant;
 
-use super::{LeaseStore, Outcome, Page, PageToken, StoreResult};
-use crate::lease::{Incarnation, Lease, LeaseKey, Member, NewLease, WorkerId, RESERVED_PREFIX};
+use super::{check_report, LeaseStore, Outcome, Page, PageToken, StoreResult};
+use crate::lease::{
+    Incarnation, Lease, LeaseKey, LoadReport, Member, NewLease, WorkerId, RESERVED_PREFIX,
+};
 
 /// Default number of items per [`list_page`](LeaseStore::list_page) page.
 pub const DEFAULT_PAGE_SIZE: usize = 1000;
@@ -39,6 +41,15 @@ fn member_key(worker: &WorkerId) -> String {
     let mut key = member_key_prefix();
     key.push_str(worker.as_str());
     key
+}
+
+/// Writes `report` into `member` (a heartbeat's or a beat's); `None` leaves it as it is.
+fn set_report(member: &mut Member, report: Option<&LoadReport>) {
+    if let Some(report) = report {
+        member.weight = Some(report.weight);
+        member.load = report.utilisation;
+        member.lease_loads = report.leases.clone();
+    }
 }
 
 /// Every membership record's key starts with this (and no lease key can: see
@@ -336,10 +347,11 @@ impl LeaseStore for InMemoryStore {
         &self,
         worker: &WorkerId,
         incarnation: Incarnation,
-        load: Option<f64>,
+        report: Option<&LoadReport>,
         capacity: Option<u32>,
         _deadline: Instant,
     ) -> StoreResult<Outcome<Member>> {
+        check_report("heartbeat", worker, report)?;
         let mut items = self.lock();
         let item = items.entry(member_key(worker)).or_insert_with(|| {
             Item::Member(Member {
@@ -347,6 +359,8 @@ impl LeaseStore for InMemoryStore {
                 heartbeat: 0,
                 incarnation: None,
                 load: None,
+                weight: None,
+                lease_loads: Default::default(),
                 capacity: None,
                 notices: Default::default(),
                 session: false,
@@ -357,7 +371,7 @@ impl LeaseStore for InMemoryStore {
                 member.heartbeat += 1;
                 member.session = false;
                 member.incarnation = Some(incarnation);
-                member.load = load;
+                set_report(member, report);
                 member.capacity = capacity;
                 Outcome::Done(member.clone())
             }
@@ -445,6 +459,8 @@ impl LeaseStore for InMemoryStore {
             heartbeat,
             incarnation: Some(incarnation),
             load: None,
+            weight: None,
+            lease_loads: Default::default(),
             capacity,
             notices: Default::default(),
             session: true,
@@ -458,12 +474,15 @@ impl LeaseStore for InMemoryStore {
         worker: &WorkerId,
         incarnation: Incarnation,
         capacity: Option<u32>,
+        report: Option<&LoadReport>,
         seen: &[String],
         _deadline: Instant,
     ) -> StoreResult<Outcome<Member>> {
+        check_report("beat", worker, report)?;
         Ok(self.update_session(worker, incarnation, |member| {
             member.heartbeat += 1;
             member.capacity = capacity;
+            set_report(member, report);
             for notice in seen {
                 member.notices.remove(notice);
             }

@@ -42,13 +42,20 @@
 //! | [`release`](LeaseStore::release) | owner = me, tenure = mine | unowned, no owner incarnation, counter + 1, no handoff |
 //! | [`checkpoint`](LeaseStore::checkpoint) | owner = me, tenure = mine | checkpoint := value, switches := 0, counter + 1 |
 //! | [`delete`](LeaseStore::delete) | counter and tenure as observed | item removed |
-//! | [`heartbeat`](LeaseStore::heartbeat) | absent or a membership record | heartbeat + 1, incarnation, load and capacity set |
+//! | [`heartbeat`](LeaseStore::heartbeat) | absent or a membership record | heartbeat + 1, incarnation and capacity set; with a [`LoadReport`], weight, utilisation (`load`) and lease loads set (each absent one removed); without, all three left as they are |
 //! | [`remove_member`](LeaseStore::remove_member) | a membership record (with the observed heartbeat, if given) | item removed |
 //! | [`give`](LeaseStore::give) | counter = observed | owner := to, no owner incarnation, counter + 1, tenure + 1, switches + 1, no handoff |
-//! | [`open_session`](LeaseStore::open_session) | no item, or the record as observed (incarnation and heartbeat) | a fresh record: incarnation := mine, heartbeat + 1, no notices |
-//! | [`beat`](LeaseStore::beat) | a membership record of my incarnation | heartbeat + 1, capacity set, the notices seen removed |
+//! | [`open_session`](LeaseStore::open_session) | no item, or the record as observed (incarnation and heartbeat) | a fresh record: incarnation := mine, heartbeat + 1, no notices, no weight, utilisation or lease loads |
+//! | [`beat`](LeaseStore::beat) | a membership record of my incarnation | heartbeat + 1, capacity set, the notices seen removed; a [`LoadReport`] as for `heartbeat` |
 //! | [`end_session`](LeaseStore::end_session) | a membership record of that incarnation at the observed heartbeat | item removed |
 //! | [`notify`](LeaseStore::notify) | a membership record of that incarnation | notices added |
+//!
+//! A [`LoadReport`] is checked ([`LoadReport::validate`]) before anything is sent: a report
+//! with a figure that is not finite, is negative, or a weight of 0 is refused with
+//! [`StoreError::Fatal`] (its source an
+//! [`InvalidLoadReport`](crate::lease::InvalidLoadReport)) and nothing is written. An
+//! empty map of lease loads removes the stored one. `None` leaves the stored report alone, so
+//! a worker need not republish figures that did not change.
 //!
 //! The last four are the session protocol (see `docs/ARCHITECTURE.md`, "Sessions"): a worker's
 //! membership record is its session, kept alive by `beat`; a session ends only by
@@ -131,7 +138,9 @@ pub use retry::{Jitter, RetryPolicy};
 use async_trait::async_trait;
 use tokio::time::Instant;
 
-use crate::lease::{Incarnation, Lease, LeaseKey, Member, NewLease, Snapshot, WorkerId};
+use crate::lease::{
+    Incarnation, Lease, LeaseKey, LoadReport, Member, NewLease, Snapshot, WorkerId, RESERVED_PREFIX,
+};
 
 /// The answer to a conditional write.
 ///
@@ -170,6 +179,25 @@ impl<T> Outcome<T> {
 pub(crate) fn new_nonce() -> u64 {
     // Below 2^53: exact as a float, and as a DynamoDB number.
     (crate::jitter::uniform(1.0, (1u64 << 53) as f64) as u64).max(1)
+}
+
+/// Refuses `report` when [`LoadReport::validate`] does: a fatal error (the same report can
+/// never be written) on `worker`'s record, whose source is the
+/// [`InvalidLoadReport`](crate::lease::InvalidLoadReport). Every
+/// backend calls it before it sends anything.
+pub(crate) fn check_report(
+    operation: &'static str,
+    worker: &WorkerId,
+    report: Option<&LoadReport>,
+) -> StoreResult<()> {
+    let Some(Err(err)) = report.map(LoadReport::validate) else {
+        return Ok(());
+    };
+    Err(StoreError::Fatal {
+        operation,
+        key: format!("{RESERVED_PREFIX}member#{worker}"),
+        source: Box::new(err),
+    })
 }
 
 /// A position in a paged listing. Opaque to callers; a store of your own builds its tokens
@@ -298,11 +326,15 @@ pub trait LeaseStore: Send + Sync + 'static {
     ) -> StoreResult<Outcome<Lease>>;
 
     /// Creates or refreshes `worker`'s membership record, written by its process `incarnation`.
+    /// With a `report`, its weight, utilisation and lease loads are written (an absent
+    /// utilisation or an empty map removes the stored one); without, the stored ones are left
+    /// as they are. A report [`LoadReport::validate`] refuses is a [`StoreError::Fatal`], and
+    /// nothing is written.
     async fn heartbeat(
         &self,
         worker: &WorkerId,
         incarnation: Incarnation,
-        load: Option<f64>,
+        report: Option<&LoadReport>,
         capacity: Option<u32>,
         deadline: Instant,
     ) -> StoreResult<Outcome<Member>>;
@@ -340,7 +372,7 @@ pub trait LeaseStore: Send + Sync + 'static {
     ) -> StoreResult<Option<Member>>;
 
     /// Opens a session of `worker`'s process `incarnation`: writes a fresh membership record
-    /// (heartbeat one more than the record it replaces, no notices) if there is none (without
+    /// (heartbeat one more than the record it replaces, no notices, no load report) if there is none (without
     /// `replacing`) or, with `replacing`, if the record is still exactly as observed (same
     /// incarnation and heartbeat). Replacing a record ends the session it held. A record that
     /// differs, or is gone when `replacing` names one, is a lost race.
@@ -355,12 +387,14 @@ pub trait LeaseStore: Send + Sync + 'static {
 
     /// Keeps the session of `worker`'s process `incarnation` alive: heartbeat + 1 and the
     /// capacity set, if the record is still that incarnation's; removes the notices named in
-    /// `seen`. `Done` carries the record as written, with the notices still pending.
+    /// `seen`; writes `report` as [`heartbeat`](Self::heartbeat) does (`None`: the stored
+    /// one stays). `Done` carries the record as written, with the notices still pending.
     async fn beat(
         &self,
         worker: &WorkerId,
         incarnation: Incarnation,
         capacity: Option<u32>,
+        report: Option<&LoadReport>,
         seen: &[String],
         deadline: Instant,
     ) -> StoreResult<Outcome<Member>>;

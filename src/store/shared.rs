@@ -6,7 +6,9 @@ use async_trait::async_trait;
 use tokio::time::Instant;
 
 use super::{LeaseStore, Outcome, Page, PageToken, StoreResult};
-use crate::lease::{Incarnation, Lease, LeaseKey, Member, NewLease, Snapshot, WorkerId};
+use crate::lease::{
+    Incarnation, Lease, LeaseKey, LoadReport, Member, NewLease, Snapshot, WorkerId,
+};
 
 #[async_trait]
 impl<S: LeaseStore + ?Sized> LeaseStore for Arc<S> {
@@ -111,12 +113,12 @@ impl<S: LeaseStore + ?Sized> LeaseStore for Arc<S> {
         &self,
         worker: &WorkerId,
         incarnation: Incarnation,
-        load: Option<f64>,
+        report: Option<&LoadReport>,
         capacity: Option<u32>,
         deadline: Instant,
     ) -> StoreResult<Outcome<Member>> {
         (**self)
-            .heartbeat(worker, incarnation, load, capacity, deadline)
+            .heartbeat(worker, incarnation, report, capacity, deadline)
             .await
     }
 
@@ -168,11 +170,12 @@ impl<S: LeaseStore + ?Sized> LeaseStore for Arc<S> {
         worker: &WorkerId,
         incarnation: Incarnation,
         capacity: Option<u32>,
+        report: Option<&LoadReport>,
         seen: &[String],
         deadline: Instant,
     ) -> StoreResult<Outcome<Member>> {
         (**self)
-            .beat(worker, incarnation, capacity, seen, deadline)
+            .beat(worker, incarnation, capacity, report, seen, deadline)
             .await
     }
 

@@ -13,7 +13,9 @@ use async_trait::async_trait;
 use tokio::time::Instant;
 
 use crate::clock::{timeout_at, Clock};
-use crate::lease::{Incarnation, Lease, LeaseKey, Member, NewLease, Snapshot, WorkerId};
+use crate::lease::{
+    Incarnation, Lease, LeaseKey, LoadReport, Member, NewLease, Snapshot, WorkerId,
+};
 use crate::store::{LeaseStore, Outcome, Page, PageToken, StoreError, StoreResult};
 
 /// Wraps a store so that no call outlives its deadline.
@@ -162,13 +164,13 @@ impl LeaseStore for Bounded {
         &self,
         worker: &WorkerId,
         incarnation: Incarnation,
-        load: Option<f64>,
+        report: Option<&LoadReport>,
         capacity: Option<u32>,
         deadline: Instant,
     ) -> StoreResult<Outcome<Member>> {
         let call = self
             .inner
-            .heartbeat(worker, incarnation, load, capacity, deadline);
+            .heartbeat(worker, incarnation, report, capacity, deadline);
         self.bound("heartbeat", worker.as_str(), deadline, call)
             .await
     }
@@ -228,12 +230,13 @@ impl LeaseStore for Bounded {
         worker: &WorkerId,
         incarnation: Incarnation,
         capacity: Option<u32>,
+        report: Option<&LoadReport>,
         seen: &[String],
         deadline: Instant,
     ) -> StoreResult<Outcome<Member>> {
         let call = self
             .inner
-            .beat(worker, incarnation, capacity, seen, deadline);
+            .beat(worker, incarnation, capacity, report, seen, deadline);
         self.bound("beat", worker.as_str(), deadline, call).await
     }
 

@@ -198,6 +198,8 @@ mod tests {
                 heartbeat: 1,
                 incarnation: member,
                 load: None,
+                weight: None,
+                lease_loads: Default::default(),
                 capacity: None,
                 notices: Default::default(),
                 session: true,

@@ -53,6 +53,7 @@ pub(crate) async fn open(shared: &Shared, deadline: Instant) -> Result<bool, Sto
                     &shared.id,
                     shared.incarnation(),
                     shared.published_capacity(),
+                    None,
                     &[],
                     deadline,
                 )
@@ -125,9 +126,14 @@ pub(crate) async fn run(shared: Arc<Shared>, cancel: CancellationToken) {
         let seen = std::mem::take(&mut lock(&notices).handled);
         let start = shared.now();
         let capacity = shared.published_capacity();
-        let beat = shared
-            .store
-            .beat(&shared.id, shared.incarnation(), capacity, &seen, next);
+        let beat = shared.store.beat(
+            &shared.id,
+            shared.incarnation(),
+            capacity,
+            None,
+            &seen,
+            next,
+        );
         let result = tokio::select! {
             biased;
             _ = cancel.cancelled() => return,

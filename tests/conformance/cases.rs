@@ -1,10 +1,13 @@
 //! The cases of the conformance suite, generic over the backend.
 
+use std::collections::BTreeMap;
 use std::time::Duration;
 
 use shardlease::lease::Incarnation;
 use shardlease::store::{LeaseStore, Outcome};
-use shardlease::{Lease, LeaseKey, NewLease, WorkerId};
+use shardlease::{
+    InvalidLoadReport, Lease, LeaseKey, LoadReport, Member, NewLease, StoreError, WorkerId,
+};
 use tokio::time::Instant;
 
 use super::Target;
@@ -612,7 +615,7 @@ pub async fn heartbeat_creates_and_refreshes_membership<T: Target>(target: &T, t
     let a = worker("a");
     let first = done(
         store
-            .heartbeat(&a, PROCESS, Some(0.5), Some(10), deadline())
+            .heartbeat(&a, PROCESS, Some(&report(0.5)), Some(10), deadline())
             .await
             .unwrap(),
         "first heartbeat",
@@ -628,9 +631,10 @@ pub async fn heartbeat_creates_and_refreshes_membership<T: Target>(target: &T, t
             .unwrap(),
         "second heartbeat",
     );
+    // Without a report, the last one stays.
     assert_eq!(
         (second.heartbeat, second.load, second.capacity),
-        (2, None, None)
+        (2, Some(0.5), None)
     );
     let snapshot = store.snapshot(deadline()).await.unwrap();
     assert_eq!(snapshot.members, vec![second]);
@@ -887,7 +891,7 @@ pub async fn a_record_says_which_protocol_wrote_it<T: Target>(target: &T, test: 
     assert!(opened.session);
     let beaten = done(
         store
-            .beat(&a, incarnation, None, &[], deadline())
+            .beat(&a, incarnation, None, None, &[], deadline())
             .await
             .unwrap(),
         "beat",
@@ -973,7 +977,7 @@ pub async fn a_session_opens_once_and_is_replaced_only_as_observed<T: Target>(
     assert_eq!(current, Some(opened.clone()));
     let beaten = done(
         store
-            .beat(&a, first, Some(3), &[], deadline())
+            .beat(&a, first, Some(3), None, &[], deadline())
             .await
             .unwrap(),
         "beat",
@@ -1024,7 +1028,7 @@ pub async fn a_session_opens_once_and_is_replaced_only_as_observed<T: Target>(
     // The replaced session never beats again.
     let current = lost(
         store
-            .beat(&a, first, Some(3), &[], deadline())
+            .beat(&a, first, Some(3), None, &[], deadline())
             .await
             .unwrap(),
         "beat of the replaced session",
@@ -1086,7 +1090,10 @@ pub async fn beats_return_notices_until_they_are_seen<T: Target>(target: &T, tes
     );
     assert_eq!(current, None);
     let beaten = done(
-        store.beat(&a, me, Some(4), &[], deadline()).await.unwrap(),
+        store
+            .beat(&a, me, Some(4), None, &[], deadline())
+            .await
+            .unwrap(),
         "beat",
     );
     assert_eq!(notices(&beaten), ["k1", "k2"]);
@@ -1100,7 +1107,7 @@ pub async fn beats_return_notices_until_they_are_seen<T: Target>(target: &T, tes
     );
     let beaten = done(
         store
-            .beat(&a, me, None, &texts(&["k1", "k2"]), deadline())
+            .beat(&a, me, None, None, &texts(&["k1", "k2"]), deadline())
             .await
             .unwrap(),
         "beat naming what was seen",
@@ -1118,7 +1125,14 @@ pub async fn beats_return_notices_until_they_are_seen<T: Target>(target: &T, tes
     assert_eq!(notices(&empty), ["k3"]);
     let beaten = done(
         store
-            .beat(&a, me, None, &texts(&["k3", "never-sent"]), deadline())
+            .beat(
+                &a,
+                me,
+                None,
+                None,
+                &texts(&["k3", "never-sent"]),
+                deadline(),
+            )
             .await
             .unwrap(),
         "beat naming the rest",
@@ -1144,7 +1158,10 @@ pub async fn end_session_is_conditional_on_incarnation_and_heartbeat<T: Target>(
         "open",
     );
     let beaten = done(
-        store.beat(&a, me, None, &[], deadline()).await.unwrap(),
+        store
+            .beat(&a, me, None, None, &[], deadline())
+            .await
+            .unwrap(),
         "beat",
     );
     let current = lost(
@@ -1175,7 +1192,10 @@ pub async fn end_session_is_conditional_on_incarnation_and_heartbeat<T: Target>(
     // open a new one.
     assert_eq!(
         lost(
-            store.beat(&a, me, None, &[], deadline()).await.unwrap(),
+            store
+                .beat(&a, me, None, None, &[], deadline())
+                .await
+                .unwrap(),
             "beat after the end"
         ),
         None
@@ -1209,4 +1229,239 @@ pub async fn end_session_is_conditional_on_incarnation_and_heartbeat<T: Target>(
         "open anew",
     );
     assert_eq!(reopened.heartbeat, 1);
+}
+
+/// A load report with every figure, `utilisation` its utilisation, and lease keys with
+/// spaces, `=`, `:`, quotes and letters outside ASCII.
+fn report(utilisation: f64) -> LoadReport {
+    LoadReport {
+        weight: 1.5,
+        utilisation: Some(utilisation),
+        leases: BTreeMap::from([
+            (key("shard 1"), 12.5),
+            (key("a=b:c"), 0.25),
+            (key("\"quoted\" {x} [y]"), 0.0),
+            (key("schlüssel é"), 123_456.75),
+        ]),
+    }
+}
+
+/// The report figures of a record.
+fn figures(member: &Member) -> (Option<f64>, Option<f64>, BTreeMap<LeaseKey, f64>) {
+    (member.weight, member.load, member.lease_loads.clone())
+}
+
+/// What `report` makes of a record's figures.
+fn reported(report: &LoadReport) -> (Option<f64>, Option<f64>, BTreeMap<LeaseKey, f64>) {
+    (
+        Some(report.weight),
+        report.utilisation,
+        report.leases.clone(),
+    )
+}
+
+/// The record as read back, strongly consistent.
+async fn read_member<S: LeaseStore>(store: &S, worker: &WorkerId) -> Member {
+    let read = store.get_member(worker, true, deadline()).await.unwrap();
+    read.expect("the record exists")
+}
+
+pub async fn a_load_report_round_trips_through_heartbeat_and_beat<T: Target>(
+    target: &T,
+    test: &str,
+) {
+    let store = target.store(test).await;
+    let (a, b) = (worker("a"), worker("b"));
+    let first = report(0.5);
+    let beat = store
+        .heartbeat(&a, PROCESS, Some(&first), Some(3), deadline())
+        .await
+        .unwrap();
+    let beat = done(beat, "heartbeat with a report");
+    assert_eq!(figures(&beat), reported(&first));
+    assert_eq!(read_member(&store, &a).await, beat);
+
+    let session = store
+        .open_session(&b, PROCESS, None, None, deadline())
+        .await
+        .unwrap();
+    done(session, "open_session");
+    let second = LoadReport {
+        weight: 0.125,
+        utilisation: Some(0.0),
+        leases: BTreeMap::from([(key("shard 1"), 7.0), (key("k:2=3"), 1e-3)]),
+    };
+    let beat = store
+        .beat(&b, PROCESS, Some(2), Some(&second), &[], deadline())
+        .await
+        .unwrap();
+    let beat = done(beat, "beat with a report");
+    assert_eq!(figures(&beat), reported(&second));
+    assert_eq!(beat.capacity, Some(2));
+    assert_eq!(read_member(&store, &b).await, beat);
+    let snapshot = store.snapshot(deadline()).await.unwrap();
+    let listed: Vec<_> = snapshot.members.iter().map(figures).collect();
+    assert_eq!(listed, [reported(&first), reported(&second)]);
+}
+
+pub async fn without_a_report_the_last_one_stays_and_an_empty_part_is_removed<T: Target>(
+    target: &T,
+    test: &str,
+) {
+    let store = target.store(test).await;
+    let (a, b) = (worker("a"), worker("b"));
+    let full = report(0.75);
+    let bare = LoadReport {
+        weight: 2.0,
+        utilisation: None,
+        leases: BTreeMap::new(),
+    };
+    // The lease protocol's heartbeat.
+    let heartbeat = |report: Option<LoadReport>| {
+        let store = store.clone();
+        let a = a.clone();
+        async move {
+            let beat = store.heartbeat(&a, PROCESS, report.as_ref(), None, deadline());
+            done(beat.await.unwrap(), "heartbeat")
+        }
+    };
+    heartbeat(Some(full.clone())).await;
+    let kept = heartbeat(None).await;
+    assert_eq!((kept.heartbeat, figures(&kept)), (2, reported(&full)));
+    assert_eq!(read_member(&store, &a).await, kept);
+    let emptied = heartbeat(Some(bare.clone())).await;
+    assert_eq!(figures(&emptied), (Some(2.0), None, BTreeMap::new()));
+    assert_eq!(read_member(&store, &a).await, emptied);
+
+    // The session protocol's beat.
+    let session = store.open_session(&b, PROCESS, None, None, deadline());
+    done(session.await.unwrap(), "open_session");
+    let beat = |report: Option<LoadReport>| {
+        let store = store.clone();
+        let b = b.clone();
+        async move {
+            let beat = store.beat(&b, PROCESS, None, report.as_ref(), &[], deadline());
+            done(beat.await.unwrap(), "beat")
+        }
+    };
+    beat(Some(full.clone())).await;
+    let kept = beat(None).await;
+    assert_eq!((kept.heartbeat, figures(&kept)), (3, reported(&full)));
+    assert_eq!(read_member(&store, &b).await, kept);
+    let emptied = beat(Some(bare)).await;
+    assert_eq!(figures(&emptied), (Some(2.0), None, BTreeMap::new()));
+    assert_eq!(read_member(&store, &b).await, emptied);
+}
+
+pub async fn open_session_clears_the_load_report<T: Target>(target: &T, test: &str) {
+    let store = target.store(test).await;
+    let a = worker("a");
+    let none = (None, None, BTreeMap::new());
+    // A record of the lease protocol's heartbeat, replaced by a session.
+    let first = report(1.0);
+    let beat = store.heartbeat(&a, PROCESS, Some(&first), None, deadline());
+    let old = done(beat.await.unwrap(), "heartbeat");
+    let opened = store.open_session(&a, PROCESS, None, Some(&old), deadline());
+    let opened = done(opened.await.unwrap(), "open_session replacing a heartbeat");
+    assert_eq!(figures(&opened), none);
+    assert_eq!(read_member(&store, &a).await, opened);
+    // A session's record with a report, replaced by the next process of the id.
+    let second = report(2.0);
+    let beat = store.beat(&a, PROCESS, None, Some(&second), &[], deadline());
+    let beaten = done(beat.await.unwrap(), "beat");
+    assert_eq!(figures(&beaten), reported(&report(2.0)));
+    let next = Incarnation::new(2);
+    let opened = store.open_session(&a, next, Some(1), Some(&beaten), deadline());
+    let opened = done(opened.await.unwrap(), "open_session replacing a session");
+    assert_eq!(figures(&opened), none);
+    assert_eq!(read_member(&store, &a).await, opened);
+}
+
+/// Reports with one figure that may not be published: not finite, negative, a weight of 0.
+fn bad_reports() -> Vec<(&'static str, LoadReport)> {
+    let good = report(0.5);
+    let with = |change: &dyn Fn(&mut LoadReport)| {
+        let mut report = good.clone();
+        change(&mut report);
+        report
+    };
+    let lease = key("shard 1");
+    vec![
+        ("weight", with(&|r| r.weight = f64::NAN)),
+        ("weight", with(&|r| r.weight = 0.0)),
+        ("weight", with(&|r| r.weight = -1.0)),
+        ("weight", with(&|r| r.weight = f64::INFINITY)),
+        ("utilisation", with(&|r| r.utilisation = Some(f64::NAN))),
+        ("utilisation", with(&|r| r.utilisation = Some(-0.5))),
+        (
+            "utilisation",
+            with(&|r| r.utilisation = Some(f64::INFINITY)),
+        ),
+        (
+            "load of lease shard 1",
+            with(&|r| {
+                r.leases.insert(lease.clone(), f64::NAN);
+            }),
+        ),
+        (
+            "load of lease shard 1",
+            with(&|r| {
+                r.leases.insert(lease.clone(), -2.0);
+            }),
+        ),
+        (
+            "load of lease shard 1",
+            with(&|r| {
+                r.leases.insert(lease.clone(), f64::NEG_INFINITY);
+            }),
+        ),
+    ]
+}
+
+/// Asserts that `result` is the refusal of a report whose `figure` is at fault.
+fn assert_refused<T: std::fmt::Debug>(result: Result<T, StoreError>, figure: &str, op: &str) {
+    match result {
+        Err(err @ StoreError::Fatal { .. }) => {
+            let source = std::error::Error::source(&err).expect("the refusal has a source");
+            let invalid = source.downcast_ref::<InvalidLoadReport>();
+            let invalid = invalid.unwrap_or_else(|| panic!("{op}: {err:?} names no bad figure"));
+            assert_eq!(invalid.figure, figure, "{op}: {err:?}");
+        }
+        other => panic!("{op}: a report with a bad {figure} must be refused, got {other:?}"),
+    }
+}
+
+pub async fn a_bad_load_report_is_refused_and_nothing_is_written<T: Target>(
+    target: &T,
+    test: &str,
+) {
+    let store = target.store(test).await;
+    let (a, b, c) = (worker("a"), worker("b"), worker("c"));
+    let good = report(0.5);
+    let beat = store.heartbeat(&a, PROCESS, Some(&good), Some(1), deadline());
+    done(beat.await.unwrap(), "heartbeat");
+    let opened = store.open_session(&b, PROCESS, None, None, deadline());
+    done(opened.await.unwrap(), "open_session");
+    let beat = store.beat(&b, PROCESS, None, Some(&good), &[], deadline());
+    done(beat.await.unwrap(), "beat");
+    let (before_a, before_b) = (read_member(&store, &a).await, read_member(&store, &b).await);
+    for (figure, bad) in bad_reports() {
+        let result = store
+            .heartbeat(&a, PROCESS, Some(&bad), None, deadline())
+            .await;
+        assert_refused(result, figure, "heartbeat");
+        let result = store
+            .beat(&b, PROCESS, None, Some(&bad), &[], deadline())
+            .await;
+        assert_refused(result, figure, "beat");
+        // Nor does a refused heartbeat create a record.
+        let result = store
+            .heartbeat(&c, PROCESS, Some(&bad), None, deadline())
+            .await;
+        assert_refused(result, figure, "first heartbeat");
+    }
+    assert_eq!(read_member(&store, &a).await, before_a);
+    assert_eq!(read_member(&store, &b).await, before_b);
+    let absent = store.get_member(&c, true, deadline()).await.unwrap();
+    assert_eq!(absent, None);
 }

@@ -371,7 +371,7 @@ pub async fn session_writes_whose_answer_was_lost_are_recognised_as_ours(
     assert!(noticed.is_done(), "notify: {noticed:?}");
     lose.arm(1);
     let beaten = store
-        .beat(&me, mine, Some(2), &[], deadline())
+        .beat(&me, mine, Some(2), None, &[], deadline())
         .await
         .unwrap();
     match &beaten {

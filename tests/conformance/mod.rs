@@ -94,6 +94,10 @@ macro_rules! conformance_suite {
             a_record_says_which_protocol_wrote_it,
             beats_return_notices_until_they_are_seen,
             end_session_is_conditional_on_incarnation_and_heartbeat,
+            a_load_report_round_trips_through_heartbeat_and_beat,
+            without_a_report_the_last_one_stays_and_an_empty_part_is_removed,
+            open_session_clears_the_load_report,
+            a_bad_load_report_is_refused_and_nothing_is_written,
         );
     };
     (@cases $target:expr; $($case:ident),* $(,)?) => {

@@ -6,6 +6,7 @@
 //! write covered it before the retry. The deletes (delete, remove_member, end_session) leave
 //! no item to recognise: gone either way, as the `store` module documents.
 
+use std::collections::BTreeMap;
 use std::fmt::Debug;
 use std::future::Future;
 use std::sync::atomic::Ordering::SeqCst;
@@ -13,7 +14,9 @@ use std::time::Duration;
 
 use shardlease::store::redis::RedisStore;
 use shardlease::store::{Jitter, RetryPolicy, StoreResult};
-use shardlease::{Incarnation, Lease, LeaseKey, LeaseStore, Member, NewLease, Outcome, WorkerId};
+use shardlease::{
+    Incarnation, Lease, LeaseKey, LeaseStore, LoadReport, Member, NewLease, Outcome, WorkerId,
+};
 
 use crate::{config, connect, deadline, key, worker, Proxy, PROCESS};
 
@@ -305,13 +308,27 @@ async fn a_delete_whose_answer_was_lost_leaves_the_lease_gone_and_a_stale_one_is
 #[tokio::test]
 async fn a_heartbeat_whose_answer_was_lost_is_done() {
     let t = Lossy::new("lost_heartbeat").await;
+    let report = report();
     let beat = t.lose(
         t.store
-            .heartbeat(&t.me, PROCESS, Some(0.5), Some(4), deadline()),
+            .heartbeat(&t.me, PROCESS, Some(&report), Some(4), deadline()),
     );
     let beat = done(beat.await, "heartbeat");
     assert_eq!(beat.heartbeat, 2, "applied, and again");
     assert_eq!((beat.load, beat.capacity), (Some(0.5), Some(4)));
+    assert_eq!(
+        (beat.weight, &beat.lease_loads),
+        (Some(2.0), &report.leases)
+    );
+}
+
+/// A load report with every figure.
+fn report() -> LoadReport {
+    LoadReport {
+        weight: 2.0,
+        utilisation: Some(0.5),
+        leases: BTreeMap::from([(key("shard a=1"), 3.5), (key("shard-2"), 0.0)]),
+    }
 }
 
 #[tokio::test]
@@ -365,12 +382,36 @@ async fn an_opened_session_whose_answer_was_lost_is_done_unless_covered_since() 
 async fn a_beat_whose_answer_was_lost_is_done_unless_covered_since() {
     let t = Lossy::new("lost_beat").await;
     let session = t.session().await;
-    let beat = t.lose(t.store.beat(&t.me, PROCESS, Some(2), &[], deadline()));
+    let beat = t.lose(t.store.beat(&t.me, PROCESS, Some(2), None, &[], deadline()));
     let beat = done(beat.await, "beat");
     assert_eq!(beat.heartbeat, session.heartbeat + 2, "applied, and again");
-    let write = t.store.beat(&t.me, PROCESS, None, &[], deadline());
+    let write = t.store.beat(&t.me, PROCESS, None, None, &[], deadline());
     let current = lost(t.lose_covered(write, t.replace()).await, "beat");
     assert_eq!(current.incarnation, Some(OTHER));
+}
+
+#[tokio::test]
+async fn a_beat_with_a_load_report_whose_answer_was_lost_is_done_with_the_report_unless_covered() {
+    let t = Lossy::new("lost_beat_report").await;
+    let session = t.session().await;
+    let report = report();
+    let beat = t
+        .store
+        .beat(&t.me, PROCESS, None, Some(&report), &[], deadline());
+    let beat = done(t.lose(beat).await, "beat");
+    assert_eq!(beat.heartbeat, session.heartbeat + 2, "applied, and again");
+    assert_eq!(
+        (beat.weight, beat.load, &beat.lease_loads),
+        (Some(2.0), Some(0.5), &report.leases)
+    );
+    // Covered by another process's session: its record keeps no report of this one's.
+    let write = t
+        .store
+        .beat(&t.me, PROCESS, None, Some(&report), &[], deadline());
+    let current = lost(t.lose_covered(write, t.replace()).await, "beat");
+    assert_eq!(current.incarnation, Some(OTHER));
+    assert_eq!((current.weight, current.load), (None, None));
+    assert!(current.lease_loads.is_empty());
 }
 
 #[tokio::test]
@@ -388,7 +429,7 @@ async fn an_ended_session_whose_answer_was_lost_is_gone_and_a_stale_end_is_a_los
     );
     // Beaten since it was observed: the end never lands.
     let session = t.session().await;
-    let beat = t.direct.beat(&t.me, PROCESS, None, &[], deadline());
+    let beat = t.direct.beat(&t.me, PROCESS, None, None, &[], deadline());
     assert!(beat.await.unwrap().is_done());
     let stale = t
         .store

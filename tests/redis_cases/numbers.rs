@@ -47,6 +47,8 @@ async fn a_load_only_lua_reads_as_a_number_is_malformed_to_every_write_and_to_li
         heartbeat: 3,
         incarnation: Some(PROCESS),
         load: None,
+        weight: None,
+        lease_loads: Default::default(),
         capacity: None,
         notices: Default::default(),
         session: true,
@@ -126,7 +128,7 @@ async fn a_load_only_lua_reads_as_a_number_is_malformed_to_every_write_and_to_li
             "open_session",
             store.open_session(&w, PROCESS, None, Some(&observed), deadline())
         );
-        member!("beat", store.beat(&w, PROCESS, None, &[], deadline()));
+        member!("beat", store.beat(&w, PROCESS, None, None, &[], deadline()));
         member!("end_session", store.end_session(&w, PROCESS, 3, deadline()));
         member!(
             "notify",
@@ -215,6 +217,7 @@ async fn a_write_changes_a_number_field_exactly_when_the_rust_decoder_reads_it()
         "workerIncarnation",
         "workerCapacity",
         "workerLoad",
+        "workerWeight",
     ];
     for text in TEXTS {
         for field in lease_fields {
@@ -237,9 +240,19 @@ async fn a_write_changes_a_number_field_exactly_when_the_rust_decoder_reads_it()
             let written = if field == "workerIncarnation" {
                 store.heartbeat(&w, PROCESS, None, None, deadline()).await
             } else {
-                store.beat(&w, PROCESS, None, &[], deadline()).await
+                store.beat(&w, PROCESS, None, None, &[], deadline()).await
             };
             let (case, written) = ((field, text.as_bytes()), written.map(drop));
+            assert_written_iff_decoded(&mut side, &member_item, before, case, decoded, written)
+                .await;
+        }
+        // The number of a lease load, alone and after a good line.
+        for loads in [format!("shard-1\t{text}"), format!("a\t1\nshard-1\t{text}")] {
+            let fields = with(member, "leaseLoads", &loads);
+            let before = put_raw(&mut side, &store, MEMBER_W, &fields).await;
+            let decoded = store.get_member(&w, true, deadline()).await.map(drop);
+            let written = store.beat(&w, PROCESS, None, None, &[], deadline()).await;
+            let (case, written) = (("leaseLoads", loads.as_bytes()), written.map(drop));
             assert_written_iff_decoded(&mut side, &member_item, before, case, decoded, written)
                 .await;
         }

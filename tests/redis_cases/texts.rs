@@ -1,6 +1,7 @@
 //! The scripts' checks of text fields accept exactly what the Rust decoder accepts: UTF-8 in
 //! every string it reads (owner, handoff target, checkpoint, `lastOp`), ids as `WorkerId` and
-//! `LeaseKey` validate them, and JSON lists (parents, notices) as serde_json reads them. A hash
+//! `LeaseKey` validate them, JSON lists (parents, notices) as serde_json reads them, and the
+//! lines of a member's lease loads (`<lease key>\t<number>`, joined by `\n`). A hash
 //! the decoder calls malformed is never written over, and one it decodes is not refused.
 
 use shardlease::LeaseStore;
@@ -52,6 +53,19 @@ fn texts() -> Vec<Vec<u8>> {
         b"[\"a\"]x",
     ];
     let mut texts: Vec<Vec<u8>> = plain.iter().map(|t| t.to_vec()).collect();
+    // Lines of lease loads: good, a key twice, a line short or long, a blank line.
+    let loads: [&[u8]; 9] = [
+        b"a\t1\nb\t2",
+        b"a b=c:d\t0",
+        b"a\t1\na\t2",
+        b"a\t1\n",
+        b"\na\t1",
+        b"\n",
+        b"a\t1\t2",
+        b"a\t1\r\nb\t2",
+        b"a\t",
+    ];
+    texts.extend(loads.iter().map(|t| t.to_vec()));
     texts.push(vec![b'a'; 1024]);
     texts.push(vec![b'a'; 1025]);
     texts
@@ -94,13 +108,30 @@ async fn a_write_changes_a_text_field_exactly_when_the_rust_decoder_reads_it() {
             assert_written_iff_decoded(&mut side, &lease_item, before, case, decoded, written)
                 .await;
         }
+        // A lease key in the lease loads, alone and after a good line; and the text as the
+        // whole field, for its lines.
+        let loads = [
+            [&text[..], b"\t1"].concat(),
+            [&b"a\t1\n"[..], &text, b"\t2"].concat(),
+            text.clone(),
+        ];
+        for loads in loads {
+            let mut fields = member.to_vec();
+            fields.push(("leaseLoads", &loads));
+            let before = put_raw(&mut side, &store, member_key, &fields).await;
+            let decoded = store.get_member(&w, true, deadline()).await.map(drop);
+            let written = store.beat(&w, PROCESS, None, None, &[], deadline()).await;
+            let (case, written) = (("leaseLoads", &loads[..]), written.map(drop));
+            assert_written_iff_decoded(&mut side, &member_item, before, case, decoded, written)
+                .await;
+        }
         for field in ["notices", "lastOp"] {
             let mut fields = member.to_vec();
             fields.push((field, &text));
             let before = put_raw(&mut side, &store, member_key, &fields).await;
             let decoded = store.get_member(&w, true, deadline()).await.map(drop);
             // The beat's condition reads the incarnation alone.
-            let written = store.beat(&w, PROCESS, None, &[], deadline()).await;
+            let written = store.beat(&w, PROCESS, None, None, &[], deadline()).await;
             let (case, written) = ((field, &text[..]), written.map(drop));
             assert_written_iff_decoded(&mut side, &member_item, before, case, decoded, written)
                 .await;

@@ -15,7 +15,7 @@ use shardlease::store::dynamodb::schema::{lease_item_size, member_item_size};
 use shardlease::store::memory::InMemoryStore;
 use shardlease::store::StoreResult;
 use shardlease::store::{LeaseStore, Outcome, Page, PageToken, RetryPolicy, StoreError};
-use shardlease::{Lease, LeaseKey, Member, NewLease, WorkerId};
+use shardlease::{Lease, LeaseKey, LoadReport, Member, NewLease, WorkerId};
 use tokio::time::Instant;
 
 use super::clock::SimClock;
@@ -635,7 +635,7 @@ impl LeaseStore for SimStore {
         &self,
         worker: &WorkerId,
         incarnation: Incarnation,
-        load: Option<f64>,
+        report: Option<&LoadReport>,
         capacity: Option<u32>,
         deadline: Instant,
     ) -> StoreResult<Outcome<Member>> {
@@ -643,7 +643,7 @@ impl LeaseStore for SimStore {
             let beat = self
                 .net
                 .table
-                .heartbeat(worker, incarnation, load, capacity, deadline);
+                .heartbeat(worker, incarnation, report, capacity, deadline);
             let answer = flat(now_or_never(beat));
             let size = outcome_size(&answer, member_item_size);
             (answer, size)
@@ -740,6 +740,7 @@ impl LeaseStore for SimStore {
         worker: &WorkerId,
         incarnation: Incarnation,
         capacity: Option<u32>,
+        report: Option<&LoadReport>,
         seen: &[String],
         deadline: Instant,
     ) -> StoreResult<Outcome<Member>> {
@@ -747,7 +748,7 @@ impl LeaseStore for SimStore {
             let beat = self
                 .net
                 .table
-                .beat(worker, incarnation, capacity, seen, deadline);
+                .beat(worker, incarnation, capacity, report, seen, deadline);
             let answer = flat(now_or_never(beat));
             let size = outcome_size(&answer, member_item_size);
             (answer, size)

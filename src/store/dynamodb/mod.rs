@@ -31,9 +31,11 @@ use tokio::time::Instant;
 use self::classify::classify;
 use self::metrics::{Answer, Api, Request};
 use self::schema::{Decoded, Item};
-use super::{LeaseStore, Outcome, Page, PageToken, RetryPolicy, StoreError, StoreResult};
+use super::{
+    check_report, LeaseStore, Outcome, Page, PageToken, RetryPolicy, StoreError, StoreResult,
+};
 use crate::config::ConfigError;
-use crate::lease::{Incarnation, Lease, LeaseKey, Member, NewLease, WorkerId};
+use crate::lease::{Incarnation, Lease, LeaseKey, LoadReport, Member, NewLease, WorkerId};
 
 /// How the lease table is billed when the store creates it. In a configuration file:
 /// `"on_demand"` or `{ provisioned = { read = 5, write = 5 } }`.
@@ -661,23 +663,22 @@ impl LeaseStore for DynamoStore {
         &self,
         worker: &WorkerId,
         incarnation: Incarnation,
-        load: Option<f64>,
+        report: Option<&LoadReport>,
         capacity: Option<u32>,
         deadline: Instant,
     ) -> StoreResult<Outcome<Member>> {
+        check_report("heartbeat", worker, report)?;
         let mut values = vec![
             (":worker", schema::s(worker.as_str())),
             (":incarnation", schema::n(incarnation.get())),
             (":zero", schema::n(0)),
             one(),
         ];
-        if let Some(load) = load {
-            values.push((":load", schema::n(load)));
-        }
+        values.extend(schema::report_values(report));
         if let Some(capacity) = capacity {
             values.push((":capacity", schema::n(capacity)));
         }
-        let update = schema::heartbeat_update(load.is_some(), capacity.is_some());
+        let update = schema::heartbeat_update(capacity.is_some(), report);
         self.update(
             "heartbeat",
             &schema::member_key(worker),
@@ -806,10 +807,13 @@ impl LeaseStore for DynamoStore {
         worker: &WorkerId,
         incarnation: Incarnation,
         capacity: Option<u32>,
+        report: Option<&LoadReport>,
         seen: &[String],
         deadline: Instant,
     ) -> StoreResult<Outcome<Member>> {
+        check_report("beat", worker, report)?;
         let mut values = vec![(":incarnation", schema::n(incarnation.get())), one()];
+        values.extend(schema::report_values(report));
         if let Some(capacity) = capacity {
             values.push((":capacity", schema::n(capacity)));
         }
@@ -820,7 +824,7 @@ impl LeaseStore for DynamoStore {
             "beat",
             &schema::member_key(worker),
             schema::COND_SESSION,
-            &schema::beat_update(capacity.is_some(), !seen.is_empty()),
+            &schema::beat_update(capacity.is_some(), report, !seen.is_empty()),
             values,
             schema::decode_member,
             deadline,

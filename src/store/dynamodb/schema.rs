@@ -5,20 +5,20 @@
 //! One table, hash key `leaseKey` (string). A lease item is keyed by its lease key; a
 //! membership record by [`RESERVED_PREFIX`]`member#<worker id>`.
 
-use std::collections::{BTreeSet, HashMap};
+use std::collections::{BTreeMap, BTreeSet, HashMap};
 
 use aws_sdk_dynamodb::types::AttributeValue;
 
-use crate::lease::{Incarnation, Lease, LeaseKey, Member, WorkerId, RESERVED_PREFIX};
+use crate::lease::{Incarnation, Lease, LeaseKey, LoadReport, Member, WorkerId, RESERVED_PREFIX};
 pub use crate::store::decoded::{member_key, Decoded};
 use crate::store::StoreError;
 
 // The attribute names, shared with the Redis store's hashes; re-exported so that this module
 // still names every attribute the format uses.
 pub use crate::store::attributes::{
-    CAPACITY, CHECKPOINT, COUNTER, HANDOFF_TO, HEARTBEAT, KEY, LAST_OP, LEASE_LOAD,
+    CAPACITY, CHECKPOINT, COUNTER, HANDOFF_TO, HEARTBEAT, KEY, LAST_OP, LEASE_LOAD, LEASE_LOADS,
     MEMBER_INCARNATION, MEMBER_LOAD, MEMBER_PROTOCOL, NONCE, NOTICES, OWNER, OWNER_INCARNATION,
-    OWNER_SWITCHES, PARENTS, SESSIONS, TENURE, UPDATED_AT, WORKER,
+    OWNER_SWITCHES, PARENTS, SESSIONS, TENURE, UPDATED_AT, WEIGHT, WORKER,
 };
 
 /// `create`: no item has this key.
@@ -59,24 +59,76 @@ pub const COND_GIVE: &str = COND_TAKE;
 /// notice must not hide the token of an `open_session` whose answer was lost.
 pub const UPDATE_NOTIFY: &str = "ADD notices :notices SET updatedAt = :now";
 
-/// The `open_session` update: a fresh record at `:heartbeat`, with or without a capacity.
+/// The `open_session` update: a fresh record at `:heartbeat`, with or without a capacity, and
+/// no notices and no load report.
 pub fn open_session_update(capacity: bool) -> String {
     let set = "SET workerId = :worker, workerIncarnation = :incarnation, \
                heartbeat = :next, workerProtocol = :protocol, lastOp = :op, updatedAt = :now";
+    let remove = "REMOVE notices, workerLoad, workerWeight, leaseLoads";
     if capacity {
-        format!("{set}, workerCapacity = :capacity REMOVE notices, workerLoad")
+        format!("{set}, workerCapacity = :capacity {remove}")
     } else {
-        format!("{set} REMOVE notices, workerLoad, workerCapacity")
+        format!("{set} {remove}, workerCapacity")
     }
 }
 
-/// The `beat` update: heartbeat + 1, the capacity set or removed, the notices seen removed.
-pub fn beat_update(capacity: bool, seen: bool) -> String {
-    let mut update = "SET heartbeat = heartbeat + :one, lastOp = :op, updatedAt = :now".to_owned();
-    if capacity {
-        update.push_str(", workerCapacity = :capacity");
-    } else {
-        update.push_str(" REMOVE workerCapacity");
+/// The figures a heartbeat or a beat writes: `, attr = :value` for each one set, and the
+/// attributes removed. The capacity is set or removed; with a report, its weight is set and
+/// its utilisation (`:load`) and lease loads are set or removed; without, all three are left
+/// alone.
+fn figures(capacity: bool, report: Option<&LoadReport>) -> (String, Vec<&'static str>) {
+    let mut set = String::new();
+    let mut remove = Vec::new();
+    let mut figure = |present: bool, attr: &'static str, value: &str| {
+        if present {
+            set.push_str(&format!(", {attr} = {value}"));
+        } else {
+            remove.push(attr);
+        }
+    };
+    figure(capacity, CAPACITY, ":capacity");
+    if let Some(report) = report {
+        figure(true, WEIGHT, ":weight");
+        figure(report.utilisation.is_some(), MEMBER_LOAD, ":load");
+        figure(!report.leases.is_empty(), LEASE_LOADS, ":leaseLoads");
+    }
+    (set, remove)
+}
+
+/// The values of a load report's figures for [`heartbeat_update`] and [`beat_update`]
+/// (`:weight`, `:load`, `:leaseLoads`, those the update names); none without a report.
+pub fn report_values(report: Option<&LoadReport>) -> Vec<(&'static str, AttributeValue)> {
+    let Some(report) = report else {
+        return Vec::new();
+    };
+    let mut values = vec![(":weight", n(report.weight))];
+    if let Some(utilisation) = report.utilisation {
+        values.push((":load", n(utilisation)));
+    }
+    if !report.leases.is_empty() {
+        values.push((":leaseLoads", lease_loads(&report.leases)));
+    }
+    values
+}
+
+/// Encodes lease loads as a map attribute: lease key to number.
+pub fn lease_loads(loads: &BTreeMap<LeaseKey, f64>) -> AttributeValue {
+    AttributeValue::M(
+        loads
+            .iter()
+            .map(|(key, load)| (key.to_string(), n(load)))
+            .collect(),
+    )
+}
+
+/// The `beat` update: heartbeat + 1, the capacity set or removed, a load report's figures
+/// written (see [`report_values`]), the notices seen removed.
+pub fn beat_update(capacity: bool, report: Option<&LoadReport>, seen: bool) -> String {
+    let (set, remove) = figures(capacity, report);
+    let mut update =
+        format!("SET heartbeat = heartbeat + :one, lastOp = :op, updatedAt = :now{set}");
+    if !remove.is_empty() {
+        update.push_str(&format!(" REMOVE {}", remove.join(", ")));
     }
     if seen {
         update.push_str(" DELETE notices :seen");
@@ -112,25 +164,18 @@ pub const UPDATE_RELEASE: &str = "SET leaseCounter = leaseCounter + :one, lastOp
 pub const UPDATE_CHECKPOINT: &str = "SET checkpoint = :checkpoint, \
      ownerSwitchesSinceCheckpoint = :zero, leaseCounter = leaseCounter + :one, \
      lastOp = :op, updatedAt = :now";
-/// `heartbeat`; `:load` and `:capacity` are set or removed by [`heartbeat_update`].
+/// `heartbeat`; the capacity and a load report's figures are set or removed by
+/// [`heartbeat_update`].
 pub const UPDATE_HEARTBEAT: &str = "SET workerId = :worker, workerIncarnation = :incarnation, \
      heartbeat = if_not_exists(heartbeat, :zero) + :one, lastOp = :op, updatedAt = :now";
 
-/// The heartbeat update expression for the figures a worker reports.
-pub fn heartbeat_update(load: bool, capacity: bool) -> String {
-    let mut set = UPDATE_HEARTBEAT.to_owned();
+/// The heartbeat update expression for the figures a worker reports (see
+/// [`report_values`]).
+pub fn heartbeat_update(capacity: bool, report: Option<&LoadReport>) -> String {
+    let (set, removed) = figures(capacity, report);
     let mut remove = vec![MEMBER_PROTOCOL];
-    for (present, attr, value) in [
-        (load, MEMBER_LOAD, ":load"),
-        (capacity, CAPACITY, ":capacity"),
-    ] {
-        if present {
-            set.push_str(&format!(", {attr} = {value}"));
-        } else {
-            remove.push(attr);
-        }
-    }
-    format!("{set} REMOVE {}", remove.join(", "))
+    remove.extend(removed);
+    format!("{UPDATE_HEARTBEAT}{set} REMOVE {}", remove.join(", "))
 }
 
 /// A DynamoDB item.
@@ -281,6 +326,19 @@ pub fn member_item_size(member: &Member) -> usize {
     if let Some(capacity) = member.capacity {
         size += CAPACITY.len() + number_size(&capacity.to_string());
     }
+    if let Some(weight) = member.weight {
+        size += WEIGHT.len() + number_size(&weight.to_string());
+    }
+    if !member.lease_loads.is_empty() {
+        // A map costs 3 bytes plus, for each element, one byte, its name and its value.
+        size += LEASE_LOADS.len()
+            + 3
+            + member
+                .lease_loads
+                .iter()
+                .map(|(key, load)| 1 + key.as_str().len() + number_size(&load.to_string()))
+                .sum::<usize>();
+    }
     if member.session {
         size += MEMBER_PROTOCOL.len() + SESSIONS.len();
     }
@@ -349,6 +407,44 @@ impl<'a> Fields<'a> {
         }
     }
 
+    /// A number that must be finite and above 0 (`positive`) or at least 0.
+    fn figure(&self, field: &'static str, value: &str, positive: bool) -> Result<f64, StoreError> {
+        match value.parse::<f64>() {
+            Ok(v) if v.is_finite() && (v > 0.0 || (!positive && v >= 0.0)) => Ok(v),
+            _ if positive => Err(self.err(field, format!("{value:?} is not a number above 0"))),
+            _ => Err(self.err(field, format!("{value:?} is not a number of at least 0"))),
+        }
+    }
+
+    fn weight(&self) -> Result<Option<f64>, StoreError> {
+        match self.item.get(WEIGHT) {
+            None | Some(AttributeValue::Null(_)) => Ok(None),
+            Some(AttributeValue::N(value)) => self.figure(WEIGHT, value, true).map(Some),
+            Some(other) => Err(self.err(WEIGHT, format!("is not a number: {other:?}"))),
+        }
+    }
+
+    fn lease_loads(&self) -> Result<BTreeMap<LeaseKey, f64>, StoreError> {
+        let map = match self.item.get(LEASE_LOADS) {
+            None | Some(AttributeValue::Null(_)) => return Ok(BTreeMap::new()),
+            Some(AttributeValue::M(map)) => map,
+            Some(other) => return Err(self.err(LEASE_LOADS, format!("is not a map: {other:?}"))),
+        };
+        map.iter()
+            .map(|(key, value)| {
+                let key = LeaseKey::new(key.as_str())
+                    .map_err(|e| self.err(LEASE_LOADS, e.to_string()))?;
+                match value {
+                    AttributeValue::N(load) => Ok((key, self.figure(LEASE_LOADS, load, false)?)),
+                    other => Err(self.err(
+                        LEASE_LOADS,
+                        format!("holds a non-number for {key}: {other:?}"),
+                    )),
+                }
+            })
+            .collect()
+    }
+
     fn handoff_target(&self) -> Result<Option<WorkerId>, StoreError> {
         self.string(HANDOFF_TO)?
             .map(|v| {
@@ -408,6 +504,8 @@ pub fn decode(item: &Item) -> Result<Decoded, StoreError> {
             heartbeat: fields.required(HEARTBEAT)?,
             incarnation: fields.incarnation(MEMBER_INCARNATION)?,
             load: fields.number(MEMBER_LOAD)?,
+            weight: fields.weight()?,
+            lease_loads: fields.lease_loads()?,
             capacity: fields.number(CAPACITY)?,
             notices: fields.string_set(NOTICES)?,
             session: match fields.string(MEMBER_PROTOCOL)? {
@@ -468,6 +566,12 @@ mod tests {
                 AttributeValue::L(list) => {
                     3 + list.iter().map(|v| 1 + value_size(v)).sum::<usize>()
                 }
+                AttributeValue::M(map) => {
+                    3 + map
+                        .iter()
+                        .map(|(name, v)| 1 + name.len() + value_size(v))
+                        .sum::<usize>()
+                }
                 other => panic!("not used by the schema: {other:?}"),
             }
         }
@@ -509,6 +613,8 @@ mod tests {
             heartbeat: 42,
             incarnation: Some(Incarnation::new(u64::MAX)),
             load: None,
+            weight: None,
+            lease_loads: BTreeMap::new(),
             capacity: Some(100),
             notices: BTreeSet::new(),
             session: true,
@@ -530,6 +636,47 @@ mod tests {
             + MEMBER_PROTOCOL.len()
             + SESSIONS.len();
         assert_eq!(member_item_size(&member), expected);
+        let report = LoadReport {
+            weight: 1.5,
+            utilisation: Some(0.25),
+            leases: BTreeMap::from([
+                (LeaseKey::new("shard a").unwrap(), 120.0),
+                (LeaseKey::new("b=1:2").unwrap(), 0.0),
+            ]),
+        };
+        let reported = Member {
+            weight: Some(report.weight),
+            load: report.utilisation,
+            lease_loads: report.leases.clone(),
+            ..member
+        };
+        let mut item = Item::from([
+            (KEY.into(), s(member_key(&reported.worker))),
+            (WORKER.into(), s(reported.worker.as_str())),
+            (HEARTBEAT.into(), n(reported.heartbeat)),
+            (LAST_OP.into(), s(token)),
+            (UPDATED_AT.into(), s(at)),
+            (CAPACITY.into(), n(100)),
+            (MEMBER_INCARNATION.into(), n(u64::MAX)),
+            (MEMBER_PROTOCOL.into(), s(SESSIONS)),
+        ]);
+        item.extend(
+            report_values(Some(&report))
+                .into_iter()
+                .map(|(value, attr)| (attribute_of(value).to_owned(), attr)),
+        );
+        assert_eq!(member_item_size(&reported), billed_size(&item));
+        assert_eq!(decode_member(&item).unwrap().0, reported);
+    }
+
+    /// The attribute a report value is written to, as the updates name it.
+    fn attribute_of(value: &str) -> &'static str {
+        match value {
+            ":weight" => WEIGHT,
+            ":load" => MEMBER_LOAD,
+            ":leaseLoads" => LEASE_LOADS,
+            other => panic!("not a report value: {other}"),
+        }
     }
 
     fn full_lease() -> Lease {
@@ -705,14 +852,83 @@ mod tests {
             (MEMBER_INCARNATION.into(), n(0.5)),
         ]);
         assert_eq!(field_of(&member_with_a_bad_incarnation), MEMBER_INCARNATION);
+        let member = |attr: &str, value: AttributeValue| {
+            Item::from([
+                (KEY.into(), s("shardlease#member#w")),
+                (HEARTBEAT.into(), n(1)),
+                (attr.into(), value),
+            ])
+        };
+        for bad in [n(0), n(-1), s("1")] {
+            assert_eq!(field_of(&member(WEIGHT, bad.clone())), WEIGHT, "{bad:?}");
+        }
+        let loads = |key: &str, value: AttributeValue| {
+            AttributeValue::M(HashMap::from([(key.to_owned(), value)]))
+        };
+        for bad in [
+            loads("k", n(-0.5)),
+            loads("k", s("1")),
+            loads("", n(1)),
+            loads("a\tb", n(1)),
+            loads("shardlease#x", n(1)),
+            AttributeValue::L(vec![n(1)]),
+        ] {
+            assert_eq!(
+                field_of(&member(LEASE_LOADS, bad.clone())),
+                LEASE_LOADS,
+                "{bad:?}"
+            );
+        }
+        assert!(decode_member(&member(LEASE_LOADS, loads("k", n(0)))).is_ok());
+        assert!(decode_member(&member(WEIGHT, n(0.001))).is_ok());
     }
 
     #[test]
     fn heartbeat_update_sets_or_removes_each_figure() {
-        assert!(heartbeat_update(true, true)
-            .ends_with("workerLoad = :load, workerCapacity = :capacity REMOVE workerProtocol"));
-        assert!(heartbeat_update(false, true).ends_with("REMOVE workerProtocol, workerLoad"));
-        assert!(heartbeat_update(false, false)
-            .ends_with("REMOVE workerProtocol, workerLoad, workerCapacity"));
+        let full = LoadReport {
+            weight: 1.0,
+            utilisation: Some(0.5),
+            leases: BTreeMap::from([(LeaseKey::new("k").unwrap(), 2.0)]),
+        };
+        assert!(heartbeat_update(true, Some(&full)).ends_with(
+            "workerCapacity = :capacity, workerWeight = :weight, workerLoad = :load, \
+             leaseLoads = :leaseLoads REMOVE workerProtocol"
+        ));
+        let bare = LoadReport {
+            weight: 1.0,
+            ..LoadReport::default()
+        };
+        assert!(heartbeat_update(true, Some(&bare))
+            .ends_with(", workerWeight = :weight REMOVE workerProtocol, workerLoad, leaseLoads"));
+        // No report: the load figures are left as they are.
+        assert!(heartbeat_update(true, None)
+            .ends_with("updatedAt = :now, workerCapacity = :capacity REMOVE workerProtocol"));
+        assert!(heartbeat_update(false, None).ends_with("REMOVE workerProtocol, workerCapacity"));
+        assert_eq!(
+            beat_update(false, Some(&bare), true),
+            "SET heartbeat = heartbeat + :one, lastOp = :op, updatedAt = :now, \
+             workerWeight = :weight REMOVE workerCapacity, workerLoad, leaseLoads \
+             DELETE notices :seen"
+        );
+        assert_eq!(
+            beat_update(true, None, false),
+            "SET heartbeat = heartbeat + :one, lastOp = :op, updatedAt = :now, \
+             workerCapacity = :capacity"
+        );
+        // Every value an update names is given, and no other (DynamoDB refuses both).
+        for report in [Some(&full), Some(&bare), None] {
+            let update = beat_update(true, report, false);
+            let values = report_values(report);
+            for (value, _) in &values {
+                assert!(update.contains(value), "{update} lacks {value}");
+            }
+            for value in [":weight", ":load", ":leaseLoads"] {
+                assert_eq!(
+                    update.contains(value),
+                    values.iter().any(|(v, _)| *v == value),
+                    "{update}"
+                );
+            }
+        }
     }
 }

@@ -29,8 +29,10 @@ use self::classify::{classify, is_auth};
 use self::connection::Connection;
 use self::schema::{Decoded, Item, Layout};
 use self::scripts::Script;
-use super::{LeaseStore, Misconfiguration, Outcome, Page, PageToken, StoreError, StoreResult};
-use crate::lease::{Incarnation, Lease, LeaseKey, Member, NewLease, WorkerId};
+use super::{
+    check_report, LeaseStore, Misconfiguration, Outcome, Page, PageToken, StoreError, StoreResult,
+};
+use crate::lease::{Incarnation, Lease, LeaseKey, LoadReport, Member, NewLease, WorkerId};
 
 /// The lease table in Redis. Cheap to clone; clones share one connection.
 #[derive(Clone)]
@@ -663,16 +665,17 @@ impl LeaseStore for RedisStore {
         &self,
         worker: &WorkerId,
         incarnation: Incarnation,
-        load: Option<f64>,
+        report: Option<&LoadReport>,
         capacity: Option<u32>,
         deadline: Instant,
     ) -> StoreResult<Outcome<Member>> {
-        let args = vec![
+        check_report("heartbeat", worker, report)?;
+        let mut args = vec![
             worker.to_string(),
             incarnation.get().to_string(),
-            or_empty(load),
             or_empty(capacity),
         ];
+        args.extend(schema::report_args(report));
         self.member_write(&scripts::SCRIPT_HEARTBEAT, worker, args, deadline)
             .await
     }
@@ -747,10 +750,13 @@ impl LeaseStore for RedisStore {
         worker: &WorkerId,
         incarnation: Incarnation,
         capacity: Option<u32>,
+        report: Option<&LoadReport>,
         seen: &[String],
         deadline: Instant,
     ) -> StoreResult<Outcome<Member>> {
+        check_report("beat", worker, report)?;
         let mut args = vec![incarnation.get().to_string(), or_empty(capacity)];
+        args.extend(schema::report_args(report));
         args.extend(seen.iter().cloned());
         self.member_write(&scripts::SCRIPT_BEAT, worker, args, deadline)
             .await

@@ -13,20 +13,21 @@
 //!   and delete items keep it.
 //!
 //! Numbers are decimal text, as `HINCRBY` writes them; lists and sets (parent keys, notices)
-//! are JSON arrays of strings.
+//! are JSON arrays of strings; a member's lease loads are lines `<lease key>\t<number>` joined
+//! by `\n` (a lease key holds no control character).
 
-use std::collections::{BTreeSet, HashMap};
+use std::collections::{BTreeMap, BTreeSet, HashMap};
 
-use crate::lease::{Incarnation, Lease, LeaseKey, Member, WorkerId, RESERVED_PREFIX};
+use crate::lease::{Incarnation, Lease, LeaseKey, LoadReport, Member, WorkerId, RESERVED_PREFIX};
 pub use crate::store::decoded::{member_key, Decoded};
 use crate::store::StoreError;
 
 // The field names: the DynamoDB attribute names, from the list both stores share; re-exported
 // so that this module still names every field the format uses.
 pub use crate::store::attributes::{
-    CAPACITY, CHECKPOINT, COUNTER, HANDOFF_TO, HEARTBEAT, KEY, LAST_OP, LEASE_LOAD,
+    CAPACITY, CHECKPOINT, COUNTER, HANDOFF_TO, HEARTBEAT, KEY, LAST_OP, LEASE_LOAD, LEASE_LOADS,
     MEMBER_INCARNATION, MEMBER_LOAD, MEMBER_PROTOCOL, NONCE, NOTICES, OWNER, OWNER_INCARNATION,
-    OWNER_SWITCHES, PARENTS, SESSIONS, TENURE, UPDATED_AT, WORKER,
+    OWNER_SWITCHES, PARENTS, SESSIONS, TENURE, UPDATED_AT, WEIGHT, WORKER,
 };
 
 /// The field named `name`, as the format's constant ([`KEY`] for a name it does not use).
@@ -131,6 +132,30 @@ pub fn encode_lease(lease: &Lease, op: &str, now: &str) -> Vec<(&'static str, St
     fields
 }
 
+/// Lease loads as one field: a line `<lease key>\t<number>` per lease, joined by `\n`.
+pub fn encode_lease_loads(loads: &BTreeMap<LeaseKey, f64>) -> String {
+    let lines: Vec<String> = loads
+        .iter()
+        .map(|(key, load)| format!("{key}\t{load}"))
+        .collect();
+    lines.join("\n")
+}
+
+/// A load report as the heartbeat and beat scripts take it: the weight (empty: no report),
+/// the utilisation and the lease loads (each empty when absent).
+pub fn report_args(report: Option<&LoadReport>) -> [String; 3] {
+    match report {
+        None => Default::default(),
+        Some(report) => [
+            report.weight.to_string(),
+            report
+                .utilisation
+                .map_or_else(String::new, |u| u.to_string()),
+            encode_lease_loads(&report.leases),
+        ],
+    }
+}
+
 /// A JSON array of strings.
 pub fn json_list<'a>(values: impl Iterator<Item = &'a str>) -> String {
     serde_json::Value::Array(values.map(serde_json::Value::from).collect()).to_string()
@@ -201,6 +226,44 @@ impl<'a> Fields<'a> {
         }
     }
 
+    /// A load report's figure: a finite number above 0 (`positive`) or at least 0.
+    fn figure(&self, field: &'static str, text: &str, positive: bool) -> Result<f64, StoreError> {
+        match text.parse::<f64>() {
+            Ok(v) if v.is_finite() && (v > 0.0 || (!positive && v >= 0.0)) => Ok(v),
+            _ if positive => Err(self.err(field, format!("{text:?} is not a number above 0"))),
+            _ => Err(self.err(field, format!("{text:?} is not a number of at least 0"))),
+        }
+    }
+
+    fn weight(&self) -> Result<Option<f64>, StoreError> {
+        self.string(WEIGHT)?
+            .map(|text| self.figure(WEIGHT, text, true))
+            .transpose()
+    }
+
+    /// The lease loads: lines `<lease key>\t<number>` joined by `\n`, at least one, no key
+    /// twice (the scripts' `lease_loads` applies the same rules).
+    fn lease_loads(&self) -> Result<BTreeMap<LeaseKey, f64>, StoreError> {
+        let Some(text) = self.string(LEASE_LOADS)? else {
+            return Ok(BTreeMap::new());
+        };
+        let mut loads = BTreeMap::new();
+        for line in text.split('\n') {
+            let Some((key, load)) = line.split_once('\t') else {
+                return Err(self.err(
+                    LEASE_LOADS,
+                    format!("line {line:?} is not a lease key, a tab and a number"),
+                ));
+            };
+            let key = LeaseKey::new(key).map_err(|e| self.err(LEASE_LOADS, e.to_string()))?;
+            let load = self.figure(LEASE_LOADS, load, false)?;
+            if loads.insert(key.clone(), load).is_some() {
+                return Err(self.err(LEASE_LOADS, format!("names lease {key} twice")));
+            }
+        }
+        Ok(loads)
+    }
+
     fn worker(&self, field: &'static str) -> Result<Option<WorkerId>, StoreError> {
         self.string(field)?
             .map(|v| WorkerId::new(v).map_err(|e| self.err(field, e.to_string())))
@@ -252,6 +315,8 @@ pub fn decode(item: &Item) -> Result<Decoded, StoreError> {
             heartbeat: fields.required(HEARTBEAT)?,
             incarnation: fields.incarnation(MEMBER_INCARNATION)?,
             load: fields.float(MEMBER_LOAD)?,
+            weight: fields.weight()?,
+            lease_loads: fields.lease_loads()?,
             capacity: fields.number(CAPACITY)?,
             notices: fields
                 .strings(NOTICES)?
@@ -445,6 +510,55 @@ mod tests {
             MEMBER_PROTOCOL
         );
         assert_eq!(field_of(&member(&[(MEMBER_LOAD, b"NaN")])), MEMBER_LOAD);
+        for bad in [&b"0"[..], b"-1", b"inf", b"", b" 1"] {
+            assert_eq!(field_of(&member(&[(WEIGHT, bad)])), WEIGHT, "{bad:?}");
+        }
+        for bad in [
+            &b""[..],
+            b"k",
+            b"k\t",
+            b"k\t-1",
+            b"k\t1\n",
+            b"\t1",
+            b"k\t1\nk\t2",
+            b"k\t1\t2",
+            b"k\r\t1",
+        ] {
+            assert_eq!(
+                field_of(&member(&[(LEASE_LOADS, bad)])),
+                LEASE_LOADS,
+                "{bad:?}"
+            );
+        }
+    }
+
+    #[test]
+    fn a_load_report_survives_a_round_trip() {
+        let report = LoadReport {
+            weight: 0.75,
+            utilisation: Some(3.0),
+            leases: BTreeMap::from([
+                (LeaseKey::new("shard a=b:c").unwrap(), 1e21),
+                (LeaseKey::new("shard-2").unwrap(), 0.0),
+            ]),
+        };
+        let [weight, utilisation, loads] = report_args(Some(&report));
+        let item = as_item(vec![
+            (KEY, "shardlease#member#w".into()),
+            (HEARTBEAT, "1".into()),
+            (WEIGHT, weight),
+            (MEMBER_LOAD, utilisation),
+            (LEASE_LOADS, loads),
+        ]);
+        let (member, _) = decode_member(&item).unwrap();
+        assert_eq!(
+            (member.weight, member.load, member.lease_loads),
+            (Some(report.weight), report.utilisation, report.leases)
+        );
+        assert_eq!(
+            report_args(None),
+            [String::new(), String::new(), String::new()]
+        );
     }
 
     #[test]

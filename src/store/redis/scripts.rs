@@ -119,6 +119,26 @@ end
 
 local function any(s) return true end
 
+-- A figure of a load report: finite() and above 0 (`positive`) or at least 0.
+local function figure(v, positive)
+  if not finite(v) then return false end
+  local n = tonumber(v)
+  if positive then return n > 0 end
+  return n >= 0
+end
+
+-- Lease loads: lines `<lease key>\t<number>` joined by '\n', at least one, no key twice, each
+-- key an id() and each number a figure of at least 0 (the Rust decoder's rules).
+local function lease_loads(v)
+  local seen = {}
+  for line in string.gmatch(v .. '\n', '([^\n]*)\n') do
+    local key, n = string.match(line, '^([^\t]*)\t(.*)$')
+    if key == nil or seen[key] or not id(key) or not figure(n, false) then return false end
+    seen[key] = true
+  end
+  return true
+end
+
 local function bad_lease(h)
   if h.leaseKey ~= name then return 'leaseKey' end
   if h.lastOp ~= nil and not utf8(h.lastOp) then return 'lastOp' end
@@ -146,6 +166,8 @@ local function bad_member(h)
   local inc = h.workerIncarnation
   if inc ~= nil and not u64(inc) then return 'workerIncarnation' end
   if h.workerLoad ~= nil and not finite(h.workerLoad) then return 'workerLoad' end
+  if h.workerWeight ~= nil and not figure(h.workerWeight, true) then return 'workerWeight' end
+  if h.leaseLoads ~= nil and not lease_loads(h.leaseLoads) then return 'leaseLoads' end
   if h.workerCapacity ~= nil and not u32(h.workerCapacity) then return 'workerCapacity' end
   if h.notices ~= nil and not strings(h.notices, any) then return 'notices' end
   local p = h.workerProtocol
@@ -189,6 +211,17 @@ local function notice_set(h)
     for _, n in ipairs(cjson.decode(h.notices)) do set[n] = true end
   end
   return set
+end
+
+-- Writes the load report of ARGV[i..i+2]: the weight (empty: no report, the figures stay as
+-- they are), the utilisation and the lease loads (each empty: removed).
+local function store_report(i)
+  if ARGV[i] == '' then return end
+  redis.call('HSET', item, 'workerWeight', ARGV[i])
+  if ARGV[i + 1] ~= '' then redis.call('HSET', item, 'workerLoad', ARGV[i + 1])
+  else redis.call('HDEL', item, 'workerLoad') end
+  if ARGV[i + 2] ~= '' then redis.call('HSET', item, 'leaseLoads', ARGV[i + 2])
+  else redis.call('HDEL', item, 'leaseLoads') end
 end
 
 local function store_notices(set)
@@ -301,7 +334,7 @@ return {1, flat, ''}
 "#;
 
 /// `heartbeat`: the item is absent or a membership record. ARGV[4]: the worker, ARGV[5]: its
-/// incarnation, ARGV[6]: the load or empty, ARGV[7]: the capacity or empty.
+/// incarnation, ARGV[6]: the capacity or empty, ARGV[7..9]: the load report (`store_report`).
 const HEARTBEAT: &str = r#"
 local h, flat = read()
 if #flat == 0 then
@@ -315,10 +348,9 @@ redis.call('HINCRBY', item, 'heartbeat', 1)
 redis.call('HSET', item, 'workerId', ARGV[4], 'workerIncarnation', ARGV[5],
   'lastOp', op, 'updatedAt', now)
 redis.call('HDEL', item, 'workerProtocol')
-if ARGV[6] ~= '' then redis.call('HSET', item, 'workerLoad', ARGV[6])
-else redis.call('HDEL', item, 'workerLoad') end
-if ARGV[7] ~= '' then redis.call('HSET', item, 'workerCapacity', ARGV[7])
+if ARGV[6] ~= '' then redis.call('HSET', item, 'workerCapacity', ARGV[6])
 else redis.call('HDEL', item, 'workerCapacity') end
+store_report(7)
 return done()
 "#;
 
@@ -334,7 +366,8 @@ return {1, flat, ''}
 
 /// `open_session`: ARGV[7] = 'new': the item is absent; 'replace': the record's incarnation
 /// is ARGV[8] (empty: it has none) and its heartbeat ARGV[9]. The fresh record: worker
-/// ARGV[4], incarnation ARGV[5], capacity ARGV[6] (or none), heartbeat ARGV[10].
+/// ARGV[4], incarnation ARGV[5], capacity ARGV[6] (or none), heartbeat ARGV[10]; no notices
+/// and no load report (the old hash is deleted).
 const OPEN_SESSION: &str = r#"
 local h, flat = read()
 if #flat == 0 then
@@ -354,21 +387,22 @@ if ARGV[6] ~= '' then redis.call('HSET', item, 'workerCapacity', ARGV[6]) end
 return done()
 "#;
 
-/// `beat`: the record is incarnation ARGV[4]'s. ARGV[5]: the capacity or empty; ARGV[6..]:
-/// the notices seen.
+/// `beat`: the record is incarnation ARGV[4]'s. ARGV[5]: the capacity or empty; ARGV[6..8]:
+/// the load report (`store_report`); ARGV[9..]: the notices seen.
 const BEAT: &str = r#"
 local h, flat = member()
 if not h then return flat end
 if h.workerIncarnation ~= ARGV[4] then return {0, flat, ''} end
 local set = notice_set(h)
 local seen = 0
-for i = 6, #ARGV do
+for i = 9, #ARGV do
   if set[ARGV[i]] then set[ARGV[i]] = nil; seen = seen + 1 end
 end
 redis.call('HINCRBY', item, 'heartbeat', 1)
 redis.call('HSET', item, 'lastOp', op, 'updatedAt', now)
 if ARGV[5] ~= '' then redis.call('HSET', item, 'workerCapacity', ARGV[5])
 else redis.call('HDEL', item, 'workerCapacity') end
+store_report(6)
 if seen > 0 then store_notices(set) end
 return done()
 "#;
