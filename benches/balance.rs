@@ -33,6 +33,7 @@ fn fleet(holders: usize) -> FleetView {
                 id: worker(i),
                 capacity: u32::MAX,
                 weight: 1.0,
+                reported: true,
                 load: None,
             })
             .collect(),

@@ -69,6 +69,28 @@ pub enum Protocol {
     Sessions,
 }
 
+/// How the fleet is balanced, when the worker is not given a policy of its own
+/// ([`WorkerBuilder::policy`](crate::worker::WorkerBuilder::policy)). In a configuration file:
+/// `"count"` or `"load"`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+#[cfg_attr(
+    feature = "serde",
+    derive(serde::Deserialize),
+    serde(rename_all = "snake_case")
+)]
+#[non_exhaustive]
+pub enum Balance {
+    /// The default: every worker holds as many leases as the others, within one
+    /// ([`CountBalance`](crate::balance::CountBalance)).
+    #[default]
+    Count,
+    /// Every worker holds a share of the fleet's load in proportion to its
+    /// [`weight`](WorkerConfig::weight), by the load figures the application reports
+    /// ([`LoadBalance`](crate::balance::LoadBalance) with its defaults). Every worker of a
+    /// fleet must balance the same way.
+    Load,
+}
+
 /// How a worker keeps, takes and hands over leases.
 ///
 /// Every default says where it comes from. [`WorkerConfig::validate`] explains what is wrong
@@ -157,6 +179,22 @@ pub struct WorkerConfig {
     /// the longest pause between two checkpoints or `progress()` calls your application makes
     /// on a busy lease.
     pub progress_window: Option<Duration>,
+    /// How the fleet is balanced. Default: [`Balance::Count`].
+    pub balance: Balance,
+    /// How much load this worker takes relative to the others, published with its membership
+    /// record: with [`Balance::Load`], a worker of weight 2 is given twice the load of a
+    /// worker of weight 1 (an instance twice the size). Default: 1.
+    pub weight: f64,
+    /// The time constant of the short moving average of each lease's reported load: how fast
+    /// a lease turning hot shows. Default: 10 s.
+    pub load_short_window: Duration,
+    /// The time constant of the long moving average: how slowly a lease cooling down is
+    /// forgotten (a lease's published figure is the larger of the two). Default: 2 min.
+    pub load_long_window: Duration,
+    /// The shortest time between two publications of this worker's load figures (sent with a
+    /// beat or heartbeat, when a figure moved by more than 10 % or the leases changed).
+    /// Default: 10 s.
+    pub load_publish_interval: Duration,
 }
 
 impl Default for WorkerConfig {
@@ -187,7 +225,47 @@ impl WorkerConfig {
             protocol: Protocol::Sessions,
             slow_scan_interval: Duration::from_secs(50),
             progress_window: None,
+            balance: Balance::Count,
+            weight: 1.0,
+            load_short_window: Duration::from_secs(10),
+            load_long_window: Duration::from_secs(120),
+            load_publish_interval: Duration::from_secs(10),
         }
+    }
+
+    /// Sets [`balance`](Self::balance).
+    #[must_use]
+    pub fn balance(mut self, value: Balance) -> Self {
+        self.balance = value;
+        self
+    }
+
+    /// Sets [`weight`](Self::weight).
+    #[must_use]
+    pub fn weight(mut self, value: f64) -> Self {
+        self.weight = value;
+        self
+    }
+
+    /// Sets [`load_short_window`](Self::load_short_window).
+    #[must_use]
+    pub fn load_short_window(mut self, value: Duration) -> Self {
+        self.load_short_window = value;
+        self
+    }
+
+    /// Sets [`load_long_window`](Self::load_long_window).
+    #[must_use]
+    pub fn load_long_window(mut self, value: Duration) -> Self {
+        self.load_long_window = value;
+        self
+    }
+
+    /// Sets [`load_publish_interval`](Self::load_publish_interval).
+    #[must_use]
+    pub fn load_publish_interval(mut self, value: Duration) -> Self {
+        self.load_publish_interval = value;
+        self
     }
 
     /// Sets [`protocol`](Self::protocol) and `renew_interval` to that protocol's default, so
@@ -378,6 +456,9 @@ impl WorkerConfig {
             ("store_timeout", self.store_timeout),
             ("discovery_interval", self.discovery_interval),
             ("slow_scan_interval", self.slow_scan_interval),
+            ("load_short_window", self.load_short_window),
+            ("load_long_window", self.load_long_window),
+            ("load_publish_interval", self.load_publish_interval),
         ] {
             if value.is_zero() {
                 return fail(name, format!("{name} must be non-zero"));
@@ -388,6 +469,21 @@ impl WorkerConfig {
                 "progress_window",
                 "progress_window must be non-zero (leave it out, or None, to turn the check off)"
                     .into(),
+            );
+        }
+        if !(self.weight.is_finite() && self.weight > 0.0) {
+            return fail(
+                "weight",
+                format!("weight {} must be a finite number above 0", self.weight),
+            );
+        }
+        if self.load_short_window > self.load_long_window {
+            return fail(
+                "load_short_window",
+                format!(
+                    "load_short_window {:?} must not be longer than load_long_window {:?}",
+                    self.load_short_window, self.load_long_window
+                ),
             );
         }
         if self.max_leases_per_worker == 0 {
@@ -425,7 +521,7 @@ pub(crate) use set_given;
 mod file {
     use std::time::Duration;
 
-    use super::{ConfigError, Protocol, WorkerConfig};
+    use super::{Balance, ConfigError, Protocol, WorkerConfig};
 
     #[derive(serde::Deserialize)]
     #[serde(
@@ -464,6 +560,14 @@ mod file {
         slow_scan_interval: Option<Duration>,
         #[serde(default, with = "humantime_serde")]
         progress_window: Option<Duration>,
+        balance: Option<Balance>,
+        weight: Option<f64>,
+        #[serde(default, with = "humantime_serde")]
+        load_short_window: Option<Duration>,
+        #[serde(default, with = "humantime_serde")]
+        load_long_window: Option<Duration>,
+        #[serde(default, with = "humantime_serde")]
+        load_publish_interval: Option<Duration>,
     }
 
     impl TryFrom<WorkerConfigFile> for WorkerConfig {
@@ -494,7 +598,12 @@ mod file {
                 store_timeout,
                 discovery_interval,
                 retire_after,
-                slow_scan_interval
+                slow_scan_interval,
+                balance,
+                weight,
+                load_short_window,
+                load_long_window,
+                load_publish_interval
             );
             config.progress_window = file.progress_window;
             config.validate()?;

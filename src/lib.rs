@@ -105,7 +105,7 @@ pub mod source;
 pub mod store;
 pub mod worker;
 
-pub use config::{ConfigError, Protocol, WorkerConfig};
+pub use config::{Balance, ConfigError, Protocol, WorkerConfig};
 pub use lease::{
     Incarnation, InvalidId, InvalidLoadReport, Lease, LeaseKey, LoadReport, Member, NewLease,
     Snapshot, WorkerId, SHARD_END,

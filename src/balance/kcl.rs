@@ -133,6 +133,7 @@ mod tests {
                     id: w(id),
                     capacity: u32::MAX,
                     weight: 1.0,
+                    reported: true,
                     load: None,
                 })
                 .collect(),

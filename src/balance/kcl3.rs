@@ -488,6 +488,7 @@ mod tests {
             id: w(id),
             capacity: u32::MAX,
             weight: 1.0,
+            reported: true,
             load,
         }
     }

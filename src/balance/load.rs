@@ -42,6 +42,10 @@ pub struct LoadBalance {
     pub tolerance: f64,
     /// The load a lease counts for while nobody has published a figure for it (a new lease);
     /// `None`: the mean of the published figures (1 when there are none). Default `None`.
+    /// Such a lease is placed if nobody holds it, but not moved for balance while other
+    /// leases have figures: a guess is no reason to move it, and its holder publishes a
+    /// figure within a beat of measuring one. (With no figure at all, every lease counts 1
+    /// and moves: balance by count.)
     pub unknown_load: Option<f64>,
     /// A worker reporting a utilisation above this sheds load until it would be at it
     /// (Pulsar's 85 %). Default 0.85.
@@ -81,6 +85,9 @@ struct Item<'a> {
     /// it stays with its receiver).
     from: Option<usize>,
     pinned: bool,
+    /// Whether its load is a published figure (a lease without one stays where it is while
+    /// others have figures: see [`LoadBalance::unknown_load`]).
+    measured: bool,
     /// Where the plan puts it.
     to: Option<usize>,
 }
@@ -101,9 +108,11 @@ struct Slot<'a> {
 
 struct Plan<'a> {
     policy: &'a LoadBalance,
-    /// The band the moves aim for: the tolerance to decide whether anything moves, half of
-    /// it once something does (see [`Plan::solve`]).
-    band: f64,
+    /// Every worker has published a report: the shares are known (see [`super::WorkerView::reported`]).
+    reported: bool,
+    /// Workers a move was made for: their band is half the tolerance, so that a worker
+    /// moved back into its band ends well inside it (see [`Plan::balance`]).
+    active: Vec<bool>,
     items: Vec<Item<'a>>,
     slots: Vec<Slot<'a>>,
 }
@@ -139,12 +148,11 @@ impl<'a> Plan<'a> {
                     }
                     Holder::Available => (None, false),
                 };
+                let figure = lease.load.filter(|x| x.is_finite() && *x >= 0.0);
                 Item {
                     key: &lease.key,
-                    load: lease
-                        .load
-                        .filter(|x| x.is_finite() && *x >= 0.0)
-                        .unwrap_or(unknown),
+                    load: figure.unwrap_or(unknown),
+                    measured: figure.is_some() || known.is_empty(),
                     order: (
                         stable_hash(lease.key.as_str().as_bytes()),
                         lease.key.as_str(),
@@ -176,10 +184,12 @@ impl<'a> Plan<'a> {
             .collect();
         let mut plan = Plan {
             policy,
-            band: policy.tolerance,
+            active: Vec::new(),
+            reported: workers.iter().all(|w| w.reported),
             items,
             slots,
         };
+        plan.active = vec![false; plan.slots.len()];
         for i in 0..plan.items.len() {
             if let Some(w) = plan.items[i].to {
                 plan.slots[w].load += plan.items[i].load;
@@ -191,17 +201,13 @@ impl<'a> Plan<'a> {
 
     fn solve(mut self) -> Assignment {
         if !self.slots.is_empty() {
-            self.isolate();
+            if self.reported {
+                self.isolate();
+            }
             self.shed_over_capacity();
             self.set_targets();
             self.place();
-            // Hysteresis: nothing moves while every worker is inside its band; once one is
-            // not, the moves aim for half the band, so that a figure drifting by less than
-            // half the tolerance afterwards moves nothing again.
-            if (0..self.slots.len()).any(|w| !self.slots[w].isolated && self.outside(w) != 0.0) {
-                self.band = self.policy.tolerance / 2.0;
-                self.balance();
-            }
+            self.balance();
         }
         self.assignment()
     }
@@ -306,12 +312,21 @@ impl<'a> Plan<'a> {
         }
     }
 
+    /// Worker `w`'s band, as a fraction of its target on either side.
+    fn band(&self, w: usize) -> f64 {
+        if self.active[w] {
+            self.policy.tolerance / 2.0
+        } else {
+            self.policy.tolerance
+        }
+    }
+
     fn upper(&self, w: usize) -> f64 {
-        self.slots[w].target * (1.0 + self.band)
+        self.slots[w].target * (1.0 + self.band(w))
     }
 
     fn lower(&self, w: usize) -> f64 {
-        self.slots[w].target * (1.0 - self.band)
+        self.slots[w].target * (1.0 - self.band(w))
     }
 
     /// Moves item `i` to `to` (none: back to be placed), keeping the slots' sums.
@@ -381,14 +396,22 @@ impl<'a> Plan<'a> {
     }
 
     /// Moves leases between workers until every worker is inside its band, or no move can
-    /// bring one closer: the worker furthest outside goes first; a worker above gives the
-    /// heaviest lease some worker can take without leaving its band upwards, and that does
-    /// not take the giver below its band; a worker below receives, from the workers above
-    /// their targets (furthest first), the heaviest lease that keeps both inside their bands
-    /// on that side. Every move shrinks the total distance outside the bands by at least the
-    /// load it moves, so this ends; a state it ends in is one where it moves nothing, so the
-    /// next round on the same figures moves nothing either.
+    /// bring one closer. Hysteresis: a worker's band is the tolerance, until a move is made
+    /// for it (it was outside); from then on it is half the tolerance, so it ends well inside
+    /// and a figure drifting by less than half the tolerance afterwards moves nothing. The
+    /// others are only asked to stay inside their bands.
+    ///
+    /// The worker furthest outside goes first; a worker above gives the heaviest lease some
+    /// worker can take without leaving its band upwards, and that does not take the giver
+    /// below its band; a worker below receives, from the workers above their targets
+    /// (furthest first), the heaviest lease that keeps both inside their bands on that side.
+    /// Every move shrinks the total distance outside the bands by at least the load it
+    /// moves, so this ends; a state it ends in is one where it moves nothing, so the next
+    /// round on the same figures moves nothing either.
     fn balance(&mut self) {
+        if !self.reported {
+            return;
+        }
         let mut stuck = vec![false; self.slots.len()];
         for _ in 0..=self.items.len() {
             let Some(x) = (0..self.slots.len())
@@ -402,6 +425,7 @@ impl<'a> Plan<'a> {
             else {
                 return;
             };
+            self.active[x] = true;
             let step = if self.outside(x) > 0.0 {
                 self.give_from(x)
             } else {
@@ -439,6 +463,7 @@ impl<'a> Plan<'a> {
             let item = &self.items[i];
             item.to == Some(x)
                 && !item.pinned
+                && item.measured
                 && item.load > 0.0
                 && item.load <= room.1
                 && (overloaded || item.load <= spare)
@@ -468,6 +493,7 @@ impl<'a> Plan<'a> {
                     let item = &self.items[i];
                     item.to == Some(g)
                         && !item.pinned
+                        && item.measured
                         && item.load > 0.0
                         && item.load <= room
                         && item.load <= spare
@@ -548,6 +574,7 @@ mod tests {
             id: w(id),
             capacity: u32::MAX,
             weight,
+            reported: true,
             load: None,
         }
     }
@@ -738,7 +765,7 @@ mod tests {
         assert_eq!(settle(&mut fleet, &policy), 0, "at rest nothing moves");
         // Noise of ±4 % on every figure moves nothing either.
         for (i, lease) in fleet.leases.iter_mut().enumerate() {
-            let noise = if stable_hash(&i.to_le_bytes()) % 2 == 0 {
+            let noise = if stable_hash(&i.to_le_bytes()).is_multiple_of(2) {
                 1.04
             } else {
                 0.96
@@ -818,6 +845,28 @@ mod tests {
             "a pending handoff is not asked again"
         );
         assert_eq!(assignment.moves[&w("c")].len(), 1, "c takes at most one");
+    }
+
+    #[test]
+    fn nothing_held_moves_while_a_worker_has_not_published_its_weight() {
+        let mut fleet = FleetView {
+            leases: (0..8)
+                .map(|i| lease(&format!("s{i}"), Some("a"), 1.0))
+                .collect(),
+            workers: vec![worker("a", 1.0), worker("b", 3.0)],
+        };
+        fleet.leases.push(lease("new", None, 1.0));
+        fleet.workers[1].reported = false;
+        let moves = LoadBalance::default().assign(&fleet).moves;
+        let steps: Vec<&Move> = moves.values().flatten().collect();
+        assert_eq!(
+            steps,
+            [&Move::Take(LeaseKey::new("new").unwrap())],
+            "only the lease nobody holds is placed"
+        );
+        fleet.workers[1].reported = true;
+        assert!(settle(&mut fleet, &LoadBalance::default()) > 0);
+        assert!(loads(&fleet)["b"] >= 6.0, "{:?}", loads(&fleet));
     }
 
     #[test]

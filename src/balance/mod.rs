@@ -56,6 +56,9 @@ pub struct WorkerView {
     /// How much load it takes relative to others (its published weight; 1 when it publishes
     /// none). A load policy gives it a share of the fleet's load in proportion.
     pub weight: f64,
+    /// Whether it has published a load report yet (its weight): a load policy moves no held
+    /// lease while a live worker has not, since its share is not known.
+    pub reported: bool,
     /// Its utilisation figure (CPU share, or anything the application measures), if reported.
     pub load: Option<f64>,
 }
@@ -262,6 +265,7 @@ mod tests {
             id: w(id),
             capacity: u32::MAX,
             weight: 1.0,
+            reported: true,
             load: None,
         }
     }

@@ -56,6 +56,10 @@ impl Ledger for Arc<Shared> {
         self.note_progress(key, tenure);
     }
 
+    fn load(&self, key: &LeaseKey, tenure: u64, value: f64) {
+        self.note_load(key, tenure, value);
+    }
+
     fn shard_ended(&self, key: &LeaseKey, tenure: u64) {
         if let Some(finish) = self.mark_ended(key, tenure) {
             spawn_finish(self, key.clone(), finish);

@@ -7,6 +7,7 @@ use tokio::sync::{mpsc, watch};
 
 use async_trait::async_trait;
 
+use super::load::InvalidLoad;
 use super::stop::{Finished, LetGo, StopReason};
 use crate::lease::{LeaseKey, WorkerId, RESERVED_PREFIX, SHARD_END};
 use crate::store::StoreError;
@@ -77,6 +78,9 @@ pub(crate) trait Ledger: Send + Sync {
 
     /// The application made progress on `key` in `tenure` (no store write).
     fn progress(&self, key: &LeaseKey, tenure: u64);
+
+    /// The application reported a load figure for `key` in `tenure` (no store write).
+    fn load(&self, key: &LeaseKey, tenure: u64, value: f64);
 }
 
 /// Stores checkpoints for one lease, fenced by the tenure it was granted in. Cheap to clone.
@@ -144,6 +148,20 @@ impl Checkpointer {
     /// is over.
     pub fn progress(&self) {
         self.ledger.progress(&self.key, self.tenure);
+    }
+
+    /// Reports the lease's load: a figure of how much work it is now (records or bytes per
+    /// second, or anything, as long as every worker of the fleet reports the same unit).
+    /// Cheap (no store write): call it whenever you measure, every batch or every few seconds.
+    /// The worker keeps a short and a long moving average and publishes the larger with its
+    /// membership record (see [`WorkerConfig::load_publish_interval`](crate::WorkerConfig::load_publish_interval));
+    /// with [`Balance::Load`](crate::Balance::Load) the fleet is balanced by these figures.
+    /// Refuses a figure that is not a finite number at least 0; does nothing once the grant's
+    /// tenure is over.
+    pub fn report_load(&self, load: f64) -> Result<(), InvalidLoad> {
+        let load = super::load::check(load)?;
+        self.ledger.load(&self.key, self.tenure, load);
+        Ok(())
     }
 
     /// The lease this checkpointer writes to.
@@ -288,6 +306,11 @@ impl LeaseGrant {
     /// [`Checkpointer::progress`].
     pub fn progress(&self) {
         self.checkpointer.progress();
+    }
+
+    /// Reports the lease's load (no store write); see [`Checkpointer::report_load`].
+    pub fn report_load(&self, load: f64) -> Result<(), InvalidLoad> {
+        self.checkpointer.report_load(load)
     }
 
     /// Marks the shard as processed to its end; see [`Checkpointer::end_of_shard`].

@@ -47,6 +47,7 @@ mod grant;
 mod health;
 mod identity;
 mod listener;
+mod load;
 pub mod metrics;
 mod one_protocol;
 mod renewer;
@@ -71,13 +72,15 @@ use tracing::Instrument;
 pub use self::event::LeaseEvent;
 pub use self::grant::{CheckpointError, Checkpointer, LeaseGrant};
 pub use self::listener::LeaseListener;
+pub use self::load::InvalidLoad;
 pub use self::state::Stall;
 pub use self::stop::StopReason;
 
 use self::finish::spawn_finish;
 use self::state::{Phase, Shared};
-use crate::balance::{BalancePolicy, CountBalance};
+use crate::balance::{BalancePolicy, CountBalance, LoadBalance};
 use crate::clock::{timeout_at, Clock, TokioClock};
+use crate::config::Balance;
 use crate::config::{ConfigError, WorkerConfig};
 use crate::lease::{Incarnation, LeaseKey, NewLease, WorkerId};
 use crate::source::ShardSource;
@@ -135,7 +138,7 @@ pub struct WorkerBuilder {
     store: Arc<dyn LeaseStore>,
     id: WorkerId,
     config: WorkerConfig,
-    policy: Arc<dyn BalancePolicy>,
+    policy: Option<Arc<dyn BalancePolicy>>,
     shards: Vec<LeaseKey>,
     source: Option<Arc<dyn ShardSource>>,
     clock: Arc<dyn Clock>,
@@ -180,10 +183,11 @@ impl WorkerBuilder {
         self
     }
 
-    /// Sets the balancing policy. Default: [`CountBalance`].
+    /// Sets the balancing policy. Default: the one [`WorkerConfig::balance`] names
+    /// ([`CountBalance`] unless set).
     #[must_use]
     pub fn policy(mut self, policy: impl BalancePolicy) -> Self {
-        self.policy = Arc::new(policy);
+        self.policy = Some(Arc::new(policy));
         self
     }
 
@@ -326,6 +330,13 @@ impl WorkerBuilder {
 
         let (events_tx, events_rx) = mpsc::unbounded_channel();
         let (finished_tx, finished_rx) = mpsc::unbounded_channel();
+        let policy: Arc<dyn BalancePolicy> = match self.policy.take() {
+            Some(policy) => policy,
+            None => match self.config.balance {
+                Balance::Load => Arc::new(LoadBalance::default()),
+                _ => Arc::new(CountBalance),
+            },
+        };
         let shared = Arc::new(Shared::new(
             self.id.clone(),
             incarnation,
@@ -403,7 +414,7 @@ impl WorkerBuilder {
                 .instrument(span("control")),
         );
         loops.spawn(
-            taker::Taker::new(Arc::clone(&shared), self.policy)
+            taker::Taker::new(Arc::clone(&shared), policy)
                 .run(taker_cancel.clone())
                 .instrument(span("taker")),
         );
@@ -600,7 +611,7 @@ impl Worker {
             store,
             id,
             config: WorkerConfig::default(),
-            policy: Arc::new(CountBalance),
+            policy: None,
             shards: Vec::new(),
             source: None,
             clock: Arc::new(TokioClock),
@@ -612,6 +623,17 @@ impl Worker {
     /// This worker's id.
     pub fn id(&self) -> &WorkerId {
         &self.shared.id
+    }
+
+    /// Reports this worker's utilisation (1.0: fully used; CPU share, or anything the
+    /// application measures the same way on every worker), published with its next load
+    /// report; `None` withdraws it. With [`Balance::Load`], a worker reporting more than
+    /// 85 % sheds its hottest leases until it would be at 85 %. Refuses a figure that is not
+    /// a finite number at least 0.
+    pub fn report_utilisation(&self, utilisation: Option<f64>) -> Result<(), InvalidLoad> {
+        let utilisation = utilisation.map(load::check).transpose()?;
+        self.shared.loads.set_utilisation(utilisation);
+        Ok(())
     }
 
     /// This process's incarnation (see [`Incarnation`]).

@@ -100,11 +100,21 @@ pub(crate) async fn heartbeats(shared: Arc<Shared>, cancel: CancellationToken) {
 
 async fn heartbeat(shared: &Shared, deadline: Instant) {
     let capacity = shared.published_capacity();
+    let report = shared.load_report();
     let start = shared.now();
     let result = shared
         .store
-        .heartbeat(&shared.id, shared.incarnation(), None, capacity, deadline)
+        .heartbeat(
+            &shared.id,
+            shared.incarnation(),
+            report.as_ref(),
+            capacity,
+            deadline,
+        )
         .await;
+    if let (Some(report), Ok(Outcome::Done(_))) = (report, &result) {
+        shared.loads.published(report, start);
+    }
     // A heartbeat unanswered by the next one's start (its deadline) was too slow.
     match &result {
         Ok(_) => {

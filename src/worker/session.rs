@@ -94,7 +94,13 @@ struct Notices {
 
 pub(crate) async fn run(shared: Arc<Shared>, cancel: CancellationToken) {
     let interval = shared.config.renew_interval;
-    let mut next = shared.now() + interval;
+    // Balancing by load, the first beat goes at once: it publishes this worker's weight,
+    // which the others plan with (1 until then).
+    let mut next = if shared.config.balance == crate::config::Balance::Load {
+        shared.now()
+    } else {
+        shared.now() + interval
+    };
     let notices = Arc::new(Mutex::new(Notices::default()));
     // The record of another process with this id, while the session is closed.
     let mut other =
@@ -126,11 +132,12 @@ pub(crate) async fn run(shared: Arc<Shared>, cancel: CancellationToken) {
         let seen = std::mem::take(&mut lock(&notices).handled);
         let start = shared.now();
         let capacity = shared.published_capacity();
+        let report = shared.load_report();
         let beat = shared.store.beat(
             &shared.id,
             shared.incarnation(),
             capacity,
-            None,
+            report.as_ref(),
             &seen,
             next,
         );
@@ -154,6 +161,13 @@ pub(crate) async fn run(shared: Arc<Shared>, cancel: CancellationToken) {
         match result {
             Ok(Outcome::Done(member)) => {
                 shared.beaten(start, member.heartbeat);
+                if let Some(report) = report {
+                    shared.loads.published(report, start);
+                    // New figures may change the assignment: this worker's next round places
+                    // by them (with sessions it asks handoffs on the receivers' behalf), as
+                    // nothing else would bring a round.
+                    shared.rescan.notify_one();
+                }
                 dispatch(&shared, &notices, member);
             }
             Ok(Outcome::LostRace { current }) => {

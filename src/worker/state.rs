@@ -18,6 +18,7 @@ use super::event::LeaseEvent;
 use super::fenced::Fenced;
 use super::grant::{LeaseGrant, Ledger};
 use super::health::Health;
+use super::load::Loads;
 use super::metrics;
 use super::stop::{Finished, LetGo, StopReason};
 use crate::clock::Clock;
@@ -151,6 +152,8 @@ pub(crate) struct Shared {
     pub clock: Arc<dyn Clock>,
     /// Whether the store's round trips are fast enough to hold leases.
     pub health: Health,
+    /// The load figures this worker publishes.
+    pub loads: Loads,
     pub config: WorkerConfig,
     /// The worker has a shard source: the taker publishes its view for the discoverer.
     pub discovering: bool,
@@ -278,6 +281,7 @@ impl Shared {
             store,
             clock,
             health: Health::new(config.renew_interval),
+            loads: Loads::new(&config),
             config,
             discovering,
             state: Mutex::default(),
@@ -657,6 +661,26 @@ impl Shared {
     }
 
     /// The application made progress on `key` in `tenure`.
+    /// Records a load figure the application reported for `key` in `tenure`, if the lease is
+    /// still held here in that tenure.
+    pub fn note_load(&self, key: &LeaseKey, tenure: u64, value: f64) {
+        let now = self.now();
+        if self
+            .lock()
+            .held
+            .get(key)
+            .is_some_and(|h| h.tenure == tenure)
+        {
+            self.loads.record(key, value, now);
+        }
+    }
+
+    /// The load report due with this membership write, if any (see `load.rs`).
+    pub fn load_report(&self) -> Option<crate::lease::LoadReport> {
+        let held: Vec<LeaseKey> = self.lock().held.keys().cloned().collect();
+        self.loads.due(&held, self.now())
+    }
+
     pub fn note_progress(&self, key: &LeaseKey, tenure: u64) {
         let now = self.now();
         if let Some(held) = self.lock().held.get_mut(key).filter(|h| h.tenure == tenure) {

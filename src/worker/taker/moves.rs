@@ -12,7 +12,7 @@ use tracing::Instrument;
 
 use super::{alive, Action, Taker};
 use crate::balance::{FleetView, Holder, LeaseView, Move, WorkerView};
-use crate::lease::{Lease, LeaseKey, Snapshot, WorkerId};
+use crate::lease::{Lease, LeaseKey, Member, Snapshot, WorkerId};
 use crate::lifecycle::LeaseStatus;
 use crate::worker::identity::Ownership;
 use crate::worker::state::Pending;
@@ -139,6 +139,29 @@ impl Taker {
         expiry: &[Instant],
         now: Instant,
     ) -> FleetView {
+        // Load figures: a lease's from its holder's record, else from the record of a worker
+        // that held it moments ago (kept there until the new holder publishes its own), else
+        // from the lease item (the lease protocol's renewals may carry one).
+        let mut members: Vec<&Member> = snapshot.members.iter().collect();
+        members.sort_by(|a, b| a.worker.cmp(&b.worker));
+        let reported: HashMap<&WorkerId, &Member> =
+            members.iter().map(|m| (&m.worker, *m)).collect();
+        let mut anyone: HashMap<&LeaseKey, f64> = HashMap::new();
+        for member in &members {
+            for (key, load) in &member.lease_loads {
+                anyone.entry(key).or_insert(*load);
+            }
+        }
+        let lease_load = |lease: &Lease| {
+            lease
+                .owner
+                .as_ref()
+                .and_then(|o| reported.get(o))
+                .and_then(|m| m.lease_loads.get(&lease.key))
+                .or_else(|| anyone.get(&lease.key))
+                .copied()
+                .or(lease.load)
+        };
         let leases = snapshot
             .leases
             .iter()
@@ -169,17 +192,21 @@ impl Taker {
                 LeaseView {
                     key: lease.key.clone(),
                     holder,
-                    load: lease.load,
+                    load: lease_load(lease),
                 }
             })
             .collect();
         let workers = live
             .iter()
-            .map(|(id, capacity)| WorkerView {
-                id: id.clone(),
-                capacity: capacity.unwrap_or(u32::MAX),
-                weight: 1.0,
-                load: None,
+            .map(|(id, capacity)| {
+                let member = reported.get(id);
+                WorkerView {
+                    id: id.clone(),
+                    capacity: capacity.unwrap_or(u32::MAX),
+                    weight: member.and_then(|m| m.weight).unwrap_or(1.0),
+                    reported: member.is_some_and(|m| m.weight.is_some()),
+                    load: member.and_then(|m| m.load),
+                }
             })
             .collect();
         FleetView { leases, workers }
