@@ -26,6 +26,28 @@ pub enum InitialPosition {
     AtTimestamp(#[cfg_attr(feature = "serde", serde(with = "humantime_serde"))] SystemTime),
 }
 
+/// What the record loop reports as a lease's load
+/// ([`LeaseGrant::report_load`](crate::LeaseGrant::report_load)), for
+/// [`Balance::Load`](crate::Balance::Load). In a configuration file: `"bytes"`, `"records"` or
+/// `"none"`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+#[cfg_attr(
+    feature = "serde",
+    derive(serde::Deserialize),
+    serde(rename_all = "snake_case")
+)]
+#[non_exhaustive]
+pub enum LoadFigure {
+    /// Bytes of record data handed to the processor per second (a shard's read limit is
+    /// 2 MB/s). The default.
+    #[default]
+    Bytes,
+    /// Records handed to the processor per second.
+    Records,
+    /// Nothing: the application reports its own figure.
+    None,
+}
+
 /// How the record loops read: [`ConsumerConfig::default`], then a setter per field to change.
 /// Every default says where it comes from.
 #[derive(Debug, Clone, PartialEq)]
@@ -62,6 +84,10 @@ pub struct ConsumerConfig {
     /// Default: 10 s (`GetRecords` answers in well under a second, and the SDK's own timeouts
     /// bound only the connect).
     pub call_timeout: Duration,
+    /// What each record loop reports as its lease's load, measured over at least
+    /// [`LOAD_SAMPLE`](crate::kinesis::LOAD_SAMPLE) of reads (idle reads report 0). Default:
+    /// [`LoadFigure::Bytes`].
+    pub load_figure: LoadFigure,
 }
 
 impl Default for ConsumerConfig {
@@ -73,6 +99,7 @@ impl Default for ConsumerConfig {
             idle_time_between_reads: Duration::from_secs(1),
             max_backoff: Duration::from_secs(10),
             call_timeout: Duration::from_secs(10),
+            load_figure: LoadFigure::Bytes,
         }
     }
 }
@@ -110,6 +137,13 @@ impl ConsumerConfig {
     #[must_use]
     pub fn max_backoff(mut self, value: Duration) -> Self {
         self.max_backoff = value;
+        self
+    }
+
+    /// Sets [`load_figure`](Self::load_figure).
+    #[must_use]
+    pub fn load_figure(mut self, value: LoadFigure) -> Self {
+        self.load_figure = value;
         self
     }
 
@@ -162,7 +196,7 @@ impl ConsumerConfig {
 mod file {
     use std::time::Duration;
 
-    use super::{ConfigError, ConsumerConfig, InitialPosition};
+    use super::{ConfigError, ConsumerConfig, InitialPosition, LoadFigure};
 
     #[derive(serde::Deserialize)]
     #[serde(
@@ -181,6 +215,7 @@ mod file {
         max_backoff: Option<Duration>,
         #[serde(default, with = "humantime_serde")]
         call_timeout: Option<Duration>,
+        load_figure: Option<LoadFigure>,
     }
 
     impl TryFrom<ConsumerConfigFile> for ConsumerConfig {
@@ -195,7 +230,8 @@ mod file {
                 min_call_interval,
                 idle_time_between_reads,
                 max_backoff,
-                call_timeout
+                call_timeout,
+                load_figure
             );
             config.validate()?;
             Ok(config)

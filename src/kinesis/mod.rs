@@ -53,12 +53,13 @@ mod processor;
 mod reader;
 mod source;
 
-pub use config::{ConsumerConfig, InitialPosition};
+pub use config::{ConsumerConfig, InitialPosition, LoadFigure};
 pub use consumer::{ConsumerError, KinesisConsumer, KinesisConsumerBuilder, NoProcessor};
 pub use event::ConsumerEvent;
 pub use processor::{
     KinesisRecord, ProcessorFactory, RecordCheckpointer, RecordProcessor, ShardStart, StartPosition,
 };
+pub use reader::LOAD_SAMPLE;
 pub use source::{KinesisShardSource, StreamError};
 
 use aws_sdk_kinesis::error::{DisplayErrorContext, ProvideErrorMetadata, SdkError};

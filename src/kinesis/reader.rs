@@ -19,7 +19,7 @@ use aws_sdk_kinesis::primitives::DateTime;
 use aws_sdk_kinesis::types::ShardIteratorType;
 use tokio::time::Instant;
 
-use super::config::{ConsumerConfig, InitialPosition};
+use super::config::{ConsumerConfig, InitialPosition, LoadFigure};
 use super::event::{ConsumerEvent, Observer};
 use super::metrics::ShardMeters;
 use super::processor::{
@@ -37,6 +37,46 @@ const STARTED_AT_PREFIX: &str = "shardlease#AT_TIMESTAMP:";
 /// How far before "now" a `Latest` start is placed: Kinesis refuses a timestamp in its future,
 /// and the host's clock may be a little ahead of the service's.
 const LATEST_MARGIN: Duration = Duration::from_secs(1);
+
+/// The least time a record loop measures over before it reports its lease's load.
+pub const LOAD_SAMPLE: Duration = Duration::from_secs(1);
+
+/// What a record loop read since it last reported its lease's load.
+struct Rate {
+    figure: LoadFigure,
+    since: Instant,
+    records: u64,
+    bytes: u64,
+}
+
+impl Rate {
+    fn new(figure: LoadFigure) -> Self {
+        Self {
+            figure,
+            since: Instant::now(),
+            records: 0,
+            bytes: 0,
+        }
+    }
+
+    /// Counts an answer; once [`LOAD_SAMPLE`] has passed, returns the figure per second and
+    /// starts again.
+    fn read(&mut self, records: usize, bytes: usize) -> Option<f64> {
+        self.records += records as u64;
+        self.bytes += bytes as u64;
+        let elapsed = self.since.elapsed();
+        if elapsed < LOAD_SAMPLE {
+            return None;
+        }
+        let count = match self.figure {
+            LoadFigure::Bytes => self.bytes,
+            LoadFigure::Records => self.records,
+            LoadFigure::None => return None,
+        };
+        *self = Self::new(self.figure);
+        Some(count as f64 / elapsed.as_secs_f64())
+    }
+}
 
 pub(crate) struct ReaderContext {
     pub client: aws_sdk_kinesis::Client,
@@ -285,6 +325,7 @@ async fn read<P: RecordProcessor>(
     let mut next_call = Instant::now();
     // `GetRecords` was refused since the last answer: the next refusal ends the loop.
     let mut refused = false;
+    let mut rate = Rate::new(config.load_figure);
     loop {
         tokio::select! {
            biased;
@@ -383,6 +424,10 @@ async fn read<P: RecordProcessor>(
         let empty = records.is_empty();
         let bytes = records.iter().map(|r| r.data.len()).sum();
         meters.read(records.len(), bytes, output.millis_behind_latest());
+        if let Some(load) = rate.read(records.len(), bytes) {
+            // A finite rate at least 0: never refused.
+            let _ = grant.report_load(load);
+        }
         if let Some(last) = records.last() {
             *position = StartPosition::AfterSequenceNumber(last.sequence_number.clone());
         }
@@ -487,6 +532,22 @@ fn to_record(record: &aws_sdk_kinesis::types::Record) -> KinesisRecord {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[tokio::test(start_paused = true)]
+    async fn the_load_is_what_was_read_per_second_over_at_least_a_sample() {
+        let mut bytes = Rate::new(LoadFigure::Bytes);
+        assert_eq!(bytes.read(10, 1_000), None, "less than a sample");
+        tokio::time::advance(Duration::from_millis(1_500)).await;
+        assert_eq!(bytes.read(5, 500), Some(1_000.0));
+        tokio::time::advance(Duration::from_secs(2)).await;
+        assert_eq!(bytes.read(0, 0), Some(0.0), "idle reads report 0");
+        let mut records = Rate::new(LoadFigure::Records);
+        tokio::time::advance(Duration::from_secs(2)).await;
+        assert_eq!(records.read(30, 9_000), Some(15.0));
+        let mut none = Rate::new(LoadFigure::None);
+        tokio::time::advance(Duration::from_secs(2)).await;
+        assert_eq!(none.read(30, 9_000), None);
+    }
 
     #[test]
     fn backoff_doubles_to_its_ceiling_with_jitter_and_resets() {
