@@ -33,6 +33,7 @@ fn settings(name: &str, workers: usize, leases: usize, policy: Policy) -> Settin
         progress: None,
         start_gap: Duration::ZERO,
         load: Default::default(),
+        load_trace: false,
     }
 }
 

@@ -133,11 +133,12 @@ struct RunArgs {
     /// Lease loads, normalised to a mean of 1: uniform (every lease 1); zipf:S (the lease of
     /// rank r in proportion to 1/r^S, S > 0, the ranks shuffled over the leases by the seed);
     /// hot:K (K leases, drawn by the seed, 10 times as heavy as the others). Shards added
-    /// during a run weigh 1
-    #[arg(long, value_name = "MODEL", default_value = "uniform")]
-    load: LoadModel,
+    /// during a run weigh 1 [default: zipf:1 for skew and hot-shard, else uniform]
+    #[arg(long, value_name = "MODEL")]
+    load: Option<LoadModel>,
     /// Worker capacity weights, comma-separated, cycled over the workers in start order
-    /// (1,2,4: the first worker 1, the second 2, the third 4, the fourth 1 ...) [default: all 1]
+    /// (1,2,4: the first worker 1, the second 2, the third 4, the fourth 1 ...) [default:
+    /// 1,2,4 for heterogeneous, else all 1]
     #[arg(long, value_name = "LIST", value_parser = capacities)]
     capacities: Option<Capacities>,
     /// A worker is overloaded (above 100 % of its capacity) when it holds more than this
@@ -146,12 +147,21 @@ struct RunArgs {
     #[arg(long, value_name = "HEADROOM", default_value = "1.25", value_parser = headroom)]
     headroom: f64,
     /// SECS into the rest, one lease drawn by the seed turns 20 times as heavy (the loads'
-    /// mean is then no longer 1)
+    /// mean is then no longer 1) [default: 300 for hot-shard]
     #[arg(long, value_name = "SECS", value_parser = seconds)]
     hot_after: Option<Duration>,
+    /// Under the load policies, every load figure the applications report is the lease's load
+    /// times a factor drawn uniformly from [1 - NOISE, 1 + NOISE] (0.2: ±20 %)
+    #[arg(long, value_name = "NOISE", default_value = "0", value_parser = noise)]
+    noise: f64,
     /// One JSON object per run, one per line, instead of the table
     #[arg(long)]
     json: bool,
+    /// Write every worker's held load over its fair share, each simulated second from the
+    /// first step on, to FILE as CSV (scenario,policy,seed,t_s,worker,share), one row per
+    /// worker and second, every run appended (`scripts/plot_load.py` draws it)
+    #[arg(long, value_name = "FILE")]
+    load_trace: Option<std::path::PathBuf>,
 }
 
 /// The options of the fault campaign (`--campaign N` or `--schedule SEED`).
@@ -206,6 +216,15 @@ enum Policies {
     Leases,
     /// The KCL 2.x baseline
     Kcl,
+    /// Ours with balance by load (`LoadBalance`): the applications report their leases'
+    /// loads, the workers their capacities as weights
+    Load,
+    /// Balance by count: the library's default (as `ours`)
+    Count,
+    /// The KCL 3.x-style baseline (`Kcl3Balance`), run leaderlessly, fed the same figures
+    Kcl3,
+    /// Load, count and kcl3, side by side
+    Loads,
     /// Ours and kcl
     Both,
     /// Ours, leases and kcl
@@ -218,6 +237,10 @@ impl Policies {
             Policies::Ours => vec![Policy::Ours],
             Policies::Leases => vec![Policy::Leases],
             Policies::Kcl => vec![Policy::Kcl],
+            Policies::Load => vec![Policy::Load],
+            Policies::Count => vec![Policy::Ours],
+            Policies::Kcl3 => vec![Policy::Kcl3],
+            Policies::Loads => vec![Policy::Load, Policy::Ours, Policy::Kcl3],
             Policies::Both => vec![Policy::Ours, Policy::Kcl],
             Policies::All => vec![Policy::Ours, Policy::Leases, Policy::Kcl],
         }
@@ -235,6 +258,38 @@ fn at_least_1(value: &str) -> Result<usize, String> {
         Ok(n) => Ok(n),
         Err(_) => Err("a whole number expected".into()),
     }
+}
+
+/// Appends the run's load trace to `path` (with a header when the file is new).
+fn write_trace(path: &std::path::Path, report: &sim::report::Report) -> std::io::Result<()> {
+    use std::io::Write;
+    let new = !path.exists();
+    let mut file = std::io::BufWriter::new(
+        std::fs::OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(path)?,
+    );
+    if new {
+        writeln!(file, "scenario,policy,seed,t_s,worker,share")?;
+    }
+    for (at, worker, share) in &report.load.trace {
+        writeln!(
+            file,
+            "{},{},{},{at:.0},{worker},{share:.4}",
+            report.scenario, report.policy, report.seed
+        )?;
+    }
+    file.flush()
+}
+
+/// `--noise`: a fraction from 0 to 1.
+fn noise(value: &str) -> Result<f64, String> {
+    value
+        .parse::<f64>()
+        .ok()
+        .filter(|n| (0.0..1.0).contains(n))
+        .ok_or_else(|| format!("a fraction from 0 up to (not including) 1 expected, not {value:?}"))
 }
 
 /// A finite number, at least 0.
@@ -455,18 +510,30 @@ fn main() -> ExitCode {
         ambiguous: args.ambiguous,
     };
     let k = args.k.unwrap_or((args.workers / 10).max(1));
-    if let Err(message) = args.load.loads(args.leases, seed) {
-        eprintln!("simulate: --load {message}");
-        return ExitCode::from(2);
-    }
-    let loads = Loads {
-        model: args.load,
-        capacities: args.capacities.clone().map(|c| c.0).unwrap_or_default(),
-        headroom: args.headroom,
-        hot_after: args.hot_after,
-    };
     let mut failed = false;
     for name in &scenarios {
+        let model = args.load.unwrap_or_else(|| {
+            sim::scenario::default_load(name)
+                .parse()
+                .expect("a valid default")
+        });
+        if let Err(message) = model.loads(args.leases, seed) {
+            eprintln!("simulate: --load {message}");
+            return ExitCode::from(2);
+        }
+        let loads = Loads {
+            model,
+            capacities: args
+                .capacities
+                .clone()
+                .map(|c| c.0)
+                .unwrap_or_else(|| sim::scenario::default_capacities(name)),
+            headroom: args.headroom,
+            hot_after: args
+                .hot_after
+                .or_else(|| sim::scenario::default_hot_after(name)),
+            noise: args.noise,
+        };
         let scenario = match scenario(name, args.workers, args.leases, k, args.outage) {
             Ok(s) => s,
             Err(message) => {
@@ -494,8 +561,15 @@ fn main() -> ExitCode {
                 progress: args.progress,
                 start_gap: args.start_gap,
                 load: loads.clone(),
+                load_trace: args.load_trace.is_some(),
             };
             let report = sim::simulate(settings);
+            if let Some(path) = &args.load_trace {
+                if let Err(err) = write_trace(path, &report) {
+                    eprintln!("simulate: --load-trace {}: {err}", path.display());
+                    return ExitCode::from(1);
+                }
+            }
             failed |= report.double_holding > 0;
             if args.json {
                 say(&report.json());

@@ -24,11 +24,11 @@ use std::time::Duration;
 use rand::rngs::StdRng;
 use rand::seq::SliceRandom;
 use rand::SeedableRng;
-use shardlease::balance::KclBalance;
+use shardlease::balance::{Kcl3Balance, KclBalance};
 use shardlease::lease::Incarnation;
 use shardlease::source::{Shard, StaticShardSource};
 use shardlease::worker::{LeaseEvent, StopReason, Worker};
-use shardlease::{LeaseKey, LeaseStore, NewLease, Protocol, WorkerConfig, WorkerId};
+use shardlease::{Balance, LeaseKey, LeaseStore, NewLease, Protocol, WorkerConfig, WorkerId};
 use tokio::task::JoinHandle;
 use tokio::time::Instant;
 
@@ -49,7 +49,22 @@ pub enum Policy {
     /// KCL 2.x: its taker policy (`KclBalance`), a 10 s lease and a 20 s taker interval, on
     /// the interval only, on the lease protocol.
     Kcl,
+    /// Ours with `Balance::Load`: the applications report each lease's load every
+    /// [`REPORT_EVERY`], each worker publishes its capacity as its weight.
+    Load,
+    /// A KCL 3.x-style policy (`Kcl3Balance`) on our session protocol, fed the same figures
+    /// as `Load`.
+    Kcl3,
 }
+
+/// Under a load policy, a step is over once nothing started for this long.
+pub const QUIET: Duration = Duration::from_secs(30);
+
+/// The tolerance the load policies are measured against (`LoadBalance`'s default).
+pub const LOAD_TOLERANCE: f64 = 0.10;
+
+/// How often the simulated applications report a lease's load, under the load policies.
+pub const REPORT_EVERY: Duration = Duration::from_secs(1);
 
 impl Policy {
     pub fn name(self) -> &'static str {
@@ -57,12 +72,20 @@ impl Policy {
             Policy::Ours => "shardlease",
             Policy::Leases => "lease protocol",
             Policy::Kcl => "KCL 2.x",
+            Policy::Load => "load balance",
+            Policy::Kcl3 => "KCL 3.x-style",
         }
+    }
+
+    /// True for the policies fed load figures.
+    pub fn by_load(self) -> bool {
+        matches!(self, Policy::Load | Policy::Kcl3)
     }
 
     pub fn config(self) -> WorkerConfig {
         match self {
-            Policy::Ours => WorkerConfig::default(),
+            Policy::Ours | Policy::Kcl3 => WorkerConfig::default(),
+            Policy::Load => WorkerConfig::default().balance(Balance::Load),
             Policy::Leases => WorkerConfig::default().protocol(Protocol::Leases),
             Policy::Kcl => WorkerConfig::default()
                 .protocol(Protocol::Leases)
@@ -94,6 +117,8 @@ pub struct Settings {
     pub start_gap: Duration,
     /// The leases' loads and the workers' capacities.
     pub load: Loads,
+    /// Sample every worker's load each second from the first step on (`--load-trace`).
+    pub load_trace: bool,
 }
 
 /// Who processes what: the applications' view, where "two at once" is checked.
@@ -119,6 +144,8 @@ struct Ledger {
     members: BTreeSet<usize>,
     capacities: Vec<f64>,
     headroom: f64,
+    /// The noise on reported load figures (see [`Loads::noise`]).
+    noise: f64,
     /// From the first step to the end of the rest: overloaded workers.
     measuring: bool,
     measured: Meter,
@@ -176,6 +203,7 @@ impl Ledger {
             .map(|w| Held {
                 load: self.held_load.get(&w).copied().unwrap_or(0.0).max(0.0),
                 capacity: load::capacity(&self.capacities, w),
+                leases: self.counts.get(&w).copied().unwrap_or(0),
             })
             .collect()
     }
@@ -202,6 +230,45 @@ impl Ledger {
         if let Some(worker) = self.holder.get(key) {
             *self.held_load.entry(*worker).or_default() += after - before;
         }
+    }
+
+    /// True when no worker holds more than its capacity in load units and, if lease `key` is
+    /// heavier than a fair share, its holder holds it alone.
+    fn settled_around(&self, key: &LeaseKey) -> bool {
+        let workers = self.workers();
+        if load::overloaded(&workers, self.total_load, self.headroom) > 0 {
+            return false;
+        }
+        let Some(holder) = self.holder.get(key) else {
+            return false;
+        };
+        let capacity: f64 = workers.iter().map(|w| w.capacity).sum();
+        let share = self.total_load / capacity * load::capacity(&self.capacities, *holder);
+        self.load(key) <= share || self.counts.get(holder) == Some(&1)
+    }
+
+    /// Each worker's held load over its fair share (capacity x total load / total capacity
+    /// of the running workers): 1 is its share exactly.
+    fn shares(&self) -> Vec<(usize, f64)> {
+        let workers: Vec<usize> = self.members.iter().copied().collect();
+        let capacity: f64 = workers
+            .iter()
+            .map(|w| load::capacity(&self.capacities, *w))
+            .sum();
+        let per_weight = self.total_load / capacity.max(f64::MIN_POSITIVE);
+        workers
+            .iter()
+            .map(|w| {
+                let held = self.held_load.get(w).copied().unwrap_or(0.0).max(0.0);
+                let share = per_weight * load::capacity(&self.capacities, *w);
+                (*w, held / share.max(f64::MIN_POSITIVE))
+            })
+            .collect()
+    }
+
+    /// The load imbalance now (see [`load::imbalance`]).
+    fn imbalance(&self) -> Option<f64> {
+        load::imbalance(&self.workers())
     }
 
     fn set_measuring(&mut self, on: bool) {
@@ -351,6 +418,7 @@ impl Fleet {
             loads: shards.iter().cloned().zip(loads).collect(),
             capacities: settings.load.capacities.clone(),
             headroom: settings.load.headroom,
+            noise: settings.load.noise,
             ..Ledger::default()
         };
         let ledger = Arc::new(Mutex::new(ledger));
@@ -378,11 +446,18 @@ impl Fleet {
     /// Starts the process of worker `index` and its application.
     fn launch(&self, index: usize) -> impl std::future::Future<Output = Running> + 'static {
         let (store, link) = SimStore::new(Arc::clone(&self.net), index as u64);
+        let policy = self.settings.policy;
+        let mut config = policy.config();
+        if policy.by_load() {
+            config = config.weight(load::capacity(&self.settings.load.capacities, index));
+        }
         let mut builder = Worker::builder(Arc::new(store), worker_id(index))
             .incarnation(incarnation(index))
-            .config(self.settings.policy.config());
-        if self.settings.policy == Policy::Kcl {
-            builder = builder.policy(KclBalance::default());
+            .config(config);
+        match policy {
+            Policy::Kcl => builder = builder.policy(KclBalance::default()),
+            Policy::Kcl3 => builder = builder.policy(Kcl3Balance::default()),
+            _ => {}
         }
         if let Some(source) = &self.source {
             builder = builder.source(source.clone());
@@ -392,7 +467,8 @@ impl Fleet {
         async move {
             let mut worker = builder.start().await.expect("worker starts");
             let events = worker.take_events().expect("first call");
-            let app = tokio::spawn(run_app(index, events, ledger, checkpoint_every));
+            let reports = policy.by_load().then_some(REPORT_EVERY);
+            let app = tokio::spawn(run_app(index, events, ledger, checkpoint_every, reports));
             Running { worker, link, app }
         }
     }
@@ -537,7 +613,16 @@ impl Fleet {
     }
 
     /// Waits until balanced; returns how long it took, or `None` past the step limit.
+    /// Waits until a step is over: balanced by count, or under a load policy settled.
     async fn until_balanced(&self, since: Instant) -> Option<Duration> {
+        if self.settings.policy.by_load() {
+            self.until_settled(since).await
+        } else {
+            self.until_count_balanced(since).await
+        }
+    }
+
+    async fn until_count_balanced(&self, since: Instant) -> Option<Duration> {
         let limit = since + self.settings.step_limit;
         loop {
             if self.balanced() {
@@ -557,6 +642,92 @@ impl Fleet {
             }
             tokio::time::sleep(Duration::from_millis(100)).await;
         }
+    }
+
+    /// Under a load policy, a step is over when every lease is processed by a running worker
+    /// and nothing started for [`QUIET`]: the time it took is until the last start (the
+    /// policy decides what balanced means; the report measures the imbalance it leaves).
+    async fn until_settled(&self, since: Instant) -> Option<Duration> {
+        let limit = since + self.settings.step_limit;
+        let mut last = (self.ledger.lock().unwrap().starts, Instant::now());
+        loop {
+            let (starts, held) = {
+                let ledger = self.ledger.lock().unwrap();
+                let held = ledger.holder.len() == self.shards.len()
+                    && ledger.holder.values().all(|w| self.running.contains_key(w))
+                    && self.all_current(&ledger);
+                (ledger.starts, held)
+            };
+            let now = Instant::now();
+            if starts != last.0 {
+                last = (starts, now);
+            }
+            if held && now - last.1 >= QUIET {
+                return Some(last.1.max(since) - since);
+            }
+            if now >= limit {
+                return None;
+            }
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+    }
+
+    /// A lower bound of the moves any assignment needs to bring the load imbalance
+    /// (`load::imbalance`) to at most 1 + [`LOAD_TOLERANCE`], from `holder` over `workers`.
+    /// The mean utilisation of the workers counted is at most that of the whole fleet
+    /// (leaving out a worker alone with a lease heavier than its share lowers it), so every
+    /// worker counted must hold at most (1 + tolerance) x its share of the whole fleet.
+    /// Hence two bounds, and the larger holds:
+    /// - each worker above that must give at least enough of its heaviest leases to get
+    ///   under it, or all but one (left alone with one);
+    /// - each lease heavier than that even for the largest capacity must end alone on a
+    ///   worker: at least the leases that worker holds besides it (plus the lease itself if
+    ///   it comes from elsewhere), on the cheapest worker for it.
+    fn minimum_moves_by_load(&self, holder: &HashMap<LeaseKey, usize>, workers: &[usize]) -> u64 {
+        let ledger = self.ledger.lock().unwrap();
+        let mut held: BTreeMap<usize, Vec<f64>> =
+            workers.iter().map(|i| (*i, Vec::new())).collect();
+        for (key, worker) in holder {
+            if let Some(loads) = held.get_mut(worker) {
+                loads.push(ledger.load(key));
+            }
+        }
+        let capacity_of = |w: usize| load::capacity(&ledger.capacities, w);
+        let capacity: f64 = held.keys().map(|w| capacity_of(*w)).sum();
+        let per_weight = ledger.total_load / capacity.max(f64::MIN_POSITIVE);
+        let limit = |w: usize| (1.0 + LOAD_TOLERANCE) * per_weight * capacity_of(w);
+        let givers: u64 = held
+            .iter_mut()
+            .map(|(w, loads)| {
+                loads.sort_by(|a, b| b.total_cmp(a));
+                let mut excess = loads.iter().sum::<f64>() - limit(*w);
+                let mut k = 0u64;
+                while excess > 0.0 && (k as usize) < loads.len() {
+                    excess -= loads[k as usize];
+                    k += 1;
+                }
+                k.min(loads.len().saturating_sub(1) as u64)
+            })
+            .sum();
+        let widest = held.keys().map(|w| limit(*w)).fold(0.0, f64::max);
+        let alone: u64 = holder
+            .iter()
+            .filter(|(key, _)| ledger.load(key) > widest)
+            .map(|(_, from)| {
+                held.iter()
+                    .map(|(w, loads)| {
+                        let others = loads.len() as u64;
+                        if w == from {
+                            others - 1
+                        } else {
+                            others + 1
+                        }
+                    })
+                    .min()
+                    .unwrap_or(0)
+            })
+            .sum();
+        givers.max(alone)
     }
 
     async fn apply(&mut self, step: &Step) -> StepReport {
@@ -666,6 +837,11 @@ impl Fleet {
                 }
                 min
             }
+            Step::Settle => {
+                let holder = self.ledger.lock().unwrap().holder.clone();
+                let running: Vec<usize> = self.running.keys().copied().collect();
+                self.minimum_moves_by_load(&holder, &running)
+            }
         };
         // A stalled or cut-off worker comes back during the step: wait for that too.
         if let Step::Pause(_, span) | Step::CutOff(_, span) = step {
@@ -691,6 +867,34 @@ impl Fleet {
             minimum,
             idle: self.ledger.lock().unwrap().idle() - idle,
             failover,
+        }
+    }
+
+    /// A fleet that starts on a table balanced by count and settles by its policy, measured
+    /// from the start: the first `n` workers own the leases in turn (see [`Fleet::new`]), and
+    /// every lease started again after its first start is a move.
+    async fn settle_from_start(&mut self, n: usize) -> StepReport {
+        let holder: HashMap<LeaseKey, usize> = self
+            .shards
+            .iter()
+            .enumerate()
+            .map(|(i, k)| (k.clone(), i % n.max(1)))
+            .collect();
+        let workers: Vec<usize> = (0..n).collect();
+        let minimum = self.minimum_moves_by_load(&holder, &workers);
+        let started = Instant::now();
+        let idle = self.ledger.lock().unwrap().idle();
+        self.start_initial(n, INITIAL_GAP).await;
+        let balanced = self.until_balanced(started).await;
+        let rounds = self.scans().values().copied().max().unwrap_or(0);
+        StepReport {
+            label: Step::Settle.label(),
+            balanced: balanced.map(|d| d.as_secs_f64()),
+            rounds,
+            moves: self.starts().saturating_sub(self.shards.len() as u64),
+            minimum,
+            idle: self.ledger.lock().unwrap().idle() - idle,
+            failover: None,
         }
     }
 
@@ -728,6 +932,7 @@ async fn run_app(
     mut events: tokio::sync::mpsc::UnboundedReceiver<LeaseEvent>,
     ledger: Arc<Mutex<Ledger>>,
     checkpoint_every: Option<Duration>,
+    reports: Option<Duration>,
 ) {
     let mut tasks = tokio::task::JoinSet::new();
     while let Some(event) = events.recv().await {
@@ -738,17 +943,32 @@ async fn run_app(
         ledger.lock().unwrap().start(index, &key);
         let ledger = Arc::clone(&ledger);
         tasks.spawn(async move {
-            let reason = match checkpoint_every {
-                None => grant.stopped().await,
-                Some(every) => loop {
-                    tokio::select! {
-                        biased;
-                        reason = grant.stopped() => break reason,
-                        _ = tokio::time::sleep(every) => {
+            let noise = ledger.lock().unwrap().noise;
+            let mut draws = StdRng::seed_from_u64(load::noise_seed(&key, index));
+            let mut next_checkpoint = checkpoint_every.map(|every| Instant::now() + every);
+            let mut next_report = reports.map(|_| Instant::now());
+            let reason = loop {
+                let wake = match (next_checkpoint, next_report) {
+                    (Some(a), Some(b)) => Some(a.min(b)),
+                    (a, b) => a.or(b),
+                };
+                tokio::select! {
+                    biased;
+                    reason = grant.stopped() => break reason,
+                    _ = sleep_until(wake) => {
+                        let now = Instant::now();
+                        if next_report.is_some_and(|at| at <= now) {
+                            let load = ledger.lock().unwrap().load(&key);
+                            let figure = load * load::noisy(&mut draws, noise);
+                            grant.report_load(figure).expect("a finite figure");
+                            next_report = reports.map(|every| now + every);
+                        }
+                        if next_checkpoint.is_some_and(|at| at <= now) {
                             let _ = grant.checkpoint("progress").await;
+                            next_checkpoint = checkpoint_every.map(|every| now + every);
                         }
                     }
-                },
+                }
             };
             if reason != StopReason::Lost {
                 let _ = grant.checkpoint("done").await;
@@ -760,6 +980,14 @@ async fn run_app(
     }
     // The worker stopped (or crashed): its applications stop with it.
     tasks.abort_all();
+}
+
+/// Sleeps until `at`, or for ever.
+async fn sleep_until(at: Option<Instant>) {
+    match at {
+        Some(at) => tokio::time::sleep_until(at).await,
+        None => std::future::pending().await,
+    }
 }
 
 /// Runs one simulation on the current (paused, single-threaded) runtime.
@@ -780,23 +1008,54 @@ pub async fn run(settings: Settings) -> Report {
     });
     let scenario = settings.scenario.clone();
     let mut fleet = Fleet::new(settings.clone()).await;
-    fleet.start_initial(scenario.initial, INITIAL_GAP).await;
-    let setup = if scenario.initial > 0 {
-        fleet.until_balanced(Instant::now()).await
+    // A fleet that only settles is measured from its start (the table is balanced by count).
+    let settle = scenario.steps == [Step::Settle];
+    if settle {
+        fleet.ledger.lock().unwrap().set_measuring(true);
+    } else {
+        fleet.start_initial(scenario.initial, INITIAL_GAP).await;
+    }
+    let setup = if settle {
+        Some(Duration::ZERO)
+    } else if scenario.initial > 0 {
+        fleet.until_count_balanced(Instant::now()).await
     } else {
         Some(Duration::ZERO)
     };
     let mut steps = Vec::new();
     fleet.ledger.lock().unwrap().set_measuring(true);
-    for step in &scenario.steps {
-        steps.push(fleet.apply(step).await);
+    let trace = Arc::new(Mutex::new(Vec::new()));
+    let sampler = settings.load_trace.then(|| {
+        let (ledger, trace) = (Arc::clone(&fleet.ledger), Arc::clone(&trace));
+        let first = Instant::now();
+        tokio::spawn(async move {
+            loop {
+                let at = (Instant::now() - first).as_secs_f64();
+                let shares = ledger.lock().unwrap().shares();
+                trace
+                    .lock()
+                    .unwrap()
+                    .extend(shares.into_iter().map(|(w, share)| (at, w, share)));
+                tokio::time::sleep(Duration::from_secs(1)).await;
+            }
+        })
+    });
+    if settle {
+        steps.push(fleet.settle_from_start(scenario.initial).await);
+    } else {
+        for step in &scenario.steps {
+            steps.push(fleet.apply(step).await);
+        }
     }
     // At rest: nothing happens; moves should be 0, and the cost is the steady state.
     let usage = fleet.net.usage();
     let starts = fleet.starts();
     let rest_start = Instant::now();
     fleet.ledger.lock().unwrap().set_resting(true);
-    rest(&fleet, &settings).await;
+    let hot_shard_isolated = rest(&fleet, &settings).await;
+    if let Some(sampler) = sampler {
+        sampler.abort();
+    }
     let load = {
         let mut ledger = fleet.ledger.lock().unwrap();
         ledger.set_resting(false);
@@ -807,6 +1066,9 @@ pub async fn run(settings: Settings) -> Report {
             headroom: settings.load.headroom,
             at_rest: ledger.at_rest.average(),
             worst: ledger.at_rest.worst(),
+            raw_at_rest: ledger.at_rest.raw_average(),
+            hot_shard_isolated,
+            trace: std::mem::take(&mut *trace.lock().unwrap()),
             overloaded_worker_seconds: ledger.measured.overloaded_worker_seconds,
             overloaded_worker_seconds_at_rest: ledger.at_rest.overloaded_worker_seconds,
         }
@@ -855,11 +1117,12 @@ pub async fn run(settings: Settings) -> Report {
 }
 
 /// The rest after the last step: nothing happens, except that one lease turns hot if
-/// `--hot-after` says so.
-async fn rest(fleet: &Fleet, settings: &Settings) {
+/// `--hot-after` says so. Returns how long after it turned hot the fleet was first settled
+/// around it ([`Ledger::settled_around`]), if it was.
+async fn rest(fleet: &Fleet, settings: &Settings) -> Option<f64> {
     let Some(after) = settings.load.hot_after.filter(|a| *a < settings.rest) else {
         tokio::time::sleep(settings.rest).await;
-        return;
+        return None;
     };
     tokio::time::sleep(after).await;
     let key = shard_key(load::turning_hot(settings.leases, settings.seed));
@@ -868,7 +1131,17 @@ async fn rest(fleet: &Fleet, settings: &Settings) {
         .lock()
         .unwrap()
         .heavier(&key, load::TURN_HOT_FACTOR);
-    tokio::time::sleep(settings.rest - after).await;
+    let turned = Instant::now();
+    let end = turned + (settings.rest - after);
+    let mut settled = None;
+    while Instant::now() < end {
+        if settled.is_none() && fleet.ledger.lock().unwrap().settled_around(&key) {
+            settled = Some((Instant::now() - turned).as_secs_f64());
+        }
+        let next = Instant::now() + Duration::from_millis(100);
+        tokio::time::sleep_until(next.min(end)).await;
+    }
+    settled
 }
 
 /// Runs one simulation on a fresh single-threaded runtime on paused time, with the library's

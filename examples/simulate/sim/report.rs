@@ -138,6 +138,15 @@ pub struct LoadReport {
     /// The same during the rest only (comparable between policies whose steps last
     /// differently).
     pub overloaded_worker_seconds_at_rest: f64,
+    /// As `at_rest`, every worker counted (a worker alone with a lease heavier than its
+    /// share too; see `load::imbalance`).
+    pub raw_at_rest: Option<f64>,
+    /// With `--hot-after`: seconds from the lease turning hot to the first moment no worker
+    /// held more than its capacity and, if the lease is heavier than a share, it was alone.
+    pub hot_shard_isolated: Option<f64>,
+    /// With `--load-trace`: (seconds since the first step, worker, held load over its fair
+    /// share), every second.
+    pub trace: Vec<(f64, usize, f64)>,
 }
 
 /// Everything one run measured.
@@ -301,6 +310,16 @@ impl Report {
                 ratio(self.load.worst),
             ),
             (
+                "  every worker counted (mean)".into(),
+                ratio(self.load.raw_at_rest),
+            ),
+            (
+                "hot shard settled after (s)".into(),
+                self.load
+                    .hot_shard_isolated
+                    .map_or("-".into(), |s| format!("{s:.1}")),
+            ),
+            (
                 format!(
                     "overloaded worker-s (>{:.0} % share)",
                     self.load.headroom * 100.0
@@ -385,6 +404,8 @@ impl Report {
                 "at_rest": opt(self.load.at_rest),
                 "worst": opt(self.load.worst),
             },
+            "load_imbalance_raw_at_rest": opt(self.load.raw_at_rest),
+            "hot_shard_isolated_s": opt(self.load.hot_shard_isolated),
             "overloaded_worker_seconds": num(self.load.overloaded_worker_seconds),
             "overloaded_worker_seconds_at_rest": num(self.load.overloaded_worker_seconds_at_rest),
             "spread": self.spread,

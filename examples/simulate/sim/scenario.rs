@@ -23,6 +23,9 @@ pub enum Step {
     Pause(usize, Duration),
     /// `n` workers lose their connection to the table for a while.
     CutOff(usize, Duration),
+    /// Nothing happens: the fleet, balanced by count when it starts, settles by the policy
+    /// (with a load policy, from the load figures its workers publish).
+    Settle,
 }
 
 impl Step {
@@ -36,6 +39,7 @@ impl Step {
             Step::RemoveShards(n) => format!("{n} shards removed"),
             Step::Pause(n, d) => format!("{n} paused {} s", d.as_secs()),
             Step::CutOff(n, d) => format!("{n} cut off {} s", d.as_secs()),
+            Step::Settle => "settle".into(),
         }
     }
 }
@@ -63,7 +67,37 @@ pub const NAMES: &[&str] = &[
     "pause",
     "cut-off",
     "crash-join",
+    "skew",
+    "hot-shard",
+    "heterogeneous",
 ];
+
+/// The load model a scenario runs with unless `--load` says otherwise.
+pub fn default_load(name: &str) -> &'static str {
+    match name {
+        "skew" | "hot-shard" => "zipf:1",
+        _ => "uniform",
+    }
+}
+
+/// The capacities a scenario runs with unless `--capacities` says otherwise (empty: all 1).
+pub fn default_capacities(name: &str) -> Vec<f64> {
+    match name {
+        "heterogeneous" => vec![1.0, 2.0, 4.0],
+        _ => Vec::new(),
+    }
+}
+
+/// When a lease turns hot in a scenario unless `--hot-after` says otherwise.
+pub fn default_hot_after(name: &str) -> Option<Duration> {
+    match name {
+        "hot-shard" => Some(HOT_AFTER),
+        _ => None,
+    }
+}
+
+/// How long into the rest the lease of `hot-shard` turns hot, unless told.
+pub const HOT_AFTER: Duration = Duration::from_secs(300);
 
 /// How long a pause lasts unless told: two lease durations.
 pub const PAUSE: Duration = Duration::from_secs(20);
@@ -125,6 +159,10 @@ pub fn scenario(
             let k = k.min(workers - 1);
             plain(workers, vec![Step::Crash(k), Step::Start(k)])
         }
+        // The fleet starts balanced by count, under skewed loads (`skew`), then one lease turns
+        // 20 times hotter during the rest (`hot-shard`), or over workers of capacities 1, 2
+        // and 4 (`heterogeneous`): the policy settles it.
+        "skew" | "hot-shard" | "heterogeneous" => plain(workers, vec![Step::Settle]),
         other => {
             return Err(format!(
                 "unknown scenario {other:?}; one of: {}",
