@@ -4,9 +4,9 @@
 use std::time::Duration;
 
 use serde::Deserialize;
-use shardlease::kinesis::{ConsumerConfig, InitialPosition};
+use shardlease::kinesis::{ConsumerConfig, InitialPosition, LoadFigure};
 use shardlease::store::dynamodb::{Billing, DynamoConfig};
-use shardlease::{Protocol, WorkerConfig};
+use shardlease::{Balance, Protocol, WorkerConfig};
 
 #[derive(Deserialize)]
 struct File {
@@ -36,6 +36,35 @@ fn the_sample_file_configures_what_it_says() {
         file.consumer.idle_time_between_reads,
         Duration::from_millis(500)
     );
+}
+
+#[test]
+fn balance_by_load_is_configured_and_a_bad_weight_is_refused_by_field() {
+    let worker: WorkerConfig = toml::from_str(
+        "balance = \"load\"\nweight = 2.0\nload_long_window = \"5m\"\nload_publish_interval = \"30s\"",
+    )
+    .unwrap();
+    assert_eq!(
+        worker,
+        WorkerConfig::default()
+            .balance(Balance::Load)
+            .weight(2.0)
+            .load_long_window(Duration::from_secs(300))
+            .load_publish_interval(Duration::from_secs(30))
+    );
+    for bad in [
+        "weight = 0.0",
+        "weight = -1.0",
+        "load_short_window = \"10m\"",
+    ] {
+        let err = toml::from_str::<WorkerConfig>(bad).unwrap_err();
+        let field = bad.split(' ').next().unwrap();
+        assert!(err.to_string().contains(field), "{bad}: {err}");
+    }
+    let err = toml::from_str::<WorkerConfig>("balance = \"fair\"").unwrap_err();
+    assert!(err.to_string().contains("count"), "{err}");
+    let consumer = toml::from_str::<ConsumerConfig>("load_figure = \"records\"").unwrap();
+    assert_eq!(consumer.load_figure, LoadFigure::Records);
 }
 
 #[test]

@@ -106,7 +106,10 @@ fn count_balance_with_uniform_loads_reports_a_load_imbalance_near_one() {
     assert_eq!(json["moves_per_hour_at_rest"].as_f64(), Some(0.0), "{json}");
     assert!(json["overloaded_worker_seconds"].as_f64().unwrap() >= 0.0);
     assert_eq!(json["load"], "uniform");
-    assert!(json.get("hot_shard_isolated_s").is_none());
+    assert!(
+        json["hot_shard_isolated_s"].is_null(),
+        "no lease turned hot"
+    );
 }
 
 #[test]
@@ -121,6 +124,54 @@ fn count_balance_ignores_capacities_and_the_report_shows_it() {
     assert!((at_rest - 14.0 / 6.0).abs() < 1e-9, "{}", report.json());
     // Their share with headroom is 120 / 14 × 1.25 = 10.7 < 20: both overloaded all rest.
     assert!(report.load.overloaded_worker_seconds >= 2.0 * 300.0);
+}
+
+#[test]
+fn balance_by_load_settles_a_skewed_fleet_within_the_tolerance_and_then_moves_nothing() {
+    let mut run = settings("skew", 6, 120, Policy::Load);
+    run.load.model = "zipf:1".parse().unwrap();
+    run.load.noise = 0.05;
+    let load = simulate(run.clone());
+    let count = simulate(Settings {
+        policy: Policy::Ours,
+        ..run
+    });
+    let json: serde_json::Value = serde_json::from_str(&load.json()).unwrap();
+    let at_rest = json["load_imbalance"]["at_rest"].as_f64().expect("at_rest");
+    // The policy sees noisy figures, and 20 leases per worker are coarse: within 15 % of the
+    // mean here (20 workers x 1,000 leases: BENCHMARKS.md, "Balance by load").
+    assert!(at_rest <= 1.15, "{json}");
+    assert!(count.load.at_rest.unwrap() > 1.3, "{}", count.json());
+    assert!(load.moves() > 0, "{json}");
+    assert!(load.moves() >= load.minimum(), "{json}");
+    assert_eq!(
+        load.rest.moves, 0,
+        "noise of 5 % moves nothing at rest: {json}"
+    );
+    assert_eq!(load.double_holding, 0);
+}
+
+#[test]
+fn balance_by_load_gives_each_worker_load_in_proportion_to_its_capacity() {
+    let mut run = settings("heterogeneous", 6, 120, Policy::Load);
+    run.load.capacities = vec![1.0, 2.0, 4.0];
+    let report = simulate(run);
+    let at_rest = report.load.at_rest.unwrap();
+    assert!(at_rest <= 1.10, "{}", report.json());
+    assert!(report.moves() >= report.minimum() && report.minimum() > 0);
+    assert_eq!(report.rest.moves, 0);
+}
+
+#[test]
+fn a_lease_turning_hot_is_settled_around_and_the_fleet_rests_again() {
+    let mut run = settings("hot-shard", 6, 120, Policy::Load);
+    run.load.model = "hot:1".parse().unwrap();
+    run.load.hot_after = Some(Duration::from_secs(100));
+    run.rest = Duration::from_secs(400);
+    let report = simulate(run);
+    let settled = report.load.hot_shard_isolated.expect("settled");
+    assert!(settled < 60.0, "{}", report.json());
+    assert_eq!(report.double_holding, 0);
 }
 
 #[test]

@@ -232,10 +232,15 @@ impl Ledger {
         }
     }
 
-    /// True when no worker holds more than its capacity in load units and, if lease `key` is
-    /// heavier than a fair share, its holder holds it alone.
+    /// True when no worker holds more than its capacity in load units (a worker alone with
+    /// one lease aside: a lease is not split) and, if lease `key` is heavier than a fair
+    /// share, its holder holds it alone.
     fn settled_around(&self, key: &LeaseKey) -> bool {
-        let workers = self.workers();
+        let workers: Vec<Held> = self
+            .workers()
+            .into_iter()
+            .filter(|w| w.leases != 1)
+            .collect();
         if load::overloaded(&workers, self.total_load, self.headroom) > 0 {
             return false;
         }
@@ -673,16 +678,23 @@ impl Fleet {
     }
 
     /// A lower bound of the moves any assignment needs to bring the load imbalance
-    /// (`load::imbalance`) to at most 1 + [`LOAD_TOLERANCE`], from `holder` over `workers`.
+    /// (`load::imbalance`) to at most 1 + [`LOAD_TOLERANCE`], from `holder` over `workers`,
+    /// counting each move at the worker it leaves.
+    ///
     /// The mean utilisation of the workers counted is at most that of the whole fleet
-    /// (leaving out a worker alone with a lease heavier than its share lowers it), so every
-    /// worker counted must hold at most (1 + tolerance) x its share of the whole fleet.
-    /// Hence two bounds, and the larger holds:
-    /// - each worker above that must give at least enough of its heaviest leases to get
-    ///   under it, or all but one (left alone with one);
-    /// - each lease heavier than that even for the largest capacity must end alone on a
-    ///   worker: at least the leases that worker holds besides it (plus the lease itself if
-    ///   it comes from elsewhere), on the cheapest worker for it.
+    /// (leaving out a worker alone with a lease heavier than its share lowers it), so a lease
+    /// heavier than (1 + tolerance) x the largest share of the whole fleet cannot be on a
+    /// worker counted: it ends alone on a worker of its own, left out of the mean. The mean
+    /// is then at most the load left over the capacity left (those workers taken as the
+    /// largest), and a worker counted holds at most (1 + tolerance) x its share of that: its
+    /// limit. So every worker ends in one of two roles:
+    /// - counted: it gives at least its heaviest leases until it is under its limit (the
+    ///   fewest leases that can get it there), and at most all but one;
+    /// - alone with a heavy lease: it gives everything but that lease (all, if it holds none).
+    ///
+    /// At least one worker per heavy lease takes the second role, which costs each worker at
+    /// least as much as the first: the bound is every worker's first-role cost, plus the
+    /// smallest extra costs of the second role, one worker per heavy lease.
     fn minimum_moves_by_load(&self, holder: &HashMap<LeaseKey, usize>, workers: &[usize]) -> u64 {
         let ledger = self.ledger.lock().unwrap();
         let mut held: BTreeMap<usize, Vec<f64>> =
@@ -695,39 +707,46 @@ impl Fleet {
         let capacity_of = |w: usize| load::capacity(&ledger.capacities, w);
         let capacity: f64 = held.keys().map(|w| capacity_of(*w)).sum();
         let per_weight = ledger.total_load / capacity.max(f64::MIN_POSITIVE);
+        let widest = held
+            .keys()
+            .map(|w| (1.0 + LOAD_TOLERANCE) * per_weight * capacity_of(*w))
+            .fold(0.0, f64::max);
+        let heavy: Vec<f64> = holder
+            .keys()
+            .map(|key| ledger.load(key))
+            .filter(|load| *load > widest)
+            .collect();
+        // Their workers are left out of the mean: what is left over what can carry it, at most
+        // (the heavy leases' workers taken as the largest, which leaves the most per weight).
+        let mut capacities: Vec<f64> = held.keys().map(|w| capacity_of(*w)).collect();
+        capacities.sort_by(|a, b| b.total_cmp(a));
+        let left_capacity = capacity - capacities.iter().take(heavy.len()).sum::<f64>();
+        let per_weight = if left_capacity > 0.0 {
+            (ledger.total_load - heavy.iter().sum::<f64>()) / left_capacity
+        } else {
+            per_weight
+        };
         let limit = |w: usize| (1.0 + LOAD_TOLERANCE) * per_weight * capacity_of(w);
-        let givers: u64 = held
-            .iter_mut()
-            .map(|(w, loads)| {
-                loads.sort_by(|a, b| b.total_cmp(a));
-                let mut excess = loads.iter().sum::<f64>() - limit(*w);
-                let mut k = 0u64;
-                while excess > 0.0 && (k as usize) < loads.len() {
-                    excess -= loads[k as usize];
-                    k += 1;
-                }
-                k.min(loads.len().saturating_sub(1) as u64)
-            })
-            .sum();
-        let widest = held.keys().map(|w| limit(*w)).fold(0.0, f64::max);
-        let alone: u64 = holder
-            .iter()
-            .filter(|(key, _)| ledger.load(key) > widest)
-            .map(|(_, from)| {
-                held.iter()
-                    .map(|(w, loads)| {
-                        let others = loads.len() as u64;
-                        if w == from {
-                            others - 1
-                        } else {
-                            others + 1
-                        }
-                    })
-                    .min()
-                    .unwrap_or(0)
-            })
-            .sum();
-        givers.max(alone)
+        let heavy = heavy.len();
+        let mut counted = 0u64;
+        let mut extra: Vec<u64> = Vec::new();
+        for (w, loads) in &mut held {
+            loads.sort_by(|a, b| b.total_cmp(a));
+            let mut excess = loads.iter().sum::<f64>() - limit(*w);
+            let mut k = 0u64;
+            while excess > 0.0 && (k as usize) < loads.len() {
+                excess -= loads[k as usize];
+                k += 1;
+            }
+            let n = loads.len() as u64;
+            let first = k.min(n.saturating_sub(1));
+            let holds_heavy = loads.first().is_some_and(|l| *l > widest);
+            let second = if holds_heavy { n - 1 } else { n };
+            counted += first;
+            extra.push(second.saturating_sub(first));
+        }
+        extra.sort_unstable();
+        counted + extra.iter().take(heavy).sum::<u64>()
     }
 
     async fn apply(&mut self, step: &Step) -> StepReport {
@@ -882,6 +901,12 @@ impl Fleet {
             .collect();
         let workers: Vec<usize> = (0..n).collect();
         let minimum = self.minimum_moves_by_load(&holder, &workers);
+        if std::env::var_os("SIM_DEBUG").is_some() {
+            eprintln!(
+                "one assignment of LoadBalance on the exact figures moves {}",
+                self.exact_assignment_moves(&holder, &workers)
+            );
+        }
         let started = Instant::now();
         let idle = self.ledger.lock().unwrap().idle();
         self.start_initial(n, INITIAL_GAP).await;
@@ -896,6 +921,48 @@ impl Fleet {
             idle: self.ledger.lock().unwrap().idle() - idle,
             failover: None,
         }
+    }
+
+    /// The moves of `LoadBalance`'s assignment of the exact loads and capacities, computed
+    /// once (what the fleet would move if every figure were known from the start).
+    fn exact_assignment_moves(
+        &self,
+        holder: &HashMap<LeaseKey, usize>,
+        workers: &[usize],
+    ) -> usize {
+        use shardlease::balance::{
+            BalancePolicy, FleetView, Holder, LeaseView, LoadBalance, WorkerView,
+        };
+        let ledger = self.ledger.lock().unwrap();
+        let view = FleetView {
+            leases: self
+                .shards
+                .iter()
+                .map(|k| LeaseView {
+                    key: k.clone(),
+                    holder: holder
+                        .get(k)
+                        .map_or(Holder::Available, |w| Holder::Held(worker_id(*w))),
+                    load: Some(ledger.load(k)),
+                })
+                .collect(),
+            workers: workers
+                .iter()
+                .map(|w| WorkerView {
+                    id: worker_id(*w),
+                    capacity: u32::MAX,
+                    weight: load::capacity(&ledger.capacities, *w),
+                    reported: true,
+                    load: None,
+                })
+                .collect(),
+        };
+        LoadBalance::default()
+            .assign(&view)
+            .moves
+            .values()
+            .map(Vec::len)
+            .sum()
     }
 
     fn watch(&self, orphans: &[LeaseKey]) {

@@ -142,7 +142,8 @@ pub struct LoadReport {
     /// share too; see `load::imbalance`).
     pub raw_at_rest: Option<f64>,
     /// With `--hot-after`: seconds from the lease turning hot to the first moment no worker
-    /// held more than its capacity and, if the lease is heavier than a share, it was alone.
+    /// held more than its capacity (a worker alone with one lease aside) and, if the lease
+    /// is heavier than a share, it was alone.
     pub hot_shard_isolated: Option<f64>,
     /// With `--load-trace`: (seconds since the first step, worker, held load over its fair
     /// share), every second.

@@ -1,0 +1,27 @@
+#!/usr/bin/env bash
+# Draws docs/hot-shard-load.png: per-worker load over time in the simulator's hot-shard scenario
+# (20 workers x 1,000 leases, Zipf(1.0) loads, one lease turning 20 times hotter 300 s into the
+# rest), balance by load against the KCL 3.x-style policy. Installs matplotlib in .venv-plot
+# (from PyPI) the first time.
+#
+#   scripts/plot_load.sh [SEED] [OUT.png]
+set -euo pipefail
+cd "$(dirname "$0")/.."
+seed=${1:-1}
+out=${2:-docs/hot-shard-load.png}
+trace=$(mktemp --suffix=.csv)
+trap 'rm -f "$trace"' EXIT
+
+cargo build --quiet --example simulate
+rm -f "$trace"
+./target/debug/examples/simulate --scenario hot-shard --workers 20 --leases 1000 \
+  --policy load --seed "$seed" --rest 900 --load-trace "$trace" >/dev/null
+./target/debug/examples/simulate --scenario hot-shard --workers 20 --leases 1000 \
+  --policy kcl3 --seed "$seed" --rest 900 --load-trace "$trace" >/dev/null
+
+if [ ! -x .venv-plot/bin/python ]; then
+  python3 -m venv .venv-plot
+  .venv-plot/bin/pip install --quiet matplotlib
+fi
+.venv-plot/bin/python scripts/plot_load.py "$trace" "$out" --scenario hot-shard \
+  --title "hot-shard, 20 workers x 1,000 leases, Zipf(1.0), seed $seed: a lease turns 20x hotter at 300 s of the rest"
