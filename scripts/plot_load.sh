@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Draws docs/hot-shard-load.png: per-worker load over time in the simulator's hot-shard scenario
-# (20 workers x 1,000 leases, Zipf(1.0) loads, one lease turning 20 times hotter 300 s into the
+# (20 workers x 1,000 leases of like loads, one lease turning 20 times hotter 300 s into the
 # rest), balance by load against the KCL 3.x-style policy. Installs matplotlib in .venv-plot
 # (from PyPI) the first time.
 #
@@ -24,4 +24,4 @@ if [ ! -x .venv-plot/bin/python ]; then
   .venv-plot/bin/pip install --quiet matplotlib
 fi
 .venv-plot/bin/python scripts/plot_load.py "$trace" "$out" --scenario hot-shard \
-  --title "hot-shard, 20 workers x 1,000 leases, Zipf(1.0), seed $seed: a lease turns 20x hotter at 300 s of the rest"
+  --title "hot-shard, 20 workers x 1,000 leases of like loads, seed $seed: one turns 20x hotter 300 s into the rest"

@@ -133,7 +133,7 @@ struct RunArgs {
     /// Lease loads, normalised to a mean of 1: uniform (every lease 1); zipf:S (the lease of
     /// rank r in proportion to 1/r^S, S > 0, the ranks shuffled over the leases by the seed);
     /// hot:K (K leases, drawn by the seed, 10 times as heavy as the others). Shards added
-    /// during a run weigh 1 [default: zipf:1 for skew and hot-shard, else uniform]
+    /// during a run weigh 1 [default: zipf:1 for skew, else uniform]
     #[arg(long, value_name = "MODEL")]
     load: Option<LoadModel>,
     /// Worker capacity weights, comma-separated, cycled over the workers in start order

@@ -75,7 +75,7 @@ pub const NAMES: &[&str] = &[
 /// The load model a scenario runs with unless `--load` says otherwise.
 pub fn default_load(name: &str) -> &'static str {
     match name {
-        "skew" | "hot-shard" => "zipf:1",
+        "skew" => "zipf:1",
         _ => "uniform",
     }
 }
@@ -159,9 +159,9 @@ pub fn scenario(
             let k = k.min(workers - 1);
             plain(workers, vec![Step::Crash(k), Step::Start(k)])
         }
-        // The fleet starts balanced by count, under skewed loads (`skew`), then one lease turns
-        // 20 times hotter during the rest (`hot-shard`), or over workers of capacities 1, 2
-        // and 4 (`heterogeneous`): the policy settles it.
+        // The fleet starts balanced by count, under skewed loads (`skew`), with like loads of
+        // which one turns 20 times hotter during the rest (`hot-shard`), or over workers of
+        // capacities 1, 2 and 4 (`heterogeneous`): the policy settles it.
         "skew" | "hot-shard" | "heterogeneous" => plain(workers, vec![Step::Settle]),
         other => {
             return Err(format!(
