@@ -26,7 +26,7 @@ use super::identity::{Identity, Ownership};
 use super::metrics;
 use super::state::{revoke_notice, SessionVersion, Shared};
 use super::take::{Job, Report};
-use crate::balance::{Assignment, BalancePolicy};
+use crate::balance::{Assignment, BalancePolicy, Move};
 use crate::expiry::{ExpiryTracker, LeaseVersion};
 use crate::lease::{Incarnation, Lease, LeaseKey, Snapshot, WorkerId};
 use crate::lifecycle;
@@ -55,6 +55,9 @@ pub(crate) struct Taker {
     announced_to: Option<WorkerId>,
     /// The live workers of the last round, to see the fleet change.
     last_fleet: Vec<WorkerId>,
+    /// With sessions: since when the rounds have seen workers join, and when one last saw
+    /// one join (see [`Taker::gathering`]).
+    joining: Option<(Instant, Instant)>,
     /// With sessions: the worker that does the fleet's chores, as the last round saw it.
     chores: Option<WorkerId>,
     /// With sessions, on the worker doing the chores: who held each lease at its last round.
@@ -138,6 +141,7 @@ impl Taker {
             expiry: HashMap::new(),
             announced_to: None,
             last_fleet: Vec::new(),
+            joining: None,
             chores: None,
             holders: HashMap::new(),
             waiting: HashMap::new(),
@@ -232,7 +236,7 @@ impl Taker {
         // With sessions the assignment also places others' leases: computed once (at 100,000
         // leases it is a good part of a round's work).
         let placement = sessions.then(|| self.policy.assign(&view));
-        let moves = match &placement {
+        let mut moves = match &placement {
             Some(assignment) => self.policy.plan_with(&view, &self.shared.id, assignment),
             None => self.policy.plan(&view, &self.shared.id),
         };
@@ -241,7 +245,19 @@ impl Taker {
         let mut fleet: Vec<WorkerId> = live.keys().cloned().collect();
         fleet.sort();
         let fleet_changed = fleet != self.last_fleet;
+        let joined = fleet
+            .iter()
+            .any(|w| self.last_fleet.binary_search(w).is_err());
         self.last_fleet = fleet;
+        let by_key: HashMap<&LeaseKey, &Lease> =
+            snapshot.leases.iter().map(|l| (&l.key, l)).collect();
+        let gathering = sessions && self.gathering(joined, now);
+        if gathering {
+            moves.retain(|step| match step {
+                Move::Take(key) => by_key.get(key).is_some_and(|l| l.owner.is_some()),
+                Move::RequestHandoff { .. } => false,
+            });
+        }
         let moved = !moves.is_empty() || !actions.is_empty() || {
             let me = &self.shared.id;
             let below = |a: &Assignment| a.counts.get(me) < a.targets.get(me);
@@ -250,15 +266,14 @@ impl Taker {
                 None => below(&self.policy.assign(&view)),
             }
         };
-        let by_key: HashMap<&LeaseKey, &Lease> =
-            snapshot.leases.iter().map(|l| (&l.key, l)).collect();
         if sessions {
             self.warn(&snapshot, &statuses, &live, &expiry, now).await;
             if self.is_smallest(&live) {
                 self.notice_changes(&snapshot, now).await;
             }
             if let Some(assignment) = &placement {
-                self.place(&snapshot, assignment, &by_key, now).await;
+                self.place(&snapshot, assignment, &by_key, gathering, now)
+                    .await;
             }
             let deadline = now + config.store_timeout;
             for (owner, incarnation, key) in std::mem::take(&mut self.revokes) {
@@ -273,7 +288,7 @@ impl Taker {
             self.ring(&snapshot, &live, &view).await;
             let next = self.next_session_round(&snapshot, &live, &expiry, moved, now);
             // Workers joining together see each other one round later: look again soon.
-            if fleet_changed {
+            if fleet_changed || gathering {
                 next.min(now + config.renew_interval / 8)
             } else {
                 next
@@ -284,6 +299,33 @@ impl Taker {
         };
         self.publish(snapshot, &live, &expiry, now);
         Ok(next)
+    }
+
+    /// With sessions: whether this round only gathers, because it saw workers join (`joined`)
+    /// that the last round did not see. Workers that start together (a cold start, a wave of
+    /// an autoscaler, a rolling deployment) open their sessions a few milliseconds or seconds
+    /// apart, and each one's first rounds see only some of the others: a worker that took or
+    /// asked for its share by such a view would take too much and hand most of it on again.
+    /// So until `renew_interval / 8` after a round last saw a new worker (the rounds rescan
+    /// that soon while the fleet changes), nothing that nobody needs moves: no lease nobody ever held is
+    /// taken or given, and no handoff is asked. Leases whose session ended are still taken and
+    /// given at once (failover does not wait), and the gathering ends after a lease duration
+    /// however fast workers keep joining.
+    fn gathering(&mut self, joined: bool, now: Instant) -> bool {
+        let config = &self.shared.config;
+        if joined {
+            let since = self.joining.map_or(now, |(since, _)| since);
+            self.joining = Some((since, now));
+        }
+        let Some((since, last)) = self.joining else {
+            return false;
+        };
+        if now < last + config.renew_interval / 8 && now < since + config.lease_duration {
+            true
+        } else {
+            self.joining = None;
+            false
+        }
     }
 
     /// Records this scan's counters; returns when each lease (in snapshot order) expires.

@@ -171,12 +171,14 @@ impl Taker {
 
     /// With sessions: the leases nobody alive holds that the assignment gives to other
     /// workers are given to them, and each receiver is told in one notice. (What it gives to
-    /// this worker, the policy takes.)
+    /// this worker, the policy takes.) While `gathering` (see [`Taker::gathering`]), only the
+    /// leases of ended sessions.
     pub(super) async fn place(
         &mut self,
         snapshot: &Snapshot,
         assignment: &Assignment,
         by_key: &HashMap<&LeaseKey, &Lease>,
+        gathering: bool,
         now: Instant,
     ) {
         if self.shared.health.is_slow() || !self.shared.session_valid() {
@@ -211,10 +213,10 @@ impl Taker {
                 let owner_incarnation = lease.owner_incarnation;
                 if from.is_none() {
                     let startable = self.expiry.get(key).is_some_and(|at| *at <= now);
-                    if lease.owner.is_some() && !startable {
+                    if lease.owner.is_some() && !startable || lease.owner.is_none() && gathering {
                         continue;
                     }
-                } else if owner_incarnation.is_none() {
+                } else if gathering || owner_incarnation.is_none() {
                     // Given and not yet taken: its receiver is about to start it.
                     continue;
                 }
