@@ -8,7 +8,10 @@
 //! session's beat, or the lease protocol's heartbeat): it is sent when a figure moved by more
 //! than [`CHANGE`] since it was last published, or the set of leases changed, and not more
 //! often than [`WorkerConfig::load_publish_interval`](crate::WorkerConfig::load_publish_interval),
-//! except that a lease's first figure goes out with the next write.
+//! except that a lease's first figure goes out with the next write once it has been measured
+//! for a publish interval. Until then the fleet plans with its previous holder's figure and does not
+//! move it again: the cool-down of a lease that just moved. (The leases a worker measures from
+//! its own first figure on, at its start, go out at once: nobody has a figure for them.)
 //! A lease the worker let go stays in its report for [`LINGER`] beats' worth of time, so that
 //! its next holder is planned with its figure until it publishes its own.
 
@@ -53,6 +56,14 @@ struct Average {
     short: f64,
     long: f64,
     at: Instant,
+    /// Figures recorded so far: until a window has as many, its average is their plain mean
+    /// (see [`Loads::record`]).
+    samples: u32,
+    /// When the first figure was recorded: the lease is published once it has been measured
+    /// for a publish interval, unless it was one of the worker's leases at its start
+    /// (`at_start`).
+    first: Instant,
+    at_start: bool,
 }
 
 impl Average {
@@ -68,11 +79,15 @@ struct State {
     let_go: HashMap<LeaseKey, (f64, Instant)>,
     utilisation: Option<f64>,
     published: Option<(LoadReport, Instant)>,
+    /// When the first figure of any lease was recorded.
+    started: Option<Instant>,
 }
 
 /// A worker's load figures; see the module documentation.
 #[derive(Debug)]
 pub(crate) struct Loads {
+    /// Whether the fleet balances by load: the weight is published even before any figure.
+    eager: bool,
     weight: f64,
     short: Duration,
     long: Duration,
@@ -83,6 +98,7 @@ pub(crate) struct Loads {
 impl Loads {
     pub fn new(config: &WorkerConfig) -> Self {
         Self {
+            eager: config.balance == crate::config::Balance::Load,
             weight: config.weight,
             short: config.load_short_window,
             long: config.load_long_window,
@@ -98,6 +114,7 @@ impl Loads {
     /// Records a figure of `key` at `now`.
     pub fn record(&self, key: &LeaseKey, value: f64, now: Instant) {
         let mut state = self.lock();
+        let started = *state.started.get_or_insert(now);
         state.let_go.remove(key);
         match state.leases.get_mut(key) {
             None => {
@@ -107,12 +124,23 @@ impl Loads {
                         short: value,
                         long: value,
                         at: now,
+                        samples: 1,
+                        first: now,
+                        // Measured since the worker's own first figure: published at once.
+                        at_start: now < started + self.interval,
                     },
                 );
             }
             Some(average) => {
                 let elapsed = now.saturating_duration_since(average.at).as_secs_f64();
-                let weight = |window: Duration| 1.0 - (-elapsed / window.as_secs_f64()).exp();
+                // An exponential average started at the first figure would weigh that one
+                // figure as much as a whole window of later ones, and a lease's first noisy
+                // figure would linger in its long average for minutes: while the samples are
+                // fewer than a window's worth, each counts as much as every earlier one.
+                average.samples = average.samples.saturating_add(1);
+                let warm_up = 1.0 / f64::from(average.samples);
+                let weight =
+                    |window: Duration| (1.0 - (-elapsed / window.as_secs_f64()).exp()).max(warm_up);
                 average.short += weight(self.short) * (value - average.short);
                 average.long += weight(self.long) * (value - average.long);
                 average.at = now;
@@ -131,10 +159,24 @@ impl Loads {
         self.lock().leases.get(key).map(Average::figure)
     }
 
+    /// Whether there is nothing to publish, ever so far: a worker of count balance whose
+    /// application reported no figure (its beats then carry no report at all).
+    pub fn quiet(&self) -> bool {
+        let state = self.lock();
+        !self.eager
+            && state.published.is_none()
+            && state.leases.is_empty()
+            && state.let_go.is_empty()
+            && state.utilisation.is_none()
+    }
+
     /// The report to send with the next membership write, if one is due: `held` are the
     /// leases this worker holds now. Mark it published with [`published`](Self::published)
     /// once the write landed.
     pub fn due(&self, held: &[LeaseKey], now: Instant) -> Option<LoadReport> {
+        if self.quiet() {
+            return None;
+        }
         let mut state = self.lock();
         let state = &mut *state;
         let held_set: std::collections::HashSet<&LeaseKey> = held.iter().collect();
@@ -151,9 +193,12 @@ impl Loads {
             }
         }
         state.let_go.retain(|_, (_, until)| *until > now);
+        // A lease measured for less than a publish interval is left out: the fleet plans with its
+        // previous holder's figure meanwhile, and does not move it.
         let mut leases: BTreeMap<LeaseKey, f64> = state
             .leases
             .iter()
+            .filter(|(_, a)| a.at_start || now.saturating_duration_since(a.first) >= self.interval)
             .map(|(k, a)| (k.clone(), a.figure()))
             .collect();
         for (key, (figure, _)) in &state.let_go {
@@ -229,17 +274,33 @@ mod tests {
     }
 
     #[tokio::test(start_paused = true)]
+    async fn a_leases_first_figure_weighs_no_more_than_the_next_ones() {
+        let (loads, start) = (loads(), Instant::now());
+        let a = key("a");
+        // A first figure 20 % high, then a second each at the true load of 10 for 30 s.
+        loads.record(&a, 12.0, start);
+        for s in 1..=30 {
+            loads.record(&a, 10.0, start + Duration::from_secs(s));
+        }
+        // The long average (100 s window) holds the first figure at a 31st, not at
+        // exp(-30/100) = 74 % as an exponential average started at it would (11.5).
+        let figure = loads.figure(&a).unwrap();
+        assert!((figure - (10.0 + 2.0 / 31.0)).abs() < 1e-9, "{figure}");
+    }
+
+    #[tokio::test(start_paused = true)]
     async fn a_report_is_due_when_a_figure_moves_by_more_than_a_tenth_and_not_too_often() {
         let (loads, start) = (loads(), Instant::now());
         let (a, b) = (key("a"), key("b"));
         let held = [a.clone(), b.clone()];
         loads.record(&a, 1.0, start);
         loads.record(&b, 2.0, start);
-        let first = loads.due(&held, start).expect("nothing published yet");
+        let t = start + Duration::from_secs(5);
+        let first = loads.due(&held, t).expect("nothing published yet");
         assert_eq!((first.weight, first.leases[&b]), (1.0, 2.0));
-        loads.published(first, start);
+        loads.published(first, t);
         // b at 2.1 after 6 s: both averages moved by less than 10 %: nothing due.
-        let t = start + Duration::from_secs(6);
+        let t = t + Duration::from_secs(6);
         loads.record(&b, 2.1, t);
         assert_eq!(loads.due(&held, t), None);
         // b at 4 after 3 more seconds: its short average moved by more than 10 %.
@@ -256,16 +317,27 @@ mod tests {
     }
 
     #[tokio::test(start_paused = true)]
-    async fn a_leases_first_figure_goes_out_with_the_next_write() {
+    async fn a_lease_taken_later_cools_down_before_its_figure_goes_out() {
         let (loads, start) = (loads(), Instant::now());
         let (a, b) = (key("a"), key("b"));
+        // a, held from the worker's first figure on: out at once.
         loads.record(&a, 1.0, start);
-        loads.published(loads.due(std::slice::from_ref(&a), start).unwrap(), start);
-        let t = start + Duration::from_secs(1);
+        let report = loads.due(std::slice::from_ref(&a), start).expect("a");
+        assert_eq!(report.leases[&a], 1.0);
+        loads.published(report, start);
+        // b, taken after the start's interval (5 s): left out for an interval, then out with the
+        // next write, although a report went out less than an interval before.
+        let t = start + Duration::from_secs(6);
         loads.record(&b, 5.0, t);
-        let report = loads
-            .due(&[a.clone(), b.clone()], t)
-            .expect("b's first figure");
+        let both = [a.clone(), b.clone()];
+        assert_eq!(loads.due(&both, t), None, "b cools down");
+        loads.record(&a, 2.0, t);
+        let report = loads.due(&both, t).expect("a moved");
+        assert!(!report.leases.contains_key(&b), "{report:?}");
+        loads.published(report, t);
+        let t = t + Duration::from_secs(5);
+        loads.record(&b, 5.0, t);
+        let report = loads.due(&both, t).expect("b measured");
         assert_eq!(report.leases[&b], 5.0);
     }
 
@@ -274,13 +346,32 @@ mod tests {
         let (loads, start) = (loads(), Instant::now());
         let a = key("a");
         loads.record(&a, 3.0, start);
-        loads.published(loads.due(std::slice::from_ref(&a), start).unwrap(), start);
-        // Let go: the report keeps it (same set, same figure: nothing due).
         let t = start + Duration::from_secs(5);
+        loads.published(loads.due(std::slice::from_ref(&a), t).unwrap(), t);
+        // Let go: the report keeps it (same set, same figure: nothing due).
+        let t = t + Duration::from_secs(5);
         assert_eq!(loads.due(&[], t), None);
         // After LINGER intervals it leaves the report.
-        let t = start + Duration::from_secs(5) * (LINGER + 1);
+        let t = t + Duration::from_secs(5) * LINGER + Duration::from_secs(1);
         let report = loads.due(&[], t).expect("the set changed");
+        assert!(report.leases.is_empty());
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_count_worker_publishes_nothing_until_its_application_reports() {
+        let now = Instant::now();
+        let a = key("a");
+        let count = Loads::new(&WorkerConfig::default());
+        assert_eq!(count.due(std::slice::from_ref(&a), now), None);
+        count.record(&a, 2.0, now);
+        let measured = now + Duration::from_secs(10);
+        let report = count
+            .due(std::slice::from_ref(&a), measured)
+            .expect("a figure");
+        assert_eq!(report.leases[&a], 2.0);
+        // Balancing by load, the weight goes out at once, figures or not.
+        let load = Loads::new(&WorkerConfig::default().balance(crate::config::Balance::Load));
+        let report = load.due(std::slice::from_ref(&a), now).expect("the weight");
         assert!(report.leases.is_empty());
     }
 

@@ -660,7 +660,6 @@ impl Shared {
         stalled
     }
 
-    /// The application made progress on `key` in `tenure`.
     /// Records a load figure the application reported for `key` in `tenure`, if the lease is
     /// still held here in that tenure.
     pub fn note_load(&self, key: &LeaseKey, tenure: u64, value: f64) {
@@ -677,10 +676,14 @@ impl Shared {
 
     /// The load report due with this membership write, if any (see `load.rs`).
     pub fn load_report(&self) -> Option<crate::lease::LoadReport> {
+        if self.loads.quiet() {
+            return None;
+        }
         let held: Vec<LeaseKey> = self.lock().held.keys().cloned().collect();
         self.loads.due(&held, self.now())
     }
 
+    /// The application made progress on `key` in `tenure`.
     pub fn note_progress(&self, key: &LeaseKey, tenure: u64) {
         let now = self.now();
         if let Some(held) = self.lock().held.get_mut(key).filter(|h| h.tenure == tenure) {
