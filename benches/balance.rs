@@ -26,6 +26,7 @@ fn fleet(holders: usize) -> FleetView {
                 key: LeaseKey::new(format!("shardId-{i:012}")).unwrap(),
                 holder: Holder::Held(worker(i % holders)),
                 load: None,
+                settled: true,
             })
             .collect(),
         workers: (0..WORKERS)

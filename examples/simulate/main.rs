@@ -150,6 +150,12 @@ struct RunArgs {
     /// mean is then no longer 1) [default: 300 for hot-shard]
     #[arg(long, value_name = "SECS", value_parser = seconds)]
     hot_after: Option<Duration>,
+    /// A diurnal wave of period SECS from the first step: the leases fall into 3 regions
+    /// drawn by the seed, and each one's load goes from half to 1.5 times its drawn load and
+    /// back, the regions a third of a period apart (updated every 10 s) [default: 1800 for
+    /// drift]
+    #[arg(long, value_name = "SECS", value_parser = seconds)]
+    wave: Option<Duration>,
     /// Under the load policies, every load figure the applications report is the lease's load
     /// times a factor drawn uniformly from [1 - NOISE, 1 + NOISE] (0.2: ±20 %)
     #[arg(long, value_name = "NOISE", default_value = "0", value_parser = noise)]
@@ -533,6 +539,7 @@ fn main() -> ExitCode {
                 .hot_after
                 .or_else(|| sim::scenario::default_hot_after(name)),
             noise: args.noise,
+            wave: args.wave.or_else(|| sim::scenario::default_wave(name)),
         };
         let scenario = match scenario(name, args.workers, args.leases, k, args.outage) {
             Ok(s) => s,

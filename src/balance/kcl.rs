@@ -125,6 +125,7 @@ mod tests {
                     key: LeaseKey::new(format!("s{i:03}")).unwrap(),
                     holder: Holder::Available,
                     load: None,
+                    settled: true,
                 })
                 .collect(),
             workers: workers

@@ -506,12 +506,14 @@ mod tests {
                 key: key(&format!("{id}-{i:02}")),
                 holder: Holder::Held(w(id)),
                 load: Some(throughput),
+                settled: true,
             }));
         }
         leases.extend((0..available).map(|i| LeaseView {
             key: key(&format!("new-{i:02}")),
             holder: Holder::Available,
             load: None,
+            settled: true,
         }));
         FleetView {
             leases,

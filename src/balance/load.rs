@@ -85,8 +85,9 @@ struct Item<'a> {
     /// it stays with its receiver).
     from: Option<usize>,
     pinned: bool,
-    /// Whether its load is a published figure (a lease without one stays where it is while
-    /// others have figures: see [`LoadBalance::unknown_load`]).
+    /// Whether its load is a figure its holder published (a lease without one stays where it
+    /// is while others have figures: see [`LoadBalance::unknown_load`], and a lease that just
+    /// moved has none until its new holder measured it: see [`LeaseView::settled`](super::LeaseView::settled)).
     measured: bool,
     /// Where the plan puts it.
     to: Option<usize>,
@@ -152,7 +153,7 @@ impl<'a> Plan<'a> {
                 Item {
                     key: &lease.key,
                     load: figure.unwrap_or(unknown),
-                    measured: figure.is_some() || known.is_empty(),
+                    measured: figure.is_some() && lease.settled || known.is_empty(),
                     order: (
                         stable_hash(lease.key.as_str().as_bytes()),
                         lease.key.as_str(),
@@ -229,8 +230,21 @@ impl<'a> Plan<'a> {
                 .filter(|s| !s.isolated)
                 .map(|s| s.weight)
                 .fold(0.0, f64::max);
-            if load <= left / weights * widest {
+            // A lease that leaves its worker less room than the tolerance gets the worker to
+            // itself: the rest of a share could only be filled by leases small enough to fit
+            // that room, and a worker above its band with such a lease and one more may find
+            // no receiver for either. Hysteresis: a lease alone on its worker stays alone until
+            // it is lighter than a share by twice the tolerance, so noise moves nothing.
+            let share = left / weights * widest;
+            let tolerance = self.policy.tolerance;
+            if load <= share * (1.0 - 2.0 * tolerance) {
                 break;
+            }
+            let alone = self.items[i]
+                .to
+                .is_some_and(|w| self.slots[w].count == 1 && !self.slots[w].isolated);
+            if load <= share * (1.0 - tolerance) && !alone {
+                continue;
             }
             // Its own worker: the one emptied with the fewest moves (its holder costs the
             // leases it holds besides; another worker, those plus this lease), then the least
@@ -412,6 +426,12 @@ impl<'a> Plan<'a> {
         if !self.reported {
             return;
         }
+        // Once a worker is outside its band, every worker is brought inside half of it
+        // (where leases allow): a fleet at rest then needs a drift of half the tolerance to
+        // move again, rather than a worker left near the edge crossing it on a refresh.
+        if (0..self.slots.len()).any(|w| !self.slots[w].isolated && self.outside(w) != 0.0) {
+            self.active.iter_mut().for_each(|a| *a = true);
+        }
         let mut stuck = vec![false; self.slots.len()];
         for _ in 0..=self.items.len() {
             let Some(x) = (0..self.slots.len())
@@ -459,16 +479,53 @@ impl<'a> Plan<'a> {
             .first()
             .map(|&r| (r, self.upper(r) - self.slots[r].load))?;
         // Items are heaviest first; an overloaded worker sheds its hottest lease that fits.
-        let i = (0..self.items.len()).find(|&i| {
-            let item = &self.items[i];
-            item.to == Some(x)
-                && !item.pinned
-                && item.measured
-                && item.load > 0.0
-                && item.load <= room.1
-                && (overloaded || item.load <= spare)
-        })?;
-        Some((i, room.0))
+        let fits = (0..self.items.len()).find(|&i| {
+            self.movable(i, x)
+                && self.items[i].load <= room.1
+                && (overloaded || self.items[i].load <= spare)
+        });
+        match fits {
+            Some(i) => Some((i, room.0)),
+            None => self.push(x, &receivers),
+        }
+    }
+
+    /// Whether item `i` is on worker `x` and may move for balance.
+    fn movable(&self, i: usize, x: usize) -> bool {
+        let item = &self.items[i];
+        item.to == Some(x) && !item.pinned && item.measured && item.load > 0.0
+    }
+
+    /// `x` is above its band and none of its leases fits under any receiver's band: it holds a
+    /// few heavy leases, its peers sit inside their bands, and no single move that keeps every
+    /// receiver inside would start. Its lease whose departure leaves it nearest its target goes
+    /// to the receiver with the most room (`receivers[0]`), if that brings `x` nearer its
+    /// target or below it (it then receives light leases), and the receiver holds enough
+    /// leases that fit under the next receiver's band to pass on what overflows its own; the
+    /// next steps of the loop pass them on.
+    fn push(&self, x: usize, receivers: &[usize]) -> Option<(usize, usize)> {
+        let (&r, rest) = receivers.split_first()?;
+        let next_room = rest
+            .first()
+            .map_or(0.0, |&w| self.upper(w) - self.slots[w].load);
+        if next_room <= 0.0 {
+            return None;
+        }
+        let (load, target) = (self.slots[x].load, self.slots[x].target);
+        let after = |i: usize| (load - self.items[i].load - target).abs();
+        // Nearer its target, or below it (it then receives light leases back).
+        let i = (0..self.items.len())
+            .filter(|&i| {
+                self.movable(i, x)
+                    && (after(i) < load - target || load - self.items[i].load < target)
+            })
+            .min_by(|&a, &b| after(a).total_cmp(&after(b)).then(a.cmp(&b)))?;
+        let overflow = self.slots[r].load + self.items[i].load - self.upper(r);
+        let passable: f64 = (0..self.items.len())
+            .filter(|&j| self.movable(j, r) && self.items[j].load <= next_room)
+            .map(|j| self.items[j].load)
+            .sum();
+        (passable >= overflow).then_some((i, r))
     }
 
     /// The move that brings load to `x` (below its band): (lease, receiver = x).
@@ -584,6 +641,7 @@ mod tests {
             key: LeaseKey::new(key).unwrap(),
             holder: holder.map_or(Holder::Available, |h| Holder::Held(w(h))),
             load: Some(load),
+            settled: true,
         }
     }
 
@@ -720,6 +778,42 @@ mod tests {
     }
 
     #[test]
+    fn a_lease_near_one_share_is_alone_and_noise_around_a_share_moves_nothing() {
+        // 4 workers, 100 load in all (a share: 25). a holds a lease of 24 (within the
+        // tolerance of a share) and one of 6; b, c and d hold 70 in light leases of 1.
+        let mut leases = vec![lease("big", Some("a"), 24.0), lease("mid", Some("a"), 6.0)];
+        for (owner, n) in [("b", 24), ("c", 23), ("d", 23)] {
+            leases.extend((0..n).map(|i| lease(&format!("{owner}{i}"), Some(owner), 1.0)));
+        }
+        let mut fleet = FleetView {
+            leases,
+            workers: ["a", "b", "c", "d"]
+                .iter()
+                .map(|id| worker(id, 1.0))
+                .collect(),
+        };
+        let policy = LoadBalance::default();
+        // a at 30 is 20 % above its share, and a lease of 6 fits under nobody's band (b, c
+        // and d sit within it at 23-24 of 25): without isolating the big lease, nothing could
+        // move. Isolated, it keeps a to itself; the lease of 6 goes, and its receiver passes
+        // light leases on.
+        assert!(settle(&mut fleet, &policy) > 0);
+        let held = loads(&fleet);
+        assert_eq!(held["a"], 24.0, "{held:?}");
+        for id in ["b", "c", "d"] {
+            assert!(
+                (held[id] - 76.0 / 3.0).abs() <= 76.0 / 3.0 * 0.1,
+                "{held:?}"
+            );
+        }
+        // Noise: the big lease reads 21 (16 % below a share of the rest) and then 26.
+        for figure in [21.0, 26.0, 24.0] {
+            fleet.leases[0].load = Some(figure);
+            assert_eq!(settle(&mut fleet, &policy), 0, "at {figure}");
+        }
+    }
+
+    #[test]
     fn zipf_loads_over_twenty_workers_settle_within_the_tolerance_and_stay() {
         let loads_of = zipf(1000);
         let ids: Vec<String> = (0..20).map(|i| format!("w{i:02}")).collect();
@@ -805,6 +899,7 @@ mod tests {
             .collect();
         leases.extend((0..4).map(|i| LeaseView {
             load: None,
+            settled: true,
             ..lease(&format!("new{i}"), None, 0.0)
         }));
         let mut fleet = FleetView {

@@ -44,6 +44,11 @@ pub struct LeaseView {
     pub holder: Holder,
     /// Its load figure, if reported.
     pub load: Option<f64>,
+    /// Whether its holder has published that figure itself. A lease that just moved has only
+    /// its previous holder's figure (or none) until its new holder has measured it for a
+    /// while: a load policy plans with that figure but does not move the lease again before
+    /// (its cool-down). True for a lease nobody holds.
+    pub settled: bool,
 }
 
 /// One live worker in a [`FleetView`].
@@ -278,6 +283,7 @@ mod tests {
                     key: LeaseKey::new(*key).unwrap(),
                     holder: owner.map_or(Holder::Available, |o| Holder::Held(w(o))),
                     load: None,
+                    settled: true,
                 })
                 .collect(),
             workers: workers.iter().map(|id| worker(id)).collect(),
@@ -391,6 +397,7 @@ mod tests {
                 key: LeaseKey::new(format!("s{i}")).unwrap(),
                 holder: Holder::Available,
                 load: None,
+                settled: true,
             })
             .collect();
         fleet.workers[0].capacity = 3;

@@ -37,6 +37,11 @@ pub struct Loads {
     pub headroom: f64,
     /// This long into the rest, one lease (drawn by the seed) turns 20 times as heavy.
     pub hot_after: Option<std::time::Duration>,
+    /// A diurnal wave of this period: the leases fall into [`REGIONS`] regions drawn by the
+    /// seed, and each lease's load is its drawn load times `1 + WAVE_AMPLITUDE x sin(2 pi (t /
+    /// period + region / REGIONS))`, t counted from the first step, updated every
+    /// [`WAVE_STEP`].
+    pub wave: Option<std::time::Duration>,
     /// Under the load policies, each figure an application reports is the lease's load times
     /// a factor drawn uniformly from [1 - noise, 1 + noise].
     pub noise: f64,
@@ -51,9 +56,32 @@ impl Default for Loads {
             capacities: Vec::new(),
             headroom: DEFAULT_HEADROOM,
             hot_after: None,
+            wave: None,
             noise: 0.0,
         }
     }
+}
+
+/// How many regions (time zones) the leases of a wave fall into.
+pub const REGIONS: u64 = 3;
+
+/// How far a wave takes a lease's load above and below its drawn load (0.5: from half to one
+/// and a half times).
+pub const WAVE_AMPLITUDE: f64 = 0.5;
+
+/// How often a wave's loads change.
+pub const WAVE_STEP: std::time::Duration = std::time::Duration::from_secs(10);
+
+/// The factor of a wave of `period` on lease `key` at `t` since the first step.
+pub fn wave_factor(
+    key: &shardlease::LeaseKey,
+    seed: u64,
+    period: std::time::Duration,
+    t: f64,
+) -> f64 {
+    let region = noise_seed(key, seed as usize) % REGIONS;
+    let phase = t / period.as_secs_f64() + region as f64 / REGIONS as f64;
+    1.0 + WAVE_AMPLITUDE * (std::f64::consts::TAU * phase).sin()
 }
 
 /// The seed of the noise draws of lease `key` on worker `index`: its own stream, so that the

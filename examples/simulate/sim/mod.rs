@@ -222,9 +222,14 @@ impl Ledger {
 
     /// Lease `key` weighs `factor` times what it did, from now on.
     fn heavier(&mut self, key: &LeaseKey, factor: f64) {
+        let after = self.load(key) * factor;
+        self.set_load(key, after);
+    }
+
+    /// Lease `key` weighs `after` from now on.
+    fn set_load(&mut self, key: &LeaseKey, after: f64) {
         self.tick();
         let before = self.load(key);
-        let after = before * factor;
         self.loads.insert(key.clone(), after);
         self.total_load += after - before;
         if let Some(worker) = self.holder.get(key) {
@@ -944,6 +949,7 @@ impl Fleet {
                         .get(k)
                         .map_or(Holder::Available, |w| Holder::Held(worker_id(*w))),
                     load: Some(ledger.load(k)),
+                    settled: true,
                 })
                 .collect(),
             workers: workers
@@ -1091,6 +1097,27 @@ pub async fn run(settings: Settings) -> Report {
     };
     let mut steps = Vec::new();
     fleet.ledger.lock().unwrap().set_measuring(true);
+    let wave = settings.load.wave.map(|period| {
+        let ledger = Arc::clone(&fleet.ledger);
+        let (shards, seed) = (fleet.shards.clone(), settings.seed);
+        let drawn: Vec<f64> = {
+            let ledger = ledger.lock().unwrap();
+            shards.iter().map(|k| ledger.load(k)).collect()
+        };
+        let first = Instant::now();
+        tokio::spawn(async move {
+            loop {
+                let t = (Instant::now() - first).as_secs_f64();
+                {
+                    let mut ledger = ledger.lock().unwrap();
+                    for (key, base) in shards.iter().zip(&drawn) {
+                        ledger.set_load(key, base * load::wave_factor(key, seed, period, t));
+                    }
+                }
+                tokio::time::sleep(load::WAVE_STEP).await;
+            }
+        })
+    });
     let trace = Arc::new(Mutex::new(Vec::new()));
     let sampler = settings.load_trace.then(|| {
         let (ledger, trace) = (Arc::clone(&fleet.ledger), Arc::clone(&trace));
@@ -1119,9 +1146,12 @@ pub async fn run(settings: Settings) -> Report {
     let starts = fleet.starts();
     let rest_start = Instant::now();
     fleet.ledger.lock().unwrap().set_resting(true);
-    let hot_shard_isolated = rest(&fleet, &settings).await;
+    let hot_shard = rest(&fleet, &settings).await;
     if let Some(sampler) = sampler {
         sampler.abort();
+    }
+    if let Some(wave) = wave {
+        wave.abort();
     }
     let load = {
         let mut ledger = fleet.ledger.lock().unwrap();
@@ -1134,7 +1164,9 @@ pub async fn run(settings: Settings) -> Report {
             at_rest: ledger.at_rest.average(),
             worst: ledger.at_rest.worst(),
             raw_at_rest: ledger.at_rest.raw_average(),
-            hot_shard_isolated,
+            hot_shard_isolated: hot_shard.and_then(|h| h.settled),
+            hot_shard_published: hot_shard.and_then(|h| h.published),
+            hot_shard_fully_published: hot_shard.and_then(|h| h.fully_published),
             trace: std::mem::take(&mut *trace.lock().unwrap()),
             overloaded_worker_seconds: ledger.measured.overloaded_worker_seconds,
             overloaded_worker_seconds_at_rest: ledger.at_rest.overloaded_worker_seconds,
@@ -1183,32 +1215,72 @@ pub async fn run(settings: Settings) -> Report {
     )
 }
 
+/// What the rest saw of a lease turning hot (all in seconds after it turned).
+#[derive(Debug, Clone, Copy, Default, PartialEq)]
+pub struct HotShard {
+    /// When the fleet was first settled around it ([`Ledger::settled_around`]).
+    pub settled: Option<f64>,
+    /// When a membership record first published a figure for it more than 10 % above the
+    /// one published before it turned.
+    pub published: Option<f64>,
+    /// When a membership record first published a figure within 10 % of its new load.
+    pub fully_published: Option<f64>,
+}
+
 /// The rest after the last step: nothing happens, except that one lease turns hot if
-/// `--hot-after` says so. Returns how long after it turned hot the fleet was first settled
-/// around it ([`Ledger::settled_around`]), if it was.
-async fn rest(fleet: &Fleet, settings: &Settings) -> Option<f64> {
+/// `--hot-after` says so. Returns what was seen of that lease, if one turned.
+async fn rest(fleet: &Fleet, settings: &Settings) -> Option<HotShard> {
     let Some(after) = settings.load.hot_after.filter(|a| *a < settings.rest) else {
         tokio::time::sleep(settings.rest).await;
         return None;
     };
     tokio::time::sleep(after).await;
     let key = shard_key(load::turning_hot(settings.leases, settings.seed));
-    fleet
-        .ledger
-        .lock()
-        .unwrap()
-        .heavier(&key, load::TURN_HOT_FACTOR);
+    // The highest figure any membership record publishes for the lease (read from the table
+    // directly, at no simulated cost).
+    let published = || async {
+        let deadline = Instant::now() + Duration::from_secs(1);
+        let members = fleet
+            .net
+            .table
+            .list_members(deadline)
+            .await
+            .unwrap_or_default();
+        members
+            .iter()
+            .filter_map(|m| m.lease_loads.get(&key).copied())
+            .fold(None, |max: Option<f64>, f| {
+                Some(max.map_or(f, |m| m.max(f)))
+            })
+    };
+    let before = published().await;
+    let load = {
+        let mut ledger = fleet.ledger.lock().unwrap();
+        ledger.heavier(&key, load::TURN_HOT_FACTOR);
+        ledger.load(&key)
+    };
     let turned = Instant::now();
     let end = turned + (settings.rest - after);
-    let mut settled = None;
+    let mut seen = HotShard::default();
     while Instant::now() < end {
-        if settled.is_none() && fleet.ledger.lock().unwrap().settled_around(&key) {
-            settled = Some((Instant::now() - turned).as_secs_f64());
+        let at = (Instant::now() - turned).as_secs_f64();
+        if seen.settled.is_none() && fleet.ledger.lock().unwrap().settled_around(&key) {
+            seen.settled = Some(at);
+        }
+        if seen.fully_published.is_none() {
+            if let Some(figure) = published().await {
+                if seen.published.is_none() && before.is_none_or(|b| figure > b * 1.1) {
+                    seen.published = Some(at);
+                }
+                if figure >= load * 0.9 {
+                    seen.fully_published = Some(at);
+                }
+            }
         }
         let next = Instant::now() + Duration::from_millis(100);
         tokio::time::sleep_until(next.min(end)).await;
     }
-    settled
+    Some(seen)
 }
 
 /// Runs one simulation on a fresh single-threaded runtime on paused time, with the library's

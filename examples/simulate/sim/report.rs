@@ -145,6 +145,12 @@ pub struct LoadReport {
     /// held more than its capacity (a worker alone with one lease aside) and, if the lease
     /// is heavier than a share, it was alone.
     pub hot_shard_isolated: Option<f64>,
+    /// With `--hot-after`: seconds from the lease turning hot to the first membership record
+    /// publishing a figure for it more than 10 % above its figure before.
+    pub hot_shard_published: Option<f64>,
+    /// With `--hot-after`: seconds from the lease turning hot to the first membership record
+    /// publishing a figure for it within 10 % of its new load.
+    pub hot_shard_fully_published: Option<f64>,
     /// With `--load-trace`: (seconds since the first step, worker, held load over its fair
     /// share), every second.
     pub trace: Vec<(f64, usize, f64)>,
@@ -321,6 +327,18 @@ impl Report {
                     .map_or("-".into(), |s| format!("{s:.1}")),
             ),
             (
+                "  its figure published after (s)".into(),
+                self.load
+                    .hot_shard_published
+                    .map_or("-".into(), |s| format!("{s:.1}")),
+            ),
+            (
+                "  its whole figure published after (s)".into(),
+                self.load
+                    .hot_shard_fully_published
+                    .map_or("-".into(), |s| format!("{s:.1}")),
+            ),
+            (
                 format!(
                     "overloaded worker-s (>{:.0} % share)",
                     self.load.headroom * 100.0
@@ -407,6 +425,8 @@ impl Report {
             },
             "load_imbalance_raw_at_rest": opt(self.load.raw_at_rest),
             "hot_shard_isolated_s": opt(self.load.hot_shard_isolated),
+            "hot_shard_published_s": opt(self.load.hot_shard_published),
+            "hot_shard_fully_published_s": opt(self.load.hot_shard_fully_published),
             "overloaded_worker_seconds": num(self.load.overloaded_worker_seconds),
             "overloaded_worker_seconds_at_rest": num(self.load.overloaded_worker_seconds_at_rest),
             "spread": self.spread,

@@ -70,12 +70,13 @@ pub const NAMES: &[&str] = &[
     "skew",
     "hot-shard",
     "heterogeneous",
+    "drift",
 ];
 
 /// The load model a scenario runs with unless `--load` says otherwise.
 pub fn default_load(name: &str) -> &'static str {
     match name {
-        "skew" => "zipf:1",
+        "skew" | "drift" => "zipf:1",
         _ => "uniform",
     }
 }
@@ -92,6 +93,18 @@ pub fn default_capacities(name: &str) -> Vec<f64> {
 pub fn default_hot_after(name: &str) -> Option<Duration> {
     match name {
         "hot-shard" => Some(HOT_AFTER),
+        _ => None,
+    }
+}
+
+/// The period of the diurnal wave of `drift` unless `--wave` says otherwise (a day, squeezed
+/// into half an hour so that an hour's rest sees two).
+pub const WAVE: Duration = Duration::from_secs(1800);
+
+/// The wave a scenario runs with unless `--wave` says otherwise.
+pub fn default_wave(name: &str) -> Option<Duration> {
+    match name {
+        "drift" => Some(WAVE),
         _ => None,
     }
 }
@@ -161,8 +174,9 @@ pub fn scenario(
         }
         // The fleet starts balanced by count, under skewed loads (`skew`), with like loads of
         // which one turns 20 times hotter during the rest (`hot-shard`), or over workers of
-        // capacities 1, 2 and 4 (`heterogeneous`): the policy settles it.
-        "skew" | "hot-shard" | "heterogeneous" => plain(workers, vec![Step::Settle]),
+        // capacities 1, 2 and 4 (`heterogeneous`), or under skewed loads riding a diurnal
+        // wave in three regions (`drift`): the policy settles it.
+        "skew" | "hot-shard" | "heterogeneous" | "drift" => plain(workers, vec![Step::Settle]),
         other => {
             return Err(format!(
                 "unknown scenario {other:?}; one of: {}",

@@ -152,15 +152,22 @@ impl Taker {
                 anyone.entry(key).or_insert(*load);
             }
         }
-        let lease_load = |lease: &Lease| {
+        let holders_own = |lease: &Lease| {
             lease
                 .owner
                 .as_ref()
                 .and_then(|o| reported.get(o))
                 .and_then(|m| m.lease_loads.get(&lease.key))
-                .or_else(|| anyone.get(&lease.key))
                 .copied()
+        };
+        let lease_load = |lease: &Lease| {
+            holders_own(lease)
+                .or_else(|| anyone.get(&lease.key).copied())
                 .or(lease.load)
+        };
+        // The holder published the figure itself (a renewal's figure is its holder's too).
+        let settled = |lease: &Lease| {
+            holders_own(lease).is_some() || lease.load.is_some() && !anyone.contains_key(&lease.key)
         };
         let leases = snapshot
             .leases
@@ -191,6 +198,7 @@ impl Taker {
                 };
                 LeaseView {
                     key: lease.key.clone(),
+                    settled: holder == Holder::Available || settled(lease),
                     holder,
                     load: lease_load(lease),
                 }
