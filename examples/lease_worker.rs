@@ -19,7 +19,11 @@
 //! `--endpoint URL` (default: the AWS chain, or `AWS_ENDPOINT_URL`), `--redis URL` (the lease
 //! table on a Redis server instead of DynamoDB; needs the `redis` feature), `--shards N` (create
 //! `shard-0000`.. if missing), `--lease-secs S` (default 10), `--protocol leases|sessions`
-//! (default `sessions`, the library's; every process of one table must use the same), `--events-log PATH` (append
+//! (default `sessions`, the library's; every process of one table must use the same),
+//! `--balance count|load` (default `count`; every process of one table must use the same),
+//! `--weight W` (this worker's capacity against the others', default 1), `--lease-load
+//! KEY=FIGURE` (repeatable: the load this process reports every second for a lease it holds;
+//! 1 for the others), `--events-log PATH` (append
 //! `{"ts_unix_nanos":..,"worker":..,"lease":..,"event":..}` per event: acquired, stopped,
 //! handed_off, released, lost, and checkpointed or checkpoint_failed with an `error`).
 
@@ -39,7 +43,7 @@ use protocol_arg::ProtocolArg;
 use shardlease::store::dynamodb::{DynamoConfig, DynamoStore};
 use shardlease::store::LeaseStore;
 use shardlease::worker::{LeaseEvent, LeaseGrant, StopReason, Worker};
-use shardlease::{LeaseKey, WorkerConfig, WorkerId};
+use shardlease::{Balance, LeaseKey, WorkerConfig, WorkerId};
 
 /// One lease worker process on a DynamoDB lease table (or a local emulator), or on Redis
 /// (`--redis`). Ctrl-C or SIGTERM
@@ -74,11 +78,60 @@ struct Args {
     /// must use the same
     #[arg(long, value_name = "P", value_enum, default_value = "sessions")]
     protocol: ProtocolArg,
+    /// Balance the fleet by lease count or by the load figures the workers report; every
+    /// process of one table must use the same
+    #[arg(long, value_name = "B", value_enum, default_value = "count")]
+    balance: BalanceArg,
+    /// This worker's capacity against the others' (balance by load gives it a share of the
+    /// load in proportion), above 0
+    #[arg(long, value_name = "W", default_value = "1", value_parser = weight)]
+    weight: f64,
+    /// The load this process reports for lease KEY every second while it holds it (1 for the
+    /// leases not named); repeat for more leases
+    #[arg(long, value_name = "KEY=FIGURE", value_parser = lease_load)]
+    lease_load: Vec<(LeaseKey, f64)>,
     /// Append one JSON line per event: {"ts_unix_nanos":..,"worker":..,"lease":..,"event":..}
     /// (acquired, stopped, handed_off, released, lost, and checkpointed or checkpoint_failed
     /// with an "error")
     #[arg(long, value_name = "PATH")]
     events_log: Option<String>,
+}
+
+/// `--balance`: what the fleet balances.
+#[derive(Clone, Copy, clap::ValueEnum)]
+enum BalanceArg {
+    Count,
+    Load,
+}
+
+impl From<BalanceArg> for Balance {
+    fn from(balance: BalanceArg) -> Self {
+        match balance {
+            BalanceArg::Count => Balance::Count,
+            BalanceArg::Load => Balance::Load,
+        }
+    }
+}
+
+fn weight(value: &str) -> Result<f64, String> {
+    value
+        .parse::<f64>()
+        .ok()
+        .filter(|w| w.is_finite() && *w > 0.0)
+        .ok_or_else(|| "a number above 0 expected".into())
+}
+
+fn lease_load(value: &str) -> Result<(LeaseKey, f64), String> {
+    let (key, figure) = value
+        .split_once('=')
+        .ok_or_else(|| format!("KEY=FIGURE expected, got {value:?}"))?;
+    let key = LeaseKey::new(key).map_err(|e| e.to_string())?;
+    let figure = figure
+        .parse::<f64>()
+        .ok()
+        .filter(|f| f.is_finite() && *f >= 0.0)
+        .ok_or_else(|| format!("a load figure at least 0 expected, got {figure:?}"))?;
+    Ok((key, figure))
 }
 
 fn lease_secs(value: &str) -> Result<f64, String> {
@@ -132,8 +185,17 @@ impl EventLog {
 
 /// The application's part of a lease: wait until it must stop; unless it was lost,
 /// checkpoint and log the result; let the lease go.
-async fn process(mut grant: LeaseGrant, log: EventLog) {
-    let reason = grant.stopped().await;
+async fn process(mut grant: LeaseGrant, log: EventLog, load: f64) {
+    // The load figure, every second until the lease is to stop (it is checked when parsed).
+    let mut every = tokio::time::interval(Duration::from_secs(1));
+    let reason = loop {
+        tokio::select! {
+            reason = grant.stopped() => break reason,
+            _ = every.tick() => {
+                let _ = grant.report_load(load);
+            }
+        }
+    };
     if reason != StopReason::Lost {
         match grant.checkpoint("done").await {
             Ok(()) => {
@@ -199,7 +261,9 @@ async fn run(args: Args) -> Result<(), Error> {
         .map(|i| LeaseKey::new(format!("shard-{i:04}")))
         .collect::<Result<Vec<_>, _>>()?;
     let config = WorkerConfig::with_lease_duration(Duration::from_secs_f64(args.lease_secs))
-        .protocol(args.protocol.into());
+        .protocol(args.protocol.into())
+        .balance(args.balance.into())
+        .weight(args.weight);
     let mut worker = Worker::builder(store, WorkerId::new(&id)?)
         .config(config)
         .shards(shards)
@@ -219,12 +283,14 @@ async fn run(args: Args) -> Result<(), Error> {
         .take_events()
         .ok_or("the event stream is taken once")?;
     let app_log = log.clone();
+    let loads: std::collections::HashMap<LeaseKey, f64> = args.lease_load.into_iter().collect();
     let app = tokio::spawn(async move {
         while let Some(event) = events.recv().await {
             match event {
                 LeaseEvent::Acquired(grant) => {
                     app_log.write(grant.key(), "acquired");
-                    tokio::spawn(process(grant, app_log.clone()));
+                    let load = loads.get(grant.key()).copied().unwrap_or(1.0);
+                    tokio::spawn(process(grant, app_log.clone(), load));
                 }
                 LeaseEvent::HandedOff { key, .. } => app_log.write(&key, "handed_off"),
                 LeaseEvent::Released { key } => app_log.write(&key, "released"),
