@@ -814,6 +814,52 @@ mod tests {
     }
 
     #[test]
+    fn a_worker_with_two_heavy_leases_pushes_one_to_a_worker_that_passes_light_ones_on() {
+        // 4 workers, 100 load in all (a share: 25). a holds leases of 20 and 15 (35: 40 %
+        // above); b, c and d hold 65 in leases of 1, each inside its band. No receiver has room
+        // for 15 or 20 within its band.
+        let mut leases = vec![lease("x20", Some("a"), 20.0), lease("x15", Some("a"), 15.0)];
+        for (owner, n) in [("b", 22), ("c", 22), ("d", 21)] {
+            leases.extend((0..n).map(|i| lease(&format!("{owner}{i}"), Some(owner), 1.0)));
+        }
+        let mut fleet = FleetView {
+            leases,
+            workers: ["a", "b", "c", "d"]
+                .iter()
+                .map(|id| worker(id, 1.0))
+                .collect(),
+        };
+        let policy = LoadBalance::default();
+        assert!(settle(&mut fleet, &policy) > 0);
+        let held = loads(&fleet);
+        for (id, load) in &held {
+            assert!((load - 25.0).abs() <= 2.5, "{id}: {held:?}");
+        }
+        assert_eq!(settle(&mut fleet, &policy), 0, "at rest nothing moves");
+    }
+
+    #[test]
+    fn a_lease_its_holder_has_not_published_does_not_move() {
+        // a holds 60 leases of 1, b 40: a must give 10, but 56 of its leases just moved to
+        // it (their figures are their previous holders'): only the 4 settled ones may go.
+        let mut leases: Vec<LeaseView> = (0..60)
+            .map(|i| LeaseView {
+                settled: i < 4,
+                ..lease(&format!("a{i:02}"), Some("a"), 1.0)
+            })
+            .collect();
+        leases.extend((0..40).map(|i| lease(&format!("b{i:02}"), Some("b"), 1.0)));
+        let fleet = FleetView {
+            leases,
+            workers: vec![worker("a", 1.0), worker("b", 1.0)],
+        };
+        let assignment = LoadBalance::default().assign(&fleet);
+        let moved: Vec<&str> = assignment.moves.values().flatten().map(step_key).collect();
+        assert_eq!(moved.len(), 4, "{moved:?}");
+        assert!(moved.iter().all(|k| k < &"a04"), "{moved:?}");
+    }
+
+    #[test]
     fn zipf_loads_over_twenty_workers_settle_within_the_tolerance_and_stay() {
         let loads_of = zipf(1000);
         let ids: Vec<String> = (0..20).map(|i| format!("w{i:02}")).collect();

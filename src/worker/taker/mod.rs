@@ -307,10 +307,10 @@ impl Taker {
     /// apart, and each one's first rounds see only some of the others: a worker that took or
     /// asked for its share by such a view would take too much and hand most of it on again.
     /// So until `renew_interval / 8` after a round last saw a new worker (the rounds rescan
-    /// that soon while the fleet changes), nothing that nobody needs moves: no lease nobody ever held is
-    /// taken or given, and no handoff is asked. Leases whose session ended are still taken and
-    /// given at once (failover does not wait), and the gathering ends after a lease duration
-    /// however fast workers keep joining.
+    /// that soon while the fleet changes), nothing that nobody needs moves: no lease nobody
+    /// ever held is taken or given, and no handoff is asked. Leases whose session ended are
+    /// still taken and given at once (failover does not wait), and however fast workers keep
+    /// joining, a round acts at least once a lease duration.
     fn gathering(&mut self, joined: bool, now: Instant) -> bool {
         let config = &self.shared.config;
         if joined {
