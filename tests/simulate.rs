@@ -333,24 +333,27 @@ fn sessions_join_and_leave_move_the_minimum() {
         // One worker joins or leaves (as in the targets at 10 x 1,000).
         let mut one = settings(name, 6, 60, Policy::Ours);
         one.scenario = scenario(name, 6, 60, 1, None).unwrap();
-        let report = simulate(one);
-        assert!(report.balanced().is_some(), "{name}: {}", report.json());
-        if name != "cold-start" {
-            assert_eq!(
-                report.moves(),
-                report.minimum(),
-                "{name}: {}",
-                report.json()
-            );
-        }
-        assert_eq!(report.double_holding, 0, "{name}");
-        assert_eq!(report.rest.moves, 0, "{name}");
+        balanced_with_the_fewest_moves(name, &simulate(one));
     }
 }
 
+/// Every lease processed by one worker, counts within one, each lease moved once at most as
+/// the minimum needs, no two workers on one lease, and nothing moving at rest.
+fn balanced_with_the_fewest_moves(name: &str, report: &Report) {
+    assert!(report.balanced().is_some(), "{name}: {}", report.json());
+    assert_eq!(
+        report.moves(),
+        report.minimum(),
+        "{name}: {}",
+        report.json()
+    );
+    assert_eq!(report.double_holding, 0, "{name}");
+    assert_eq!(report.rest.moves, 0, "{name}");
+}
+
 /// Workers that start together, at once or a tenth of a second apart, gather before they take
-/// or ask for anything: nobody takes more than its share only to hand it on. (Before the
-/// gathering: 10 x 200 cold start 1.5-2.2x the minimum moves, 20 joining 20 staggered 1.3x.)
+/// or ask for anything: nobody takes more than its share only to hand it on. (Without the
+/// gathering this cold start moved 484 leases for 200.)
 #[test]
 fn workers_starting_together_move_each_lease_once() {
     let mut cold = settings("cold-start", 10, 200, Policy::Ours);
@@ -360,16 +363,7 @@ fn workers_starting_together_move_each_lease_once() {
     staggered.start_gap = Duration::from_millis(100);
     staggered.rest = Duration::from_secs(60);
     for (name, run) in [("cold start", cold), ("staggered join", staggered)] {
-        let report = simulate(run);
-        assert!(report.balanced().is_some(), "{name}: {}", report.json());
-        assert_eq!(
-            report.moves(),
-            report.minimum(),
-            "{name}: {}",
-            report.json()
-        );
-        assert_eq!(report.double_holding, 0, "{name}");
-        assert_eq!(report.rest.moves, 0, "{name}");
+        balanced_with_the_fewest_moves(name, &simulate(run));
     }
 }
 

@@ -696,6 +696,22 @@ mod tests {
         held
     }
 
+    /// Workers a, b, c and d of weight 1: a holds `on_a`, and b, c and d hold `light` leases of
+    /// load 1 each.
+    fn fleet_of_four(on_a: Vec<LeaseView>, light: [usize; 3]) -> FleetView {
+        let mut leases = on_a;
+        for (owner, n) in ["b", "c", "d"].into_iter().zip(light) {
+            leases.extend((0..n).map(|i| lease(&format!("{owner}{i}"), Some(owner), 1.0)));
+        }
+        FleetView {
+            leases,
+            workers: ["a", "b", "c", "d"]
+                .iter()
+                .map(|id| worker(id, 1.0))
+                .collect(),
+        }
+    }
+
     /// Zipf(1.0) loads over `n` leases (mean 1), ranks spread by a hash of the key.
     fn zipf(n: usize) -> Vec<f64> {
         let h: f64 = (1..=n).map(|k| 1.0 / k as f64).sum();
@@ -754,18 +770,9 @@ mod tests {
     #[test]
     fn a_lease_heavier_than_a_share_gets_a_worker_of_its_own() {
         // 4 workers, a hot lease of 100 on a with 10 light ones, 30 light ones on b, c, d.
-        let mut leases = vec![lease("hot", Some("a"), 100.0)];
-        leases.extend((0..10).map(|i| lease(&format!("a{i}"), Some("a"), 1.0)));
-        for owner in ["b", "c", "d"] {
-            leases.extend((0..10).map(|i| lease(&format!("{owner}{i}"), Some(owner), 1.0)));
-        }
-        let mut fleet = FleetView {
-            leases,
-            workers: ["a", "b", "c", "d"]
-                .iter()
-                .map(|id| worker(id, 1.0))
-                .collect(),
-        };
+        let mut on_a = vec![lease("hot", Some("a"), 100.0)];
+        on_a.extend((0..10).map(|i| lease(&format!("a{i}"), Some("a"), 1.0)));
+        let mut fleet = fleet_of_four(on_a, [10, 10, 10]);
         let policy = LoadBalance::default();
         // Emptying a moves its 10 light leases; moving the hot one to b would move 11.
         assert_eq!(settle(&mut fleet, &policy), 10);
@@ -781,17 +788,8 @@ mod tests {
     fn a_lease_near_one_share_is_alone_and_noise_around_a_share_moves_nothing() {
         // 4 workers, 100 load in all (a share: 25). a holds a lease of 24 (within the
         // tolerance of a share) and one of 6; b, c and d hold 70 in light leases of 1.
-        let mut leases = vec![lease("big", Some("a"), 24.0), lease("mid", Some("a"), 6.0)];
-        for (owner, n) in [("b", 24), ("c", 23), ("d", 23)] {
-            leases.extend((0..n).map(|i| lease(&format!("{owner}{i}"), Some(owner), 1.0)));
-        }
-        let mut fleet = FleetView {
-            leases,
-            workers: ["a", "b", "c", "d"]
-                .iter()
-                .map(|id| worker(id, 1.0))
-                .collect(),
-        };
+        let on_a = vec![lease("big", Some("a"), 24.0), lease("mid", Some("a"), 6.0)];
+        let mut fleet = fleet_of_four(on_a, [24, 23, 23]);
         let policy = LoadBalance::default();
         // a at 30 is 20 % above its share, and a lease of 6 fits under nobody's band (b, c
         // and d sit within it at 23-24 of 25): without isolating the big lease, nothing could
@@ -818,17 +816,8 @@ mod tests {
         // 4 workers, 100 load in all (a share: 25). a holds leases of 20 and 15 (35: 40 %
         // above); b, c and d hold 65 in leases of 1, each inside its band. No receiver has room
         // for 15 or 20 within its band.
-        let mut leases = vec![lease("x20", Some("a"), 20.0), lease("x15", Some("a"), 15.0)];
-        for (owner, n) in [("b", 22), ("c", 22), ("d", 21)] {
-            leases.extend((0..n).map(|i| lease(&format!("{owner}{i}"), Some(owner), 1.0)));
-        }
-        let mut fleet = FleetView {
-            leases,
-            workers: ["a", "b", "c", "d"]
-                .iter()
-                .map(|id| worker(id, 1.0))
-                .collect(),
-        };
+        let on_a = vec![lease("x20", Some("a"), 20.0), lease("x15", Some("a"), 15.0)];
+        let mut fleet = fleet_of_four(on_a, [22, 22, 21]);
         let policy = LoadBalance::default();
         assert!(settle(&mut fleet, &policy) > 0);
         let held = loads(&fleet);
