@@ -8,7 +8,8 @@
 //! session's beat, or the lease protocol's heartbeat): it is sent when a figure moved by more
 //! than [`CHANGE`] since it was last published, or the set of leases changed, and not more
 //! often than [`WorkerConfig::load_publish_interval`](crate::WorkerConfig::load_publish_interval),
-//! except that a lease's first figure goes out with the next write once it has been measured
+//! except that a figure that doubled or halved ([`JUMP`]) goes out with the next write, and a
+//! lease's first figure goes out with the next write once it has been measured
 //! for a publish interval. Until then the fleet plans with its previous holder's figure and does not
 //! move it again: the cool-down of a lease that just moved. (The leases a worker measures from
 //! its own first figure on, at its start, go out at once: nobody has a figure for them.)
@@ -26,6 +27,10 @@ use crate::lease::{LeaseKey, LoadReport};
 
 /// A figure that moved by more than this fraction of its published value is published early.
 pub const CHANGE: f64 = 0.10;
+
+/// A figure that grew or shrank by this factor since it was published goes out with the next
+/// write, within the publish interval.
+pub const JUMP: f64 = 2.0;
 
 /// How many publish intervals a lease let go stays in the report.
 pub const LINGER: u32 = 3;
@@ -226,8 +231,16 @@ impl Loads {
                         (Some(a), Some(b)) => moved(b, a),
                         (a, b) => a.is_some() != b.is_some(),
                     };
+                // A lease whose figure doubled (or halved) goes out with the next write too: a
+                // shard turning hot must not wait out the interval at each step of its rise.
+                let jumped = last.leases.iter().any(|(key, was)| {
+                    report
+                        .leases
+                        .get(key)
+                        .is_some_and(|now| *now > JUMP * *was || *now * JUMP < *was)
+                });
                 let waited = now.saturating_duration_since(*at) >= self.interval;
-                (first || (changed && waited)).then_some(report)
+                (first || jumped || (changed && waited)).then_some(report)
             }
         }
     }
@@ -309,11 +322,31 @@ mod tests {
         let second = loads.due(&held, t).expect("b moved");
         assert!(second.leases[&b] > 2.2, "{second:?}");
         loads.published(second, t);
-        // b at 8 a second later: moved again, but within the publish interval.
+        // b at 8 a second later: moved again (by less than twice), but within the publish
+        // interval.
         let t = t + Duration::from_secs(1);
         loads.record(&b, 8.0, t);
         assert_eq!(loads.due(&held, t), None, "within the interval");
         assert!(loads.due(&held, t + Duration::from_secs(4)).is_some());
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_figure_that_doubles_goes_out_within_the_interval() {
+        let (loads, start) = (loads(), Instant::now());
+        let a = key("a");
+        loads.record(&a, 1.0, start);
+        loads.published(loads.due(std::slice::from_ref(&a), start).unwrap(), start);
+        // 20 times hotter one second later: the short average more than doubles at once.
+        let t = start + Duration::from_secs(1);
+        loads.record(&a, 20.0, t);
+        let report = loads
+            .due(std::slice::from_ref(&a), t)
+            .expect("a jump goes out within the interval");
+        loads.published(report, t);
+        // A rise of less than twice, a second later, waits for the interval.
+        let t = t + Duration::from_secs(1);
+        loads.record(&a, 20.0, t);
+        assert_eq!(loads.due(std::slice::from_ref(&a), t), None);
     }
 
     #[tokio::test(start_paused = true)]
