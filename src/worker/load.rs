@@ -9,9 +9,9 @@
 //! than [`CHANGE`] since it was last published, or the set of leases changed, and not more
 //! often than [`WorkerConfig::load_publish_interval`](crate::WorkerConfig::load_publish_interval),
 //! except that a figure that doubled or halved ([`JUMP`]) goes out with the next write, and a
-//! lease's first figure goes out with the next write once it has been measured
-//! for a publish interval. Until then the fleet plans with its previous holder's figure and does not
-//! move it again: the cool-down of a lease that just moved. (The leases a worker measures from
+//! lease's first figure goes out with the next write once it has been measured for a publish
+//! interval. Until then the fleet plans with its previous holder's figure and does not move it
+//! again: the cool-down of a lease that just moved. (The leases a worker measures from
 //! its own first figure on, at its start, go out at once: nobody has a figure for them.)
 //! A lease the worker let go stays in its report for [`LINGER`] beats' worth of time, so that
 //! its next holder is planned with its figure until it publishes its own.
@@ -64,11 +64,9 @@ struct Average {
     /// Figures recorded so far: until a window has as many, its average is their plain mean
     /// (see [`Loads::record`]).
     samples: u32,
-    /// When the first figure was recorded: the lease is published once it has been measured
-    /// for a publish interval, unless it was one of the worker's leases at its start
-    /// (`at_start`).
-    first: Instant,
-    at_start: bool,
+    /// From when it may be published: its first figure's time, plus a publish interval
+    /// unless it was one of the worker's leases at its start (its cool-down).
+    publish_from: Instant,
 }
 
 impl Average {
@@ -130,9 +128,12 @@ impl Loads {
                         long: value,
                         at: now,
                         samples: 1,
-                        first: now,
                         // Measured since the worker's own first figure: published at once.
-                        at_start: now < started + self.interval,
+                        publish_from: if now < started + self.interval {
+                            now
+                        } else {
+                            now + self.interval
+                        },
                     },
                 );
             }
@@ -164,26 +165,25 @@ impl Loads {
         self.lock().leases.get(key).map(Average::figure)
     }
 
-    /// Whether there is nothing to publish, ever so far: a worker of count balance whose
-    /// application reported no figure (its beats then carry no report at all).
-    pub fn quiet(&self) -> bool {
-        let state = self.lock();
-        !self.eager
+    /// The report to send with the next membership write, if one is due: `held` lists the
+    /// leases this worker holds now (asked for only when a report may be due, with this lock
+    /// held: it must not call back into `Loads`). Mark it published with
+    /// [`published`](Self::published) once the write landed.
+    ///
+    /// Nothing is due while there is nothing to publish, ever so far: a worker of count
+    /// balance whose application reported no figure (its beats then carry no report at all).
+    pub fn due(&self, held: impl FnOnce() -> Vec<LeaseKey>, now: Instant) -> Option<LoadReport> {
+        let mut state = self.lock();
+        let state = &mut *state;
+        let quiet = !self.eager
             && state.published.is_none()
             && state.leases.is_empty()
             && state.let_go.is_empty()
-            && state.utilisation.is_none()
-    }
-
-    /// The report to send with the next membership write, if one is due: `held` are the
-    /// leases this worker holds now. Mark it published with [`published`](Self::published)
-    /// once the write landed.
-    pub fn due(&self, held: &[LeaseKey], now: Instant) -> Option<LoadReport> {
-        if self.quiet() {
+            && state.utilisation.is_none();
+        if quiet {
             return None;
         }
-        let mut state = self.lock();
-        let state = &mut *state;
+        let held = held();
         let held_set: std::collections::HashSet<&LeaseKey> = held.iter().collect();
         let linger = self.interval * LINGER;
         let gone: Vec<LeaseKey> = state
@@ -203,7 +203,7 @@ impl Loads {
         let mut leases: BTreeMap<LeaseKey, f64> = state
             .leases
             .iter()
-            .filter(|(_, a)| a.at_start || now.saturating_duration_since(a.first) >= self.interval)
+            .filter(|(_, a)| now >= a.publish_from)
             .map(|(k, a)| (k.clone(), a.figure()))
             .collect();
         for (key, (figure, _)) in &state.let_go {
@@ -221,24 +221,24 @@ impl Loads {
                 // counts it as a guess, and does not move it.
                 let first = report.leases.keys().any(|k| !last.leases.contains_key(k));
                 let moved = |a: f64, b: f64| (a - b).abs() > CHANGE * b.abs().max(f64::EPSILON);
-                let changed = last.leases.len() != report.leases.len()
-                    || last
-                        .leases
-                        .iter()
-                        .zip(&report.leases)
-                        .any(|((ka, a), (kb, b))| ka != kb || moved(*b, *a))
-                    || match (last.utilisation, report.utilisation) {
-                        (Some(a), Some(b)) => moved(b, a),
-                        (a, b) => a.is_some() != b.is_some(),
-                    };
-                // A lease whose figure doubled (or halved) goes out with the next write too: a
-                // shard turning hot must not wait out the interval at each step of its rise.
-                let jumped = last.leases.iter().any(|(key, was)| {
-                    report
-                        .leases
-                        .get(key)
-                        .is_some_and(|now| *now > JUMP * *was || *now * JUMP < *was)
-                });
+                // In one pass over what was published: a figure that moved, or a lease gone (the
+                // set changed); a lease whose figure doubled (or halved) goes out with the next
+                // write too: a shard turning hot must not wait out the interval at each step of
+                // its rise.
+                let (mut changed, mut jumped) = (last.leases.len() != report.leases.len(), false);
+                for (key, was) in &last.leases {
+                    match report.leases.get(key) {
+                        None => changed = true,
+                        Some(figure) => {
+                            changed |= moved(*figure, *was);
+                            jumped |= *figure > JUMP * *was || *figure * JUMP < *was;
+                        }
+                    }
+                }
+                changed |= match (last.utilisation, report.utilisation) {
+                    (Some(a), Some(b)) => moved(b, a),
+                    (a, b) => a.is_some() != b.is_some(),
+                };
                 let waited = now.saturating_duration_since(*at) >= self.interval;
                 (first || jumped || (changed && waited)).then_some(report)
             }
@@ -257,6 +257,10 @@ mod tests {
 
     fn key(k: &str) -> LeaseKey {
         LeaseKey::new(k).unwrap()
+    }
+
+    fn due(loads: &Loads, held: &[LeaseKey], now: Instant) -> Option<LoadReport> {
+        loads.due(|| held.to_vec(), now)
     }
 
     fn loads() -> Loads {
@@ -309,25 +313,25 @@ mod tests {
         loads.record(&a, 1.0, start);
         loads.record(&b, 2.0, start);
         let t = start + Duration::from_secs(5);
-        let first = loads.due(&held, t).expect("nothing published yet");
+        let first = due(&loads, &held, t).expect("nothing published yet");
         assert_eq!((first.weight, first.leases[&b]), (1.0, 2.0));
         loads.published(first, t);
         // b at 2.1 after 6 s: both averages moved by less than 10 %: nothing due.
         let t = t + Duration::from_secs(6);
         loads.record(&b, 2.1, t);
-        assert_eq!(loads.due(&held, t), None);
+        assert_eq!(due(&loads, &held, t), None);
         // b at 4 after 3 more seconds: its short average moved by more than 10 %.
         let t = t + Duration::from_secs(3);
         loads.record(&b, 4.0, t);
-        let second = loads.due(&held, t).expect("b moved");
+        let second = due(&loads, &held, t).expect("b moved");
         assert!(second.leases[&b] > 2.2, "{second:?}");
         loads.published(second, t);
         // b at 8 a second later: moved again (by less than twice), but within the publish
         // interval.
         let t = t + Duration::from_secs(1);
         loads.record(&b, 8.0, t);
-        assert_eq!(loads.due(&held, t), None, "within the interval");
-        assert!(loads.due(&held, t + Duration::from_secs(4)).is_some());
+        assert_eq!(due(&loads, &held, t), None, "within the interval");
+        assert!(due(&loads, &held, t + Duration::from_secs(4)).is_some());
     }
 
     #[tokio::test(start_paused = true)]
@@ -335,18 +339,17 @@ mod tests {
         let (loads, start) = (loads(), Instant::now());
         let a = key("a");
         loads.record(&a, 1.0, start);
-        loads.published(loads.due(std::slice::from_ref(&a), start).unwrap(), start);
+        loads.published(due(&loads, std::slice::from_ref(&a), start).unwrap(), start);
         // 20 times hotter one second later: the short average more than doubles at once.
         let t = start + Duration::from_secs(1);
         loads.record(&a, 20.0, t);
-        let report = loads
-            .due(std::slice::from_ref(&a), t)
-            .expect("a jump goes out within the interval");
+        let report =
+            due(&loads, std::slice::from_ref(&a), t).expect("a jump goes out within the interval");
         loads.published(report, t);
         // A rise of less than twice, a second later, waits for the interval.
         let t = t + Duration::from_secs(1);
         loads.record(&a, 20.0, t);
-        assert_eq!(loads.due(std::slice::from_ref(&a), t), None);
+        assert_eq!(due(&loads, std::slice::from_ref(&a), t), None);
     }
 
     #[tokio::test(start_paused = true)]
@@ -355,7 +358,7 @@ mod tests {
         let (a, b) = (key("a"), key("b"));
         // a, held from the worker's first figure on: out at once.
         loads.record(&a, 1.0, start);
-        let report = loads.due(std::slice::from_ref(&a), start).expect("a");
+        let report = due(&loads, std::slice::from_ref(&a), start).expect("a");
         assert_eq!(report.leases[&a], 1.0);
         loads.published(report, start);
         // b, taken after the start's interval (5 s): left out for an interval, then out with the
@@ -363,14 +366,14 @@ mod tests {
         let t = start + Duration::from_secs(6);
         loads.record(&b, 5.0, t);
         let both = [a.clone(), b.clone()];
-        assert_eq!(loads.due(&both, t), None, "b cools down");
+        assert_eq!(due(&loads, &both, t), None, "b cools down");
         loads.record(&a, 2.0, t);
-        let report = loads.due(&both, t).expect("a moved");
+        let report = due(&loads, &both, t).expect("a moved");
         assert!(!report.leases.contains_key(&b), "{report:?}");
         loads.published(report, t);
         let t = t + Duration::from_secs(5);
         loads.record(&b, 5.0, t);
-        let report = loads.due(&both, t).expect("b measured");
+        let report = due(&loads, &both, t).expect("b measured");
         assert_eq!(report.leases[&b], 5.0);
     }
 
@@ -380,13 +383,13 @@ mod tests {
         let a = key("a");
         loads.record(&a, 3.0, start);
         let t = start + Duration::from_secs(5);
-        loads.published(loads.due(std::slice::from_ref(&a), t).unwrap(), t);
+        loads.published(due(&loads, std::slice::from_ref(&a), t).unwrap(), t);
         // Let go: the report keeps it (same set, same figure: nothing due).
         let t = t + Duration::from_secs(5);
-        assert_eq!(loads.due(&[], t), None);
+        assert_eq!(due(&loads, &[], t), None);
         // After LINGER intervals it leaves the report.
         let t = t + Duration::from_secs(5) * LINGER + Duration::from_secs(1);
-        let report = loads.due(&[], t).expect("the set changed");
+        let report = due(&loads, &[], t).expect("the set changed");
         assert!(report.leases.is_empty());
     }
 
@@ -395,16 +398,14 @@ mod tests {
         let now = Instant::now();
         let a = key("a");
         let count = Loads::new(&WorkerConfig::default());
-        assert_eq!(count.due(std::slice::from_ref(&a), now), None);
+        assert_eq!(due(&count, std::slice::from_ref(&a), now), None);
         count.record(&a, 2.0, now);
         let measured = now + Duration::from_secs(10);
-        let report = count
-            .due(std::slice::from_ref(&a), measured)
-            .expect("a figure");
+        let report = due(&count, std::slice::from_ref(&a), measured).expect("a figure");
         assert_eq!(report.leases[&a], 2.0);
         // Balancing by load, the weight goes out at once, figures or not.
         let load = Loads::new(&WorkerConfig::default().balance(crate::config::Balance::Load));
-        let report = load.due(std::slice::from_ref(&a), now).expect("the weight");
+        let report = due(&load, std::slice::from_ref(&a), now).expect("the weight");
         assert!(report.leases.is_empty());
     }
 

@@ -676,11 +676,8 @@ impl Shared {
 
     /// The load report due with this membership write, if any (see `load.rs`).
     pub fn load_report(&self) -> Option<crate::lease::LoadReport> {
-        if self.loads.quiet() {
-            return None;
-        }
-        let held: Vec<LeaseKey> = self.lock().held.keys().cloned().collect();
-        self.loads.due(&held, self.now())
+        let held = || self.lock().held.keys().cloned().collect();
+        self.loads.due(held, self.now())
     }
 
     /// The application made progress on `key` in `tenure`.
