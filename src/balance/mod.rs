@@ -48,6 +48,12 @@ pub struct LeaseView {
     /// its previous holder's figure (or none) until its new holder has measured it for a
     /// while: a load policy plans with that figure but does not move the lease again before
     /// (its cool-down). True for a lease nobody holds.
+    ///
+    /// A held lease with no figure at all is not settled while its holder may still publish
+    /// one: a load policy then moves no held lease for balance, since its targets would count
+    /// a guess. Once the observer has waited two publish intervals for that figure (on its
+    /// own clock), the lease is settled: its holder's application reports nothing for it,
+    /// and the policy plans with a guess rather than wait for ever.
     pub settled: bool,
 }
 

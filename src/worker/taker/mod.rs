@@ -73,7 +73,16 @@ pub(crate) struct Taker {
     revokes: Vec<(WorkerId, Incarnation, LeaseKey)>,
     /// With sessions: how many sessions this process had fenced at its last round.
     fenced_told: u64,
+    /// Held leases without a load figure, since when this worker has seen them so (a lease
+    /// that waited longer than [`FIGURE_WAIT`] publish intervals counts as settled: see
+    /// [`LeaseView::settled`](crate::balance::LeaseView::settled)).
+    unmeasured: HashMap<LeaseKey, Instant>,
 }
+
+/// How many load publish intervals a held lease without a figure is waited for before a load
+/// policy plans with a guess for it: its holder publishes a lease's first figure with its next
+/// write after measuring it for one interval.
+pub(crate) const FIGURE_WAIT: u32 = 2;
 
 /// Who holds a lease, as the worker doing the chores last saw it: the session, the tenure,
 /// and the worker a handoff was asked for.
@@ -148,6 +157,7 @@ impl Taker {
             last_look: None,
             revokes: Vec::new(),
             fenced_told: 0,
+            unmeasured: HashMap::new(),
         }
     }
 
@@ -233,6 +243,7 @@ impl Taker {
         let statuses = lifecycle::statuses(&snapshot.leases);
         let actions = self.actions(&snapshot, &statuses, now);
         let view = self.view(&snapshot, &statuses, &live, &expiry, now);
+        self.note_unmeasured(&view, now);
         // With sessions the assignment also places others' leases: computed once (at 100,000
         // leases it is a good part of a round's work).
         let placement = sessions.then(|| self.policy.assign(&view));

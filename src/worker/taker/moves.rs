@@ -10,7 +10,7 @@ use tokio::task::JoinSet;
 use tokio::time::Instant;
 use tracing::Instrument;
 
-use super::{alive, Action, Taker};
+use super::{alive, Action, Taker, FIGURE_WAIT};
 use crate::balance::{FleetView, Holder, LeaseView, Move, WorkerView};
 use crate::lease::{Lease, LeaseKey, Member, Snapshot, WorkerId};
 use crate::lifecycle::LeaseStatus;
@@ -129,6 +129,23 @@ impl Taker {
         actions
     }
 
+    /// Notes the held leases of `view` without a load figure, from when this worker first saw
+    /// each so; forgets the others. None while no lease has a figure (balance by count).
+    pub(super) fn note_unmeasured(&mut self, view: &FleetView, now: Instant) {
+        let mut still = HashMap::new();
+        if view.leases.iter().all(|l| l.load.is_none()) {
+            self.unmeasured = still;
+            return;
+        }
+        for lease in &view.leases {
+            if lease.load.is_none() && lease.holder != Holder::Available {
+                let since = self.unmeasured.get(&lease.key).copied().unwrap_or(now);
+                still.insert(lease.key.clone(), since);
+            }
+        }
+        self.unmeasured = still;
+    }
+
     /// The fleet as the balance policy sees it: ready leases only (blocked, finished and
     /// retiring ones are nobody's to take or ask for).
     pub(super) fn view(
@@ -165,9 +182,17 @@ impl Taker {
                 .or_else(|| anyone.get(&lease.key).copied())
                 .or(lease.load)
         };
-        // The holder published the figure itself (a renewal's figure is its holder's too).
+        // The holder published the figure itself (a renewal's figure is its holder's too), or
+        // nobody published one although its holder has had the time to.
+        let wait = self.shared.config.load_publish_interval * FIGURE_WAIT;
         let settled = |lease: &Lease| {
-            holders_own(lease).is_some() || lease.load.is_some() && !anyone.contains_key(&lease.key)
+            holders_own(lease).is_some()
+                || lease.load.is_some() && !anyone.contains_key(&lease.key)
+                || lease_load(lease).is_none()
+                    && self
+                        .unmeasured
+                        .get(&lease.key)
+                        .is_some_and(|since| now.saturating_duration_since(*since) >= wait)
         };
         let leases = snapshot
             .leases
