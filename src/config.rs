@@ -189,7 +189,8 @@ pub struct WorkerConfig {
     /// a lease turning hot shows. Default: 10 s.
     pub load_short_window: Duration,
     /// The time constant of the long moving average: how slowly a lease cooling down is
-    /// forgotten (a lease's published figure is the larger of the two). Default: 2 min.
+    /// forgotten (a lease's published figure is this one, unless the short one is more than
+    /// 20 % higher). Default: 2 min.
     pub load_long_window: Duration,
     /// The shortest time between two publications of this worker's load figures (sent with a
     /// beat or heartbeat, when a figure moved by more than 10 % or the leases changed).

@@ -153,7 +153,8 @@ impl Checkpointer {
     /// Reports the lease's load: a figure of how much work it is now (records or bytes per
     /// second, or anything, as long as every worker of the fleet reports the same unit).
     /// Cheap (no store write): call it whenever you measure, every batch or every few seconds.
-    /// The worker keeps a short and a long moving average and publishes the larger with its
+    /// The worker keeps a short and a long moving average and publishes the long one (the
+    /// short one when it is more than 20 % higher: a lease turning hot) with its
     /// membership record (see [`WorkerConfig::load_publish_interval`](crate::WorkerConfig::load_publish_interval));
     /// with [`Balance::Load`](crate::Balance::Load) the fleet is balanced by these figures.
     /// Refuses a figure that is not a finite number at least 0; does nothing once the grant's

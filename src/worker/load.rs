@@ -2,17 +2,21 @@
 //! the application reports ([`LeaseGrant::report_load`](super::LeaseGrant::report_load)),
 //! and the worker's weight and utilisation.
 //!
-//! A lease's published figure is the larger of its two averages: a lease turning hot shows at
-//! the pace of the short one, a lease cooling down at the pace of the long one, so a dip never
-//! moves leases about. The report rides on the membership write the worker makes anyway (the
+//! A lease's published figure is its long average, or its short one when that is higher by more
+//! than twice [`CHANGE`]: a lease turning hot shows at the pace of the short one, a lease
+//! cooling down at the pace of the long one, so a dip never moves leases about, and the short
+//! average's noise (with ±20 % noise on each report, a few percent) never goes out: a worker
+//! whose load is mostly one lease would otherwise leave its band on a noisy figure. The report rides on the membership write the worker makes anyway (the
 //! session's beat, or the lease protocol's heartbeat): it is sent when a figure moved by more
 //! than [`CHANGE`] since it was last published, or the set of leases changed, and not more
 //! often than [`WorkerConfig::load_publish_interval`](crate::WorkerConfig::load_publish_interval),
 //! except that a figure that doubled or halved ([`JUMP`]) goes out with the next write, and a
 //! lease's first figure goes out with the next write once it has been measured for a publish
 //! interval. Until then the fleet plans with its previous holder's figure and does not move it
-//! again: the cool-down of a lease that just moved. (The leases a worker measures from
-//! its own first figure on, at its start, go out at once: nobody has a figure for them.)
+//! again: the cool-down of a lease that just moved. A lease nobody published a figure for (a
+//! fleet just started) is awaited meanwhile, and moves nothing: a first figure is the mean of
+//! an interval's reports, not one report with all its noise, which would move leases that the
+//! next figures moved back.
 //! A lease the worker let go stays in its report for [`LINGER`] beats' worth of time, so that
 //! its next holder is planned with its figure until it publishes its own.
 
@@ -64,14 +68,20 @@ struct Average {
     /// Figures recorded so far: until a window has as many, its average is their plain mean
     /// (see [`Loads::record`]).
     samples: u32,
-    /// From when it may be published: its first figure's time, plus a publish interval
-    /// unless it was one of the worker's leases at its start (its cool-down).
+    /// From when it may be published: a publish interval after its first figure.
     publish_from: Instant,
 }
 
 impl Average {
+    /// The long average, or the short one when it is above by more than twice [`CHANGE`]: a
+    /// lease turning hot shows at the short one's pace, one cooling down at the long one's,
+    /// and the short one's noise (a tenth of the samples) never goes out.
     fn figure(&self) -> f64 {
-        self.short.max(self.long)
+        if self.short > self.long * (1.0 + 2.0 * CHANGE) {
+            self.short
+        } else {
+            self.long
+        }
     }
 }
 
@@ -82,8 +92,6 @@ struct State {
     let_go: HashMap<LeaseKey, (f64, Instant)>,
     utilisation: Option<f64>,
     published: Option<(LoadReport, Instant)>,
-    /// When the first figure of any lease was recorded.
-    started: Option<Instant>,
 }
 
 /// A worker's load figures; see the module documentation.
@@ -117,7 +125,6 @@ impl Loads {
     /// Records a figure of `key` at `now`.
     pub fn record(&self, key: &LeaseKey, value: f64, now: Instant) {
         let mut state = self.lock();
-        let started = *state.started.get_or_insert(now);
         state.let_go.remove(key);
         match state.leases.get_mut(key) {
             None => {
@@ -128,12 +135,7 @@ impl Loads {
                         long: value,
                         at: now,
                         samples: 1,
-                        // Measured since the worker's own first figure: published at once.
-                        publish_from: if now < started + self.interval {
-                            now
-                        } else {
-                            now + self.interval
-                        },
+                        publish_from: now + self.interval,
                     },
                 );
             }
@@ -291,6 +293,23 @@ mod tests {
     }
 
     #[tokio::test(start_paused = true)]
+    async fn the_short_averages_noise_does_not_go_out() {
+        let (loads, start) = (loads(), Instant::now());
+        let a = key("a");
+        // 100 s at 10, then 5 s at 12: the short average is 5-20 % above the long one.
+        for s in 0..100 {
+            loads.record(&a, 10.0, start + Duration::from_secs(s));
+        }
+        for s in 100..105 {
+            loads.record(&a, 12.0, start + Duration::from_secs(s));
+        }
+        let state = loads.lock();
+        let average = &state.leases[&a];
+        assert!(average.short > average.long * 1.05, "{}", average.short);
+        assert_eq!(average.figure(), average.long);
+    }
+
+    #[tokio::test(start_paused = true)]
     async fn a_leases_first_figure_weighs_no_more_than_the_next_ones() {
         let (loads, start) = (loads(), Instant::now());
         let a = key("a");
@@ -339,9 +358,11 @@ mod tests {
         let (loads, start) = (loads(), Instant::now());
         let a = key("a");
         loads.record(&a, 1.0, start);
-        loads.published(due(&loads, std::slice::from_ref(&a), start).unwrap(), start);
+        let t = start + Duration::from_secs(5);
+        loads.record(&a, 1.0, t);
+        loads.published(due(&loads, std::slice::from_ref(&a), t).unwrap(), t);
         // 20 times hotter one second later: the short average more than doubles at once.
-        let t = start + Duration::from_secs(1);
+        let t = t + Duration::from_secs(1);
         loads.record(&a, 20.0, t);
         let report =
             due(&loads, std::slice::from_ref(&a), t).expect("a jump goes out within the interval");
@@ -353,25 +374,31 @@ mod tests {
     }
 
     #[tokio::test(start_paused = true)]
-    async fn a_lease_taken_later_cools_down_before_its_figure_goes_out() {
+    async fn a_lease_is_published_once_measured_for_an_interval() {
         let (loads, start) = (loads(), Instant::now());
         let (a, b) = (key("a"), key("b"));
-        // a, held from the worker's first figure on: out at once.
+        // a, measured from the start: left out for an interval (5 s), then out.
         loads.record(&a, 1.0, start);
-        let report = due(&loads, std::slice::from_ref(&a), start).expect("a");
-        assert_eq!(report.leases[&a], 1.0);
+        let report = due(&loads, std::slice::from_ref(&a), start).expect("the weight");
+        assert!(report.leases.is_empty(), "{report:?}");
         loads.published(report, start);
-        // b, taken after the start's interval (5 s): left out for an interval, then out with the
-        // next write, although a report went out less than an interval before.
-        let t = start + Duration::from_secs(6);
-        loads.record(&b, 5.0, t);
+        let t = start + Duration::from_secs(5);
+        loads.record(&a, 1.0, t);
+        let report = due(&loads, std::slice::from_ref(&a), t).expect("a measured");
+        assert_eq!(report.leases[&a], 1.0);
+        loads.published(report, t);
+        // b, taken later: left out for an interval, then out with the next write, although a
+        // report went out less than an interval before.
+        let taken = t + Duration::from_secs(1);
+        loads.record(&b, 5.0, taken);
         let both = [a.clone(), b.clone()];
-        assert_eq!(due(&loads, &both, t), None, "b cools down");
+        assert_eq!(due(&loads, &both, taken), None, "b cools down");
+        let t = t + Duration::from_secs(5);
         loads.record(&a, 2.0, t);
         let report = due(&loads, &both, t).expect("a moved");
         assert!(!report.leases.contains_key(&b), "{report:?}");
         loads.published(report, t);
-        let t = t + Duration::from_secs(5);
+        let t = taken + Duration::from_secs(5);
         loads.record(&b, 5.0, t);
         let report = due(&loads, &both, t).expect("b measured");
         assert_eq!(report.leases[&b], 5.0);
