@@ -11,8 +11,8 @@
 //!    no report, held leases are not moved for balance: targets counted on guesses would move
 //!    leases that the next figures move back. Leases nobody holds are placed in any case.
 //! 1. **Isolation.** A lease above the band of a fair share cannot be balanced by moving it
-//!    around: it gets a worker of its own (its holder when emptying that worker moves the
-//!    fewest leases, else the worker holding the fewest), and the rest of the fleet balances
+//!    around: it gets a worker of its own (its holder, unless emptying another worker moves
+//!    fewer than half as many leases), and the rest of the fleet balances
 //!    what is left. Repeated while the heaviest lease left is above the band of the fair share
 //!    of the workers left. A lease alone on its worker stays so until it is below a share by
 //!    twice the tolerance.
@@ -273,14 +273,17 @@ impl<'a> Plan<'a> {
             }
             // Its own worker: the one emptied with the fewest moves (its holder costs the
             // leases it holds besides; another worker, those plus this lease), then the least
-            // loaded, then by id.
+            // loaded, then by id. Another worker counts double: it is chosen over the holder
+            // only when emptying it moves fewer than half as many. The fleet carries a plan
+            // out over several rounds, and both workers may be shedding meanwhile: a holder
+            // emptied half-way for its lease must not lose it to one a little emptier.
             let holder = self.items[i].to;
             let pinned = self.items[i].pinned;
             let cost = |w: usize, slot: &Slot| {
                 let others = if holder == Some(w) {
                     slot.count - 1
                 } else {
-                    slot.count + 1
+                    2 * (slot.count + 1)
                 };
                 (others, slot.load)
             };
@@ -875,6 +878,27 @@ mod tests {
         fleet.leases.push(lease("new", None, 1.0));
         let moves = policy.assign(&fleet).moves;
         assert_eq!(moves.values().map(Vec::len).sum::<usize>(), 1, "{moves:?}");
+    }
+
+    #[test]
+    fn a_holder_emptied_half_way_keeps_its_heavy_lease() {
+        // a holds a lease of 40 (above the band of a share of 29.5) and 10 light ones, the rest
+        // of what it held moved away already; b holds 8 light leases (it sheds too), c and d
+        // 30 each. Emptying b would move 9 leases against a's 10, but a plan carried out over
+        // several rounds must not switch its worker half-way: a keeps the heavy lease.
+        let mut on_a = vec![lease("big", Some("a"), 40.0)];
+        on_a.extend((0..10).map(|i| lease(&format!("a{i}"), Some("a"), 1.0)));
+        let mut fleet = fleet_of_four(on_a, [8, 30, 30]);
+        let policy = LoadBalance::default();
+        settle(&mut fleet, &policy);
+        assert_eq!(fleet.leases[0].holder, Holder::Held(w("a")));
+        assert_eq!(loads(&fleet)["a"], 40.0);
+        // A worker with nothing to give is emptied at no cost: the heavy lease goes there.
+        let mut on_a = vec![lease("big", Some("a"), 40.0)];
+        on_a.extend((0..10).map(|i| lease(&format!("a{i}"), Some("a"), 1.0)));
+        let mut fleet = fleet_of_four(on_a, [0, 34, 34]);
+        settle(&mut fleet, &policy);
+        assert_eq!(fleet.leases[0].holder, Holder::Held(w("b")));
     }
 
     #[test]
