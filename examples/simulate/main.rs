@@ -160,6 +160,10 @@ struct RunArgs {
     /// times a factor drawn uniformly from [1 - NOISE, 1 + NOISE] (0.2: ±20 %)
     #[arg(long, value_name = "NOISE", default_value = "0", value_parser = noise)]
     noise: f64,
+    /// Under the load policies, the applications of K leases (the first K in key order) never
+    /// report a figure for them
+    #[arg(long, value_name = "K", default_value = "0")]
+    unreported: usize,
     /// One JSON object per run, one per line, instead of the table
     #[arg(long)]
     json: bool,
@@ -168,6 +172,12 @@ struct RunArgs {
     /// worker and second, every run appended (`scripts/plot_load.py` draws it)
     #[arg(long, value_name = "FILE")]
     load_trace: Option<std::path::PathBuf>,
+    /// For the scenarios that start from the table balanced by count (`skew`, `heterogeneous`,
+    /// `drift`, `hot-shard`): write that start to FILE as JSON ({"loads", "holder",
+    /// "capacities", "tolerance"}: each lease's load and first holder, each worker's capacity),
+    /// the input of `scripts/minimum_moves.py`
+    #[arg(long, value_name = "FILE")]
+    dump_start: Option<std::path::PathBuf>,
 }
 
 /// The options of the fault campaign (`--campaign N` or `--schedule SEED`).
@@ -523,6 +533,13 @@ fn main() -> ExitCode {
                 .parse()
                 .expect("a valid default")
         });
+        if args.unreported > args.leases {
+            eprintln!(
+                "simulate: --unreported {} is more than the {} leases",
+                args.unreported, args.leases
+            );
+            return ExitCode::from(2);
+        }
         if let Err(message) = model.loads(args.leases, seed) {
             eprintln!("simulate: --load {message}");
             return ExitCode::from(2);
@@ -539,6 +556,7 @@ fn main() -> ExitCode {
                 .hot_after
                 .or_else(|| sim::scenario::default_hot_after(name)),
             noise: args.noise,
+            unreported: args.unreported,
             wave: args.wave.or_else(|| sim::scenario::default_wave(name)),
         };
         let scenario = match scenario(name, args.workers, args.leases, k, args.outage) {
@@ -548,6 +566,13 @@ fn main() -> ExitCode {
                 return ExitCode::from(2);
             }
         };
+        if args.dump_start.is_some() && scenario.steps != [sim::scenario::Step::Settle] {
+            eprintln!(
+                "simulate: --dump-start needs a scenario that starts from the table balanced by \
+                 count (skew, heterogeneous, drift, hot-shard), not {name}"
+            );
+            return ExitCode::from(2);
+        }
         let mut reports = Vec::new();
         for policy in &args.policy.policies() {
             let settings = Settings {
@@ -569,6 +594,7 @@ fn main() -> ExitCode {
                 start_gap: args.start_gap,
                 load: loads.clone(),
                 load_trace: args.load_trace.is_some(),
+                dump_start: args.dump_start.clone(),
             };
             let report = sim::simulate(settings);
             if let Some(path) = &args.load_trace {

@@ -45,6 +45,8 @@ pub struct Loads {
     /// Under the load policies, each figure an application reports is the lease's load times
     /// a factor drawn uniformly from [1 - noise, 1 + noise].
     pub noise: f64,
+    /// This many leases (the first in key order) have applications that never report a figure.
+    pub unreported: usize,
 }
 
 impl Default for Loads {
@@ -58,6 +60,7 @@ impl Default for Loads {
             hot_after: None,
             wave: None,
             noise: 0.0,
+            unreported: 0,
         }
     }
 }

@@ -119,6 +119,8 @@ pub struct Settings {
     pub load: Loads,
     /// Sample every worker's load each second from the first step on (`--load-trace`).
     pub load_trace: bool,
+    /// Write the start of a settle from the table balanced by count here (`--dump-start`).
+    pub dump_start: Option<std::path::PathBuf>,
 }
 
 /// Who processes what: the applications' view, where "two at once" is checked.
@@ -146,6 +148,8 @@ struct Ledger {
     headroom: f64,
     /// The noise on reported load figures (see [`Loads::noise`]).
     noise: f64,
+    /// Leases whose applications report no figure (see [`Loads::unreported`]).
+    unreported: HashSet<LeaseKey>,
     /// From the first step to the end of the rest: overloaded workers.
     measuring: bool,
     measured: Meter,
@@ -429,6 +433,11 @@ impl Fleet {
             capacities: settings.load.capacities.clone(),
             headroom: settings.load.headroom,
             noise: settings.load.noise,
+            unreported: shards
+                .iter()
+                .take(settings.load.unreported)
+                .cloned()
+                .collect(),
             ..Ledger::default()
         };
         let ledger = Arc::new(Mutex::new(ledger));
@@ -906,6 +915,21 @@ impl Fleet {
             .collect();
         let workers: Vec<usize> = (0..n).collect();
         let minimum = self.minimum_moves_by_load(&holder, &workers);
+        if let Some(path) = &self.settings.dump_start {
+            let ledger = self.ledger.lock().unwrap();
+            let start = serde_json::json!({
+                "loads": self.shards.iter().map(|k| ledger.load(k)).collect::<Vec<_>>(),
+                "holder": self.shards.iter().map(|k| holder[k]).collect::<Vec<_>>(),
+                "capacities": workers
+                    .iter()
+                    .map(|w| load::capacity(&ledger.capacities, *w))
+                    .collect::<Vec<_>>(),
+                "tolerance": LOAD_TOLERANCE,
+            });
+            if let Err(err) = std::fs::write(path, start.to_string()) {
+                eprintln!("simulate: --dump-start {}: {err}", path.display());
+            }
+        }
         if std::env::var_os("SIM_DEBUG").is_some() {
             eprintln!(
                 "one assignment of LoadBalance on the exact figures moves {}",
@@ -1016,10 +1040,13 @@ async fn run_app(
         ledger.lock().unwrap().start(index, &key);
         let ledger = Arc::clone(&ledger);
         tasks.spawn(async move {
-            let noise = ledger.lock().unwrap().noise;
+            let (noise, silent) = {
+                let ledger = ledger.lock().unwrap();
+                (ledger.noise, ledger.unreported.contains(&key))
+            };
             let mut draws = StdRng::seed_from_u64(load::noise_seed(&key, index));
             let mut next_checkpoint = checkpoint_every.map(|every| Instant::now() + every);
-            let mut next_report = reports.map(|_| Instant::now());
+            let mut next_report = reports.filter(|_| !silent).map(|_| Instant::now());
             let reason = loop {
                 let wake = match (next_checkpoint, next_report) {
                     (Some(a), Some(b)) => Some(a.min(b)),
