@@ -886,17 +886,18 @@ mod tests {
         // of what it held moved away already; b holds 8 light leases (it sheds too), c and d
         // 30 each. Emptying b would move 9 leases against a's 10, but a plan carried out over
         // several rounds must not switch its worker half-way: a keeps the heavy lease.
-        let mut on_a = vec![lease("big", Some("a"), 40.0)];
-        on_a.extend((0..10).map(|i| lease(&format!("a{i}"), Some("a"), 1.0)));
-        let mut fleet = fleet_of_four(on_a, [8, 30, 30]);
+        let heavy_on_a = || {
+            let mut on_a = vec![lease("big", Some("a"), 40.0)];
+            on_a.extend((0..10).map(|i| lease(&format!("a{i}"), Some("a"), 1.0)));
+            on_a
+        };
+        let mut fleet = fleet_of_four(heavy_on_a(), [8, 30, 30]);
         let policy = LoadBalance::default();
         settle(&mut fleet, &policy);
         assert_eq!(fleet.leases[0].holder, Holder::Held(w("a")));
         assert_eq!(loads(&fleet)["a"], 40.0);
         // A worker with nothing to give is emptied at no cost: the heavy lease goes there.
-        let mut on_a = vec![lease("big", Some("a"), 40.0)];
-        on_a.extend((0..10).map(|i| lease(&format!("a{i}"), Some("a"), 1.0)));
-        let mut fleet = fleet_of_four(on_a, [0, 34, 34]);
+        let mut fleet = fleet_of_four(heavy_on_a(), [0, 34, 34]);
         settle(&mut fleet, &policy);
         assert_eq!(fleet.leases[0].holder, Holder::Held(w("b")));
     }

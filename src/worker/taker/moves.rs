@@ -177,22 +177,23 @@ impl Taker {
                 .and_then(|m| m.lease_loads.get(&lease.key))
                 .copied()
         };
-        let lease_load = |lease: &Lease| {
-            holders_own(lease)
-                .or_else(|| anyone.get(&lease.key).copied())
-                .or(lease.load)
-        };
-        // The holder published the figure itself (a renewal's figure is its holder's too), or
-        // nobody published one although its holder has had the time to.
+        // A lease's figure, and whether it is settled: the holder published the figure itself
+        // (a renewal's figure is its holder's too), or nobody published one although its
+        // holder has had the time to.
         let wait = self.shared.config.load_publish_interval * FIGURE_WAIT;
-        let settled = |lease: &Lease| {
-            holders_own(lease).is_some()
+        let figure = |lease: &Lease| {
+            let own = holders_own(lease);
+            let load = own
+                .or_else(|| anyone.get(&lease.key).copied())
+                .or(lease.load);
+            let settled = own.is_some()
                 || lease.load.is_some() && !anyone.contains_key(&lease.key)
-                || lease_load(lease).is_none()
+                || load.is_none()
                     && self
                         .unmeasured
                         .get(&lease.key)
-                        .is_some_and(|since| now.saturating_duration_since(*since) >= wait)
+                        .is_some_and(|since| now.saturating_duration_since(*since) >= wait);
+            (load, settled)
         };
         let leases = snapshot
             .leases
@@ -221,11 +222,12 @@ impl Taker {
                     }
                     _ => Holder::Available,
                 };
+                let (load, settled) = figure(lease);
                 LeaseView {
                     key: lease.key.clone(),
-                    settled: holder == Holder::Available || settled(lease),
+                    settled: holder == Holder::Available || settled,
                     holder,
-                    load: lease_load(lease),
+                    load,
                 }
             })
             .collect();
