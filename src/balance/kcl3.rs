@@ -80,7 +80,7 @@
 
 use std::collections::HashMap;
 
-use super::{stable_hash, Assignment, BalancePolicy, FleetView, Holder, Move, WorkerView};
+use super::{stable_hash, usable, Assignment, BalancePolicy, FleetView, Holder, Move, WorkerView};
 use crate::lease::{LeaseKey, WorkerId};
 
 /// The KCL 3.x variance-based assignment, computed by every worker alike; see the module
@@ -131,11 +131,6 @@ impl BalancePolicy for Kcl3Balance {
         run.balance_variance();
         run.into_assignment()
     }
-}
-
-/// A figure usable as a load: finite and not negative.
-fn usable(figure: Option<f64>) -> Option<f64> {
-    figure.filter(|x| x.is_finite() && *x >= 0.0)
 }
 
 struct Worker<'a> {

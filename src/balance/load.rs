@@ -39,7 +39,7 @@
 
 use std::collections::{BTreeMap, HashMap};
 
-use super::{stable_hash, Assignment, BalancePolicy, FleetView, Holder, Move};
+use super::{stable_hash, usable, Assignment, BalancePolicy, FleetView, Holder, Move};
 use crate::lease::{LeaseKey, WorkerId};
 
 /// Balance by load; see the module documentation.
@@ -139,11 +139,7 @@ impl<'a> Plan<'a> {
             .enumerate()
             .map(|(i, w)| (&w.id, i))
             .collect();
-        let known: Vec<f64> = view
-            .leases
-            .iter()
-            .filter_map(|l| l.load.filter(|x| x.is_finite() && *x >= 0.0))
-            .collect();
+        let known: Vec<f64> = view.leases.iter().filter_map(|l| usable(l.load)).collect();
         let unknown = policy.unknown_load.unwrap_or(if known.is_empty() {
             1.0
         } else {
@@ -160,7 +156,7 @@ impl<'a> Plan<'a> {
                     }
                     Holder::Available => (None, false),
                 };
-                let figure = lease.load.filter(|x| x.is_finite() && *x >= 0.0);
+                let figure = usable(lease.load);
                 Item {
                     key: &lease.key,
                     load: figure.unwrap_or(unknown),
@@ -187,7 +183,7 @@ impl<'a> Plan<'a> {
                     1.0
                 },
                 capacity: w.capacity as usize,
-                utilisation: w.load.filter(|u| u.is_finite() && *u >= 0.0),
+                utilisation: usable(w.load),
                 load: 0.0,
                 count: 0,
                 target: 0.0,
@@ -200,9 +196,7 @@ impl<'a> Plan<'a> {
         // otherwise move leases by the first few, against targets counted on guesses.
         let waiting = !known.is_empty()
             && view.leases.iter().any(|l| {
-                !matches!(l.holder, Holder::Available)
-                    && !l.settled
-                    && l.load.filter(|x| x.is_finite() && *x >= 0.0).is_none()
+                !matches!(l.holder, Holder::Available) && !l.settled && usable(l.load).is_none()
             });
         let mut plan = Plan {
             policy,

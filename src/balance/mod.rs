@@ -152,6 +152,11 @@ pub struct Assignment {
     pub moves: HashMap<WorkerId, Vec<Move>>,
 }
 
+/// A figure usable as a load (or a utilisation): finite and not negative.
+pub(crate) fn usable(figure: Option<f64>) -> Option<f64> {
+    figure.filter(|x| x.is_finite() && *x >= 0.0)
+}
+
 /// FNV-1a: a hash that is the same in every process, so all observers order alike.
 pub(crate) fn stable_hash(bytes: &[u8]) -> u64 {
     bytes.iter().fold(0xcbf2_9ce4_8422_2325, |hash, b| {
