@@ -24,9 +24,12 @@
 //!    receives load; when every worker is inside, nothing moves (leases nobody holds are
 //!    placed in any case). Noise smaller than the tolerance therefore moves nothing, and a
 //!    move always takes a worker from outside its band towards its target. A worker moved
-//!    for is brought inside half its band, so that it does not end at the edge.
+//!    for is brought inside three quarters of its band, down to half as fewer leases make
+//!    its load (one lease's noise, which no other lease averages out), so that it does not
+//!    end at the edge.
 //! 4. **Fewest moves.** A worker above its band sheds its heaviest leases that do not take it
-//!    below its band, until it is inside: the fewest leases that get it there. They are
+//!    below its band and that another worker has room for, until it is inside: the fewest
+//!    leases that get it there without taking a receiver out of its band. They are
 //!    placed, with the leases an isolation freed and those nobody holds, heaviest first, on
 //!    the worker with the most room. What is still outside then moves one lease at a time: a
 //!    worker above gives the heaviest lease some receiver can take within its band; a worker
@@ -84,6 +87,13 @@ impl BalancePolicy for LoadBalance {
     }
 }
 
+/// A worker moved for (it was outside its band) is brought inside at most this fraction of
+/// its band, so that it does not end at the edge, where the figures' noise would take it out
+/// again; less when a few leases make most of its load (see [`Plan::band`]). Half, the rule
+/// before for every worker, cost a fleet a fifth more moves than it needs to converge
+/// (BENCHMARKS.md, "Balance by load (issue 15, phase 5)").
+const SETTLED_BAND: f64 = 0.75;
+
 /// A lease as the plan moves it: its load, a stable order, and where it is.
 struct Item<'a> {
     key: &'a LeaseKey,
@@ -108,12 +118,28 @@ struct Slot<'a> {
     weight: f64,
     capacity: usize,
     utilisation: Option<f64>,
-    /// The load and number of leases the plan gives it so far.
+    /// The load and number of leases the plan gives it so far, and the sum of their loads'
+    /// squares (see [`Slot::spread`]).
     load: f64,
+    square: f64,
     count: usize,
     /// Its target load, and whether it holds one isolated lease.
     target: f64,
     isolated: bool,
+}
+
+impl Slot<'_> {
+    /// How noisy the sum of its leases' figures is, relative to one figure's noise, when each
+    /// figure's noise is independent and proportional to it: the root of the sum of the
+    /// squared loads over the sum. 1 for a worker with one lease (or with nothing), about
+    /// `1 / sqrt(n)` for `n` leases alike.
+    fn spread(&self) -> f64 {
+        if self.load > 0.0 {
+            self.square.max(0.0).sqrt() / self.load
+        } else {
+            1.0
+        }
+    }
 }
 
 struct Plan<'a> {
@@ -122,8 +148,8 @@ struct Plan<'a> {
     /// [`super::WorkerView::reported`]), and no held lease waits for its first figure: held
     /// leases may move for balance.
     reported: bool,
-    /// Workers a move was made for: their band is half the tolerance, so that a worker
-    /// moved back into its band ends well inside it (see [`Plan::balance`]).
+    /// Workers a move was made for: their band is narrower, so that a worker moved back into
+    /// its band ends well inside it (see [`Plan::band`]).
     active: Vec<bool>,
     items: Vec<Item<'a>>,
     slots: Vec<Slot<'a>>,
@@ -185,6 +211,7 @@ impl<'a> Plan<'a> {
                 capacity: w.capacity as usize,
                 utilisation: usable(w.load),
                 load: 0.0,
+                square: 0.0,
                 count: 0,
                 target: 0.0,
                 isolated: false,
@@ -209,6 +236,7 @@ impl<'a> Plan<'a> {
         for i in 0..plan.items.len() {
             if let Some(w) = plan.items[i].to {
                 plan.slots[w].load += plan.items[i].load;
+                plan.slots[w].square += plan.items[i].load * plan.items[i].load;
                 plan.slots[w].count += 1;
             }
         }
@@ -348,12 +376,21 @@ impl<'a> Plan<'a> {
         }
     }
 
-    /// Worker `w`'s band, as a fraction of its target on either side.
+    /// Worker `w`'s band, as a fraction of its target on either side: the tolerance, and once
+    /// a move is made for it (it was outside) [`SETTLED_BAND`] of it, narrowed down to half of
+    /// it as its load is made of fewer leases (`1 - spread / 2`, see [`Slot::spread`]). The
+    /// figures' noise shows in a worker's sum as much as its spread lets it: a worker of one
+    /// lease carries that lease's noise whole and keeps half the tolerance in hand; one of
+    /// many light leases, whose noise averages out, a quarter. (Seen on `skew` seed 9 with
+    /// three quarters for all: a worker holding a lease near one share and a few light ones
+    /// was taken out again when that lease's first, low figure settled, 8 moves 35 s after
+    /// the fleet converged.)
     fn band(&self, w: usize) -> f64 {
-        if self.active[w] {
-            self.policy.tolerance / 2.0
+        let tolerance = self.policy.tolerance;
+        if !self.active[w] {
+            tolerance
         } else {
-            self.policy.tolerance
+            tolerance * SETTLED_BAND.min(1.0 - self.slots[w].spread() / 2.0)
         }
     }
 
@@ -370,10 +407,12 @@ impl<'a> Plan<'a> {
         let load = self.items[i].load;
         if let Some(w) = self.items[i].to {
             self.slots[w].load -= load;
+            self.slots[w].square -= load * load;
             self.slots[w].count -= 1;
         }
         if let Some(w) = to {
             self.slots[w].load += load;
+            self.slots[w].square += load * load;
             self.slots[w].count += 1;
         }
         self.items[i].to = to;
@@ -420,13 +459,21 @@ impl<'a> Plan<'a> {
             if self.slots[x].isolated || self.slots[x].load <= self.upper(x) {
                 continue;
             }
-            // Moved for: brought inside half its band (see `balance`).
+            // Moved for: brought well inside its band (see `band`).
             self.active[x] = true;
             while self.slots[x].load > self.upper(x) {
                 let spare = self.slots[x].load - self.lower(x);
-                let Some(i) = (0..self.items.len())
-                    .find(|&i| self.movable(i, x) && self.items[i].load <= spare)
-                else {
+                // A lease no other worker has room for would take its receiver out of its
+                // band, and the receiver would shed in turn, often many light leases for one
+                // heavy one: lighter leases of its own get `x` inside in fewer moves. (When
+                // none fits anywhere, `balance` pushes.)
+                let room = (0..self.slots.len())
+                    .filter(|&w| w != x && self.open(w))
+                    .map(|w| self.upper(w) - self.slots[w].load)
+                    .fold(0.0, f64::max);
+                let Some(i) = (0..self.items.len()).find(|&i| {
+                    self.movable(i, x) && self.items[i].load <= spare && self.items[i].load <= room
+                }) else {
                     break;
                 };
                 self.put(i, None);
@@ -455,24 +502,26 @@ impl<'a> Plan<'a> {
 
     /// Moves leases between workers until every worker is inside its band, or no move can
     /// bring one closer. Hysteresis: a worker's band is the tolerance, until a move is made
-    /// for it (it was outside); from then on it is half the tolerance, so it ends well inside
-    /// and a figure drifting by less than half the tolerance afterwards moves nothing. The
-    /// others are only asked to stay inside their bands.
+    /// for it (it was outside); from then on it is narrower (see [`Plan::band`]), so it ends
+    /// well inside and a figure drifting by less than the difference afterwards moves
+    /// nothing. The others are only asked to stay inside their bands.
     ///
     /// The worker furthest outside goes first; a worker above gives the heaviest lease some
     /// worker can take without leaving its band upwards, and that does not take the giver
     /// below its band; a worker below receives, from the workers above their targets
     /// (furthest first), the heaviest lease that keeps both inside their bands on that side.
-    /// Every move shrinks the total distance outside the bands by at least the load it
-    /// moves, so this ends; a state it ends in is one where it moves nothing, so the next
-    /// round on the same figures moves nothing either.
+    /// Every move shrinks the total distance outside the bands (a narrowed band can widen a
+    /// little as a worker's leases change, so the loop is also bounded: one pass per lease);
+    /// a state it ends in is one where it moves nothing, so the next round on the same
+    /// figures, where every band is the tolerance again, moves nothing either.
     fn balance(&mut self) {
         if !self.reported {
             return;
         }
-        // Once a worker is outside its band, every worker is brought inside half of it
-        // (where leases allow): a fleet at rest then needs a drift of half the tolerance to
-        // move again, rather than a worker left near the edge crossing it on a refresh.
+        // Once a worker is outside its band, every worker is brought inside its narrower band
+        // (where leases allow): a fleet at rest then needs a drift of a quarter of the
+        // tolerance to move again, rather than a worker left near the edge crossing it on a
+        // refresh.
         if (0..self.slots.len()).any(|w| !self.slots[w].isolated && self.outside(w) != 0.0) {
             self.active.iter_mut().for_each(|a| *a = true);
         }
@@ -791,7 +840,7 @@ mod tests {
         };
         let assignment = LoadBalance::default().assign(&fleet);
         assert!(assignment.moves.is_empty(), "{:?}", assignment.moves);
-        // At 12 % off it moves, to within half the tolerance.
+        // At 11 % off it moves, to within three quarters of the tolerance.
         let mut far = fleet.clone();
         // a at 60 against a target of 54: 11 % above.
         for lease in far.leases.iter_mut().take(8) {
@@ -800,7 +849,7 @@ mod tests {
         assert!(settle(&mut far, &LoadBalance::default()) > 0);
         let held = loads(&far);
         assert!(
-            held.values().all(|l| (l - 54.0).abs() <= 54.0 * 0.05),
+            held.values().all(|l| (l - 54.0).abs() <= 54.0 * 0.075),
             "{held:?}"
         );
     }
@@ -830,19 +879,16 @@ mod tests {
         let mut fleet = fleet_of_four(on_a, [24, 23, 23]);
         let policy = LoadBalance::default();
         // a at 30 is 20 % above its share. The big lease fits a band on its own: a keeps it and
-        // sheds the lease of 6 (one move), rather than being emptied for it; every worker ends
-        // inside half its band.
-        assert!(settle(&mut fleet, &policy) > 0);
+        // sheds the lease of 6, rather than being emptied for it (which would move 24 light
+        // leases). Nobody has room for 6 within the band, so its receiver passes 3 light
+        // leases on: 4 moves. Every worker ends inside its band.
+        let moved = settle(&mut fleet, &policy);
         let held = loads(&fleet);
         assert_eq!(fleet.leases[0].holder, Holder::Held(w("a")));
-        let on_a = fleet
-            .leases
-            .iter()
-            .filter(|l| l.holder == Holder::Held(w("a")))
-            .count();
-        assert!(on_a > 1, "a is not emptied for the big lease: {held:?}");
+        assert_ne!(fleet.leases[1].holder, Holder::Held(w("a")), "{held:?}");
+        assert!((1..=4).contains(&moved), "{moved} moves: {held:?}");
         for (id, load) in &held {
-            assert!((load - 25.0).abs() <= 25.0 * 0.05, "{id}: {held:?}");
+            assert!((load - 25.0).abs() <= 25.0 * 0.1, "{id}: {held:?}");
         }
         // Noise: the big lease reads 21 (16 % below a share of the rest) and then 26.
         for figure in [21.0, 26.0, 24.0] {
@@ -894,6 +940,48 @@ mod tests {
         let mut fleet = fleet_of_four(heavy_on_a(), [0, 34, 34]);
         settle(&mut fleet, &policy);
         assert_eq!(fleet.leases[0].holder, Holder::Held(w("b")));
+    }
+
+    #[test]
+    fn a_worker_sheds_the_leases_another_has_room_for() {
+        // 4 workers, 40 load in all (a share: 10). a holds a lease of 10 and eight of 1.25;
+        // b, c and d each 40 leases of 1/6. Shedding the lease of 10 would be one move, but
+        // its receiver would then shed 6 and more in leases of 1/6, at least 37 moves: a
+        // keeps it and sheds its leases of 1.25, which fit where there is room.
+        let mut on_a = vec![lease("big", Some("a"), 10.0)];
+        on_a.extend((0..8).map(|i| lease(&format!("a{i}"), Some("a"), 1.25)));
+        let mut fleet = fleet_of_four(on_a, [40, 40, 40]);
+        for lease in fleet.leases.iter_mut().skip(9) {
+            lease.load = Some(1.0 / 6.0);
+        }
+        let moved = settle(&mut fleet, &LoadBalance::default());
+        let held = loads(&fleet);
+        assert_eq!(fleet.leases[0].holder, Holder::Held(w("a")), "{held:?}");
+        assert!((1..=8).contains(&moved), "{moved} moves: {held:?}");
+        for (id, load) in &held {
+            assert!((load - 10.0).abs() <= 1.0, "{id}: {held:?}");
+        }
+    }
+
+    #[test]
+    fn a_worker_made_of_one_heavy_lease_keeps_more_of_its_band_in_hand() {
+        // 4 workers, 100 load in all (a share: 25). a holds a lease of 24 and eight of 0.5
+        // (28: 12 % above); b, c and d 48 leases of 0.5 each (24). a's sum carries the big
+        // lease's noise nearly whole, so it sheds to within 5 % (26.0), where a worker of
+        // many light leases would stop within 7.5 % (26.5).
+        let mut on_a = vec![lease("big", Some("a"), 24.0)];
+        on_a.extend((0..8).map(|i| lease(&format!("a{i}"), Some("a"), 0.5)));
+        let mut fleet = fleet_of_four(on_a, [48, 48, 48]);
+        for lease in fleet.leases.iter_mut().skip(9) {
+            lease.load = Some(0.5);
+        }
+        assert!(settle(&mut fleet, &LoadBalance::default()) > 0);
+        let held = loads(&fleet);
+        assert_eq!(fleet.leases[0].holder, Holder::Held(w("a")), "{held:?}");
+        assert!(held["a"] <= 25.0 * 1.05, "{held:?}");
+        for (id, load) in &held {
+            assert!((load - 25.0).abs() <= 25.0 * 0.075, "{id}: {held:?}");
+        }
     }
 
     #[test]
