@@ -799,6 +799,18 @@ mod tests {
         }
     }
 
+    /// a holds a lease "big" of `big` and eight of `each`; b, c and d hold `n` leases of
+    /// `light` each.
+    fn big_and_eight_on_a(big: f64, each: f64, n: usize, light: f64) -> FleetView {
+        let mut on_a = vec![lease("big", Some("a"), big)];
+        on_a.extend((0..8).map(|i| lease(&format!("a{i}"), Some("a"), each)));
+        let mut fleet = fleet_of_four(on_a, [n, n, n]);
+        for lease in fleet.leases.iter_mut().skip(9) {
+            lease.load = Some(light);
+        }
+        fleet
+    }
+
     /// Zipf(1.0) loads over `n` leases (mean 1), ranks spread by a hash of the key.
     fn zipf(n: usize) -> Vec<f64> {
         let h: f64 = (1..=n).map(|k| 1.0 / k as f64).sum();
@@ -948,12 +960,7 @@ mod tests {
         // b, c and d each 40 leases of 1/6. Shedding the lease of 10 would be one move, but
         // its receiver would then shed 6 and more in leases of 1/6, at least 37 moves: a
         // keeps it and sheds its leases of 1.25, which fit where there is room.
-        let mut on_a = vec![lease("big", Some("a"), 10.0)];
-        on_a.extend((0..8).map(|i| lease(&format!("a{i}"), Some("a"), 1.25)));
-        let mut fleet = fleet_of_four(on_a, [40, 40, 40]);
-        for lease in fleet.leases.iter_mut().skip(9) {
-            lease.load = Some(1.0 / 6.0);
-        }
+        let mut fleet = big_and_eight_on_a(10.0, 1.25, 40, 1.0 / 6.0);
         let moved = settle(&mut fleet, &LoadBalance::default());
         let held = loads(&fleet);
         assert_eq!(fleet.leases[0].holder, Holder::Held(w("a")), "{held:?}");
@@ -969,12 +976,7 @@ mod tests {
         // (28: 12 % above); b, c and d 48 leases of 0.5 each (24). a's sum carries the big
         // lease's noise nearly whole, so it sheds to within 5 % (26.0), where a worker of
         // many light leases would stop within 7.5 % (26.5).
-        let mut on_a = vec![lease("big", Some("a"), 24.0)];
-        on_a.extend((0..8).map(|i| lease(&format!("a{i}"), Some("a"), 0.5)));
-        let mut fleet = fleet_of_four(on_a, [48, 48, 48]);
-        for lease in fleet.leases.iter_mut().skip(9) {
-            lease.load = Some(0.5);
-        }
+        let mut fleet = big_and_eight_on_a(24.0, 0.5, 48, 0.5);
         assert!(settle(&mut fleet, &LoadBalance::default()) > 0);
         let held = loads(&fleet);
         assert_eq!(fleet.leases[0].holder, Holder::Held(w("a")), "{held:?}");
