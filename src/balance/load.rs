@@ -398,6 +398,11 @@ impl<'a> Plan<'a> {
         self.slots[w].target * (1.0 + self.band(w))
     }
 
+    /// What worker `w` can still take without leaving its band upwards.
+    fn room(&self, w: usize) -> f64 {
+        self.upper(w) - self.slots[w].load
+    }
+
     fn lower(&self, w: usize) -> f64 {
         self.slots[w].target * (1.0 - self.band(w))
     }
@@ -469,7 +474,7 @@ impl<'a> Plan<'a> {
                 // none fits anywhere, `balance` pushes.)
                 let room = (0..self.slots.len())
                     .filter(|&w| w != x && self.open(w))
-                    .map(|w| self.upper(w) - self.slots[w].load)
+                    .map(|w| self.room(w))
                     .fold(0.0, f64::max);
                 let Some(i) = (0..self.items.len()).find(|&i| {
                     self.movable(i, x) && self.items[i].load <= spare && self.items[i].load <= room
@@ -564,13 +569,8 @@ impl<'a> Plan<'a> {
             .filter(|&w| w != x && self.open(w))
             .collect();
         // The most room first.
-        receivers.sort_by(|&a, &b| {
-            let room = |w: usize| self.upper(w) - self.slots[w].load;
-            room(b).total_cmp(&room(a)).then(a.cmp(&b))
-        });
-        let room = receivers
-            .first()
-            .map(|&r| (r, self.upper(r) - self.slots[r].load))?;
+        receivers.sort_by(|&a, &b| self.room(b).total_cmp(&self.room(a)).then(a.cmp(&b)));
+        let room = receivers.first().map(|&r| (r, self.room(r)))?;
         // Items are heaviest first; an overloaded worker sheds its hottest lease that fits.
         let fits = (0..self.items.len()).find(|&i| {
             self.movable(i, x)
@@ -598,9 +598,7 @@ impl<'a> Plan<'a> {
     /// next steps of the loop pass them on.
     fn push(&self, x: usize, receivers: &[usize]) -> Option<(usize, usize)> {
         let (&r, rest) = receivers.split_first()?;
-        let next_room = rest
-            .first()
-            .map_or(0.0, |&w| self.upper(w) - self.slots[w].load);
+        let next_room = rest.first().map_or(0.0, |&w| self.room(w));
         if next_room <= 0.0 {
             return None;
         }
@@ -626,7 +624,7 @@ impl<'a> Plan<'a> {
         if !self.open(x) {
             return None;
         }
-        let room = self.upper(x) - self.slots[x].load;
+        let room = self.room(x);
         let mut givers: Vec<usize> = (0..self.slots.len())
             .filter(|&w| {
                 w != x && !self.slots[w].isolated && self.slots[w].load > self.slots[w].target
