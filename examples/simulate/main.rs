@@ -1,6 +1,7 @@
 //! The fleet simulator: runs the library's real workers on paused time over an in-memory
 //! table with simulated latency and faults, and reports convergence, movement, failover,
-//! safety and cost, for shardlease and for the KCL 2.x baseline side by side.
+//! safety and cost, for shardlease and for the KCL 2.x baseline (a model of KCL's own lease
+//! coordination, `sim/kcl.rs`) side by side.
 //!
 //! ```sh
 //! cargo run --release --example simulate -- --scenario join --workers 100 --leases 10000
@@ -9,8 +10,6 @@
 //! cargo run --release --example simulate -- --help
 //! ```
 
-#[path = "../common/protocol_arg.rs"]
-mod protocol_arg;
 mod sim;
 
 use std::collections::BTreeSet;
@@ -21,7 +20,6 @@ use clap::builder::PossibleValuesParser;
 use clap::error::ErrorKind;
 use clap::parser::ValueSource;
 use clap::{Args, CommandFactory, FromArgMatches, Parser, ValueEnum};
-use protocol_arg::ProtocolArg;
 
 use sim::campaign::schedule::{self, Fault};
 use sim::load::{self, LoadModel, Loads};
@@ -207,11 +205,8 @@ struct CampaignArgs {
     /// memory do not grow (0: never) [default: 500]
     #[arg(long, value_name = "N")]
     day_every: Option<u64>,
-    /// The lease protocol [default: sessions, the library's]
-    #[arg(long, value_name = "P", value_enum)]
-    protocol: Option<ProtocolArg>,
-    /// The workers' renew interval (with sessions, the beat) instead of the protocol's default
-    /// (a lease duration / 3, or x 0.45 with sessions)
+    /// The workers' beat (their session's renew interval) instead of the default (a lease
+    /// duration x 0.45)
     #[arg(long, value_name = "SECS", value_parser = positive_seconds)]
     renew_interval: Option<Duration>,
     /// One line per schedule
@@ -228,9 +223,8 @@ enum Policies {
     /// The library's defaults: the session protocol (`sessions` says the same)
     #[value(alias = "sessions")]
     Ours,
-    /// Ours on the lease protocol
-    Leases,
-    /// The KCL 2.x baseline
+    /// The KCL 2.x baseline: a model of KCL's own lease coordination (renewals, taker,
+    /// steals), not the library's worker
     Kcl,
     /// Ours with balance by load (`LoadBalance`): the applications report their leases'
     /// loads, the workers their capacities as weights
@@ -243,22 +237,18 @@ enum Policies {
     Loads,
     /// Ours and kcl
     Both,
-    /// Ours, leases and kcl
-    All,
 }
 
 impl Policies {
     fn policies(self) -> Vec<Policy> {
         match self {
             Policies::Ours => vec![Policy::Ours],
-            Policies::Leases => vec![Policy::Leases],
             Policies::Kcl => vec![Policy::Kcl],
             Policies::Load => vec![Policy::Load],
             Policies::Count => vec![Policy::Ours],
             Policies::Kcl3 => vec![Policy::Kcl3],
             Policies::Loads => vec![Policy::Load, Policy::Ours, Policy::Kcl3],
             Policies::Both => vec![Policy::Ours, Policy::Kcl],
-            Policies::All => vec![Policy::Ours, Policy::Leases, Policy::Kcl],
         }
     }
 }
@@ -459,9 +449,6 @@ impl CampaignArgs {
         }
         if let Some(day_every) = self.day_every {
             options.day_every = day_every;
-        }
-        if let Some(protocol) = self.protocol {
-            options.knobs.protocol = protocol.into();
         }
         options.knobs.attempt_timeout = self.attempt_timeout.or(options.knobs.attempt_timeout);
         options.knobs.renew_interval = self.renew_interval.or(options.knobs.renew_interval);

@@ -1,5 +1,6 @@
-//! The fleet simulator: the real workers of the library, on paused tokio time, over one
-//! in-memory table reached through a simulated network ([`net`]).
+//! The fleet simulator: the real workers of the library (and, for the KCL 2.x baseline, a
+//! model of KCL's own lease coordination: [`kcl`]), on paused tokio time, over one in-memory
+//! table reached through a simulated network ([`net`]).
 //!
 //! A run starts the scenario's first workers, waits until they are balanced (unmeasured),
 //! then applies each step and measures it until the fleet is balanced again, then rests
@@ -12,6 +13,7 @@
 
 pub mod campaign;
 pub mod clock;
+pub mod kcl;
 pub mod load;
 pub mod net;
 pub mod report;
@@ -24,11 +26,11 @@ use std::time::Duration;
 use rand::rngs::StdRng;
 use rand::seq::SliceRandom;
 use rand::SeedableRng;
-use shardlease::balance::{Kcl3Balance, KclBalance};
+use shardlease::balance::Kcl3Balance;
 use shardlease::lease::Incarnation;
 use shardlease::source::{Shard, StaticShardSource};
 use shardlease::worker::{LeaseEvent, StopReason, Worker};
-use shardlease::{Balance, LeaseKey, LeaseStore, NewLease, Protocol, WorkerConfig, WorkerId};
+use shardlease::{Balance, LeaseKey, LeaseStore, NewLease, WorkerConfig, WorkerId};
 use tokio::task::JoinHandle;
 use tokio::time::Instant;
 
@@ -43,11 +45,10 @@ pub enum Policy {
     /// The library's defaults: the session protocol, `CountBalance`, graceful handoffs, a
     /// 10 s lease and a beat every 4.5 s.
     Ours,
-    /// The lease protocol (`Protocol::Leases`, the default before sessions): every lease
-    /// renewed every 10/3 s, a 5 s taker interval and scans at observed expiry moments.
-    Leases,
-    /// KCL 2.x: its taker policy (`KclBalance`), a 10 s lease and a 20 s taker interval, on
-    /// the interval only, on the lease protocol.
+    /// KCL 2.x's own lease coordination ([`kcl`]), not the library's worker: every lease
+    /// renewed every 3.308 s, a taker every 20.05 s that steals one lease a round
+    /// (`KclBalance`), a 10 s lease; a steal lets both workers process the lease until the
+    /// old owner's next renewal (its duplicates), and a shutdown releases nothing.
     Kcl,
     /// Ours with `Balance::Load`: the applications report each lease's load every
     /// [`REPORT_EVERY`], each worker publishes its capacity as its weight.
@@ -70,7 +71,6 @@ impl Policy {
     pub fn name(self) -> &'static str {
         match self {
             Policy::Ours => "shardlease",
-            Policy::Leases => "lease protocol",
             Policy::Kcl => "KCL 2.x",
             Policy::Load => "load balance",
             Policy::Kcl3 => "KCL 3.x-style",
@@ -82,16 +82,26 @@ impl Policy {
         matches!(self, Policy::Load | Policy::Kcl3)
     }
 
-    pub fn config(self) -> WorkerConfig {
+    /// The library worker's configuration; `None` for the KCL model, which is not one.
+    pub fn config(self) -> Option<WorkerConfig> {
         match self {
-            Policy::Ours | Policy::Kcl3 => WorkerConfig::default(),
-            Policy::Load => WorkerConfig::default().balance(Balance::Load),
-            Policy::Leases => WorkerConfig::default().protocol(Protocol::Leases),
-            Policy::Kcl => WorkerConfig::default()
-                .protocol(Protocol::Leases)
-                .taker_interval(Duration::from_secs(20))
-                .scan_at_expiry(false),
+            Policy::Ours | Policy::Kcl3 => Some(WorkerConfig::default()),
+            Policy::Load => Some(WorkerConfig::default().balance(Balance::Load)),
+            Policy::Kcl => None,
         }
+    }
+
+    /// How long a worker that hears nothing from the table goes on processing its leases.
+    pub fn validity(self) -> Duration {
+        self.config()
+            .map_or(kcl::LEASE_DURATION, |config| config.validity())
+    }
+
+    /// True for the policies that promise never to let two workers process one lease at the
+    /// same instant: for them an overlap is a violation. KCL's steals make overlaps by design:
+    /// they are its duplicates, measured, not violations.
+    pub fn fenced(self) -> bool {
+        self != Policy::Kcl
     }
 }
 
@@ -129,7 +139,14 @@ struct Ledger {
     holder: HashMap<LeaseKey, usize>,
     counts: BTreeMap<usize, usize>,
     starts: u64,
+    /// Overlaps under a policy that promises none (see [`Policy::fenced`]).
     violations: u64,
+    /// Whether an overlap is a violation; else it is only measured, as a duplicate.
+    fenced: bool,
+    /// Every overlap: a lease started by a worker while another still processed it.
+    duplicates: Duplicates,
+    /// The overlaps still open: since when the earlier worker (second) has shared the lease.
+    overlapping: BTreeMap<(LeaseKey, usize), Instant>,
     /// Orphans of a crash: when each started being processed again.
     watch: HashMap<LeaseKey, Option<Instant>>,
     /// How many shards exist, and the integral over time of those nobody processes.
@@ -306,8 +323,13 @@ impl Ledger {
         let load = self.load(key);
         if let Some(other) = self.holder.insert(key.clone(), worker) {
             if other != worker {
-                self.violations += 1;
-                eprintln!("VIOLATION: {key} started by w{worker} while w{other} processes it");
+                self.duplicates.windows += 1;
+                self.overlapping
+                    .insert((key.clone(), other), Instant::now());
+                if self.fenced {
+                    self.violations += 1;
+                    eprintln!("VIOLATION: {key} started by w{worker} while w{other} processes it");
+                }
             }
             *self.counts.entry(other).or_default() -= 1;
             *self.held_load.entry(other).or_default() -= load;
@@ -321,6 +343,7 @@ impl Ledger {
 
     fn stop(&mut self, worker: usize, key: &LeaseKey) {
         self.tick();
+        self.end_overlap(key, worker);
         if self.holder.get(key) == Some(&worker) {
             self.holder.remove(key);
             *self.counts.entry(worker).or_default() -= 1;
@@ -331,17 +354,76 @@ impl Ledger {
     /// A process died: it processes nothing from now on.
     fn crash(&mut self, worker: usize) {
         self.tick();
+        let ended: Vec<LeaseKey> = self
+            .overlapping
+            .keys()
+            .filter(|(_, w)| *w == worker)
+            .map(|(k, _)| k.clone())
+            .collect();
+        for key in ended {
+            self.end_overlap(&key, worker);
+        }
         self.holder.retain(|_, w| *w != worker);
         self.counts.remove(&worker);
         self.held_load.remove(&worker);
         self.members.remove(&worker);
     }
+
+    /// Worker `worker` no longer processes `key`: an overlap it was part of as the earlier
+    /// processor ends.
+    fn end_overlap(&mut self, key: &LeaseKey, worker: usize) {
+        if let Some(since) = self.overlapping.remove(&(key.clone(), worker)) {
+            let window = since.elapsed().as_secs_f64();
+            self.duplicates.lease_seconds += window;
+            self.duplicates.longest = self.duplicates.longest.max(window);
+        }
+    }
+}
+
+/// Leases processed by two workers at once (KCL's steals), as the applications saw them.
+#[derive(Debug, Clone, Copy, Default, PartialEq)]
+pub struct Duplicates {
+    /// How many times a worker started a lease another one still processed.
+    pub windows: u64,
+    /// The seconds those overlaps lasted, summed (one still open at the end is not counted).
+    pub lease_seconds: f64,
+    /// The longest of them.
+    pub longest: f64,
 }
 
 struct Running {
-    worker: Worker,
+    process: Process,
     link: Link,
-    app: JoinHandle<()>,
+}
+
+/// A worker process: the library's worker and its application, or the KCL model.
+enum Process {
+    Library { worker: Worker, app: JoinHandle<()> },
+    Kcl(kcl::KclWorker),
+}
+
+impl Process {
+    /// The process dies (its applications with it).
+    fn kill(self) {
+        match self {
+            Process::Library { worker, app } => {
+                app.abort();
+                drop(worker);
+            }
+            Process::Kcl(worker) => worker.kill(),
+        }
+    }
+
+    /// A graceful shutdown, until the applications finished.
+    async fn shutdown(self) {
+        match self {
+            Process::Library { worker, app } => {
+                worker.shutdown().await;
+                let _ = app.await;
+            }
+            Process::Kcl(worker) => worker.shutdown().await,
+        }
+    }
 }
 
 /// The fleet under simulation.
@@ -409,12 +491,13 @@ impl Fleet {
             let mut table = net.ownership.lock().unwrap();
             table.owner.insert(key.clone(), (owner, Instant::now()));
         }
-        if settings.policy.config().protocol == Protocol::Sessions {
-            // With sessions, the leases' holders also have their sessions open, as a fleet
-            // that has run for a while leaves them: each first worker adopts its session when
-            // it starts (its process opened it, as after an answer lost), instead of finding
-            // leases named by sessions without a record, which others would place after a
-            // lease duration while the fleet is still starting.
+        if settings.policy != Policy::Kcl {
+            // The library's policies run the session protocol: the leases' holders also have
+            // their sessions open, as a fleet that has run for a while leaves them: each first
+            // worker adopts its session when it starts (its process opened it, as after an
+            // answer lost), instead of finding leases named by sessions without a record,
+            // which others would place after a lease duration while the fleet is still
+            // starting. (The KCL model keeps no sessions.)
             for index in 0..first {
                 let opened = net
                     .table
@@ -433,6 +516,7 @@ impl Fleet {
             capacities: settings.load.capacities.clone(),
             headroom: settings.load.headroom,
             noise: settings.load.noise,
+            fenced: settings.policy.fenced(),
             unreported: shards
                 .iter()
                 .take(settings.load.unreported)
@@ -463,33 +547,51 @@ impl Fleet {
     }
 
     /// Starts the process of worker `index` and its application.
-    fn launch(&self, index: usize) -> impl std::future::Future<Output = Running> + 'static {
+    fn launch(
+        &self,
+        index: usize,
+    ) -> std::pin::Pin<Box<dyn std::future::Future<Output = Running> + Send + 'static>> {
         let (store, link) = SimStore::new(Arc::clone(&self.net), index as u64);
         let policy = self.settings.policy;
-        let mut config = policy.config();
+        let ledger = Arc::clone(&self.ledger);
+        let checkpoint_every = self.settings.checkpoint_every;
+        let Some(mut config) = policy.config() else {
+            let source = self.source.clone();
+            return Box::pin(async move {
+                let worker = kcl::KclWorker::start(
+                    index,
+                    worker_id(index),
+                    incarnation(index),
+                    Arc::new(store),
+                    ledger,
+                    checkpoint_every,
+                    source,
+                )
+                .await;
+                let process = Process::Kcl(worker);
+                Running { process, link }
+            });
+        };
         if policy.by_load() {
             config = config.weight(load::capacity(&self.settings.load.capacities, index));
         }
         let mut builder = Worker::builder(Arc::new(store), worker_id(index))
             .incarnation(incarnation(index))
             .config(config);
-        match policy {
-            Policy::Kcl => builder = builder.policy(KclBalance::default()),
-            Policy::Kcl3 => builder = builder.policy(Kcl3Balance::default()),
-            _ => {}
+        if policy == Policy::Kcl3 {
+            builder = builder.policy(Kcl3Balance::default());
         }
         if let Some(source) = &self.source {
             builder = builder.source(source.clone());
         }
-        let ledger = Arc::clone(&self.ledger);
-        let checkpoint_every = self.settings.checkpoint_every;
-        async move {
+        Box::pin(async move {
             let mut worker = builder.start().await.expect("worker starts");
             let events = worker.take_events().expect("first call");
             let reports = policy.by_load().then_some(REPORT_EVERY);
             let app = tokio::spawn(run_app(index, events, ledger, checkpoint_every, reports));
-            Running { worker, link, app }
-        }
+            let process = Process::Library { worker, app };
+            Running { process, link }
+        })
     }
 
     /// Starts the scenario's first `n` workers, `gap` apart, each start running while the
@@ -536,19 +638,15 @@ impl Fleet {
 
     fn crash(&mut self, index: usize) {
         let running = self.running.remove(&index).expect("running");
-        running.app.abort();
+        running.process.kill();
         self.ledger.lock().unwrap().crash(index);
-        drop(running.worker);
     }
 
     /// Starts a graceful shutdown; it completes in the background.
     fn leave(&mut self, index: usize) {
         let running = self.running.remove(&index).expect("running");
         self.ledger.lock().unwrap().part(index);
-        self.leaving.push(tokio::spawn(async move {
-            running.worker.shutdown().await;
-            let _ = running.app.await;
-        }));
+        self.leaving.push(tokio::spawn(running.process.shutdown()));
     }
 
     /// Every shard processed by exactly one running worker, counts within one of each other.
@@ -810,8 +908,7 @@ impl Fleet {
                 let min = self.minimum_moves(&[index], 0) + self.share();
                 let running = self.running.remove(&index).expect("running");
                 self.ledger.lock().unwrap().part(index);
-                running.worker.shutdown().await;
-                let _ = running.app.await;
+                running.process.shutdown().await;
                 tokio::time::sleep(RESTART_DOWNTIME).await;
                 self.start(index).await;
                 min
@@ -843,7 +940,7 @@ impl Fleet {
                 let victims = self.pick(*n);
                 // Outlasting the leases' validity, the victims lose them: the others must take
                 // them, and give each victim its share back when it returns.
-                let min = if *span >= self.settings.policy.config().validity() {
+                let min = if *span >= self.settings.policy.validity() {
                     self.minimum_moves(&victims, 0) + self.share() * victims.len() as u64
                 } else {
                     0
@@ -1212,7 +1309,10 @@ pub async fn run(settings: Settings) -> Report {
         }
         eprintln!("counts {:?}", l.counts);
     }
-    let violations = fleet.ledger.lock().unwrap().violations;
+    let (violations, duplicates) = {
+        let ledger = fleet.ledger.lock().unwrap();
+        (ledger.violations, ledger.duplicates)
+    };
     let leases = fleet.shards.len();
     let simulated = begin.elapsed();
     for index in fleet.running.keys().copied().collect::<Vec<_>>() {
@@ -1236,6 +1336,7 @@ pub async fn run(settings: Settings) -> Report {
         },
         spread,
         violations,
+        duplicates,
         load,
         simulated.as_secs_f64(),
         wall.elapsed().as_secs_f64(),

@@ -5,7 +5,7 @@ use std::fmt::Write;
 use serde_json::{json, Value};
 
 use super::net::Usage;
-use super::Settings;
+use super::{Duplicates, Settings};
 
 /// A distribution of durations, in seconds.
 #[derive(Debug, Clone, PartialEq)]
@@ -168,7 +168,10 @@ pub struct Report {
     pub steps: Vec<StepReport>,
     pub rest: Rest,
     pub spread: usize,
+    /// Overlaps under a policy that promises none: violations.
     pub double_holding: u64,
+    /// Every overlap, violation or not (KCL's steals make them by design).
+    pub duplicates: Duplicates,
     pub load: LoadReport,
     pub simulated: f64,
     pub wall: f64,
@@ -183,6 +186,7 @@ impl Report {
         rest: Rest,
         spread: usize,
         double_holding: u64,
+        duplicates: Duplicates,
         load: LoadReport,
         simulated: f64,
         wall: f64,
@@ -198,6 +202,7 @@ impl Report {
             rest,
             spread,
             double_holding,
+            duplicates,
             load,
             simulated,
             wall,
@@ -354,6 +359,13 @@ impl Report {
                 self.double_holding.to_string(),
             ),
             (
+                "duplicates: windows / lease-s / longest s".into(),
+                format!(
+                    "{} / {:.1} / {:.2}",
+                    self.duplicates.windows, self.duplicates.lease_seconds, self.duplicates.longest
+                ),
+            ),
+            (
                 "reads per lease-hour at rest".into(),
                 format!("{:.1}", self.per_lease_hour(usage.reads as f64)),
             ),
@@ -431,6 +443,11 @@ impl Report {
             "overloaded_worker_seconds_at_rest": num(self.load.overloaded_worker_seconds_at_rest),
             "spread": self.spread,
             "double_holding": self.double_holding,
+            "duplicates": {
+                "windows": self.duplicates.windows,
+                "lease_s": num(self.duplicates.lease_seconds),
+                "longest_s": num(self.duplicates.longest),
+            },
             "per_lease_hour": {
                 "reads": num(self.per_lease_hour(u.reads as f64)),
                 "writes": num(self.per_lease_hour(u.writes as f64)),

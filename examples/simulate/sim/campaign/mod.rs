@@ -85,10 +85,6 @@ impl Options {
         if day_rest {
             command += " --day-every 1";
         }
-        // Sessions are the default: only the lease protocol needs saying.
-        if self.knobs.protocol == shardlease::Protocol::Leases {
-            command += " --protocol leases";
-        }
         if let Some(interval) = self.knobs.renew_interval {
             command += &format!(" --renew-interval {}", interval.as_secs_f64());
         }

@@ -5,7 +5,7 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use shardlease::{clock, Protocol};
+use shardlease::clock;
 use tokio::time::Instant;
 
 use super::fleet::{Fleet, MAX_PROCESSES};
@@ -29,9 +29,7 @@ pub struct Knobs {
     /// The store's own per-attempt timeout (see `ChaosNet`); `None`: like today's DynamoDB
     /// backend, an unanswered attempt waits until its caller gives up.
     pub attempt_timeout: Option<Duration>,
-    /// The lease protocol the workers speak (`--protocol`).
-    pub protocol: Protocol,
-    /// The workers' `renew_interval` (the session's beat), if not the protocol's default
+    /// The workers' `renew_interval` (the session's beat), if not the default
     /// (`--renew-interval`).
     pub renew_interval: Option<Duration>,
 }
@@ -290,7 +288,6 @@ async fn drive(schedule: Schedule, knobs: Knobs) -> Outcome {
     let ledger = Arc::new(Mutex::new(Ledger::new(begin)));
     net.chaos.set_audit(ledger.clone());
     let mut fleet = Fleet::new(Arc::clone(&net), Arc::clone(&ledger), &schedule).await;
-    fleet.config = fleet.config.clone().protocol(knobs.protocol);
     if let Some(interval) = knobs.renew_interval {
         fleet.config.renew_interval = interval;
     }
