@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Runs every simulator scenario for BENCHMARKS.md, ours (the defaults: sessions) and the KCL 2.x
-# baseline side by side (`--policy all` adds the lease protocol).
+# baseline (a model of KCL's own lease coordination) side by side.
 # Usage: scripts/simulate_all.sh [WORKERS] [LEASES] [REST_SECS] [extra simulate flags...]
 set -euo pipefail
 cd "$(dirname "$0")/.."

@@ -198,10 +198,16 @@ impl KclWorker {
             task.abort();
         }
         self.dispatcher.abort();
+        // Every application is asked at once (KCL's scheduler asks each shard consumer), and
+        // the renewer goes on until all have finished.
         let apps = std::mem::take(&mut self.shared.state().apps);
+        let mut finishing = Vec::with_capacity(apps.len());
         for (_, app) in apps {
             let _ = app.stop.send(());
-            let _ = app.task.await;
+            finishing.push(app.task);
+        }
+        for task in finishing {
+            let _ = task.await;
         }
         self.renewer.abort();
         self.shared.state().held.clear();
