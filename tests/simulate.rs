@@ -339,7 +339,7 @@ fn a_fault_schedule_replays_exactly() {
     assert!(first.1.len() > 5, "a mix of faults: {:?}", first.1);
 }
 
-// The session protocol (`Protocol::Sessions`, the default: `Policy::Ours`): the same
+// The session protocol (the library's only one, `Policy::Ours`): the same
 // scenarios, its costs at rest, and the fault schedules that found its bugs.
 
 #[test]
