@@ -18,9 +18,7 @@
 //! Options: `--id ID` (default: host and pid), `--table NAME` (default `shardlease-demo`),
 //! `--endpoint URL` (default: the AWS chain, or `AWS_ENDPOINT_URL`), `--redis URL` (the lease
 //! table on a Redis server instead of DynamoDB; needs the `redis` feature), `--shards N` (create
-//! `shard-0000`.. if missing), `--lease-secs S` (default 10), `--protocol leases|sessions`
-//! (default `sessions`, the library's; every process of one table must use the same),
-//! `--balance count|load` (default `count`; every process of one table must use the same),
+//! `shard-0000`.. if missing), `--lease-secs S` (default 10), `--balance count|load` (default `count`; every process of one table must use the same),
 //! `--weight W` (this worker's capacity against the others', default 1), `--lease-load
 //! KEY=FIGURE` (repeatable: the load this process reports every second for a lease it holds;
 //! 1 for the others), `--events-log PATH` (append
@@ -28,8 +26,6 @@
 //! handed_off, released, lost, and checkpointed or checkpoint_failed with an `error`).
 
 mod common;
-#[path = "common/protocol_arg.rs"]
-mod protocol_arg;
 
 use std::fs::OpenOptions;
 use std::io::Write;
@@ -39,7 +35,6 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use clap::Parser;
 use common::Error;
-use protocol_arg::ProtocolArg;
 use shardlease::store::dynamodb::{DynamoConfig, DynamoStore};
 use shardlease::store::LeaseStore;
 use shardlease::worker::{LeaseEvent, LeaseGrant, StopReason, Worker};
@@ -74,10 +69,6 @@ struct Args {
     /// The lease duration in seconds, at least 0.1
     #[arg(long, value_name = "S", default_value = "10", value_parser = lease_secs)]
     lease_secs: f64,
-    /// The lease protocol (sessions is the library's default); every process of one table
-    /// must use the same
-    #[arg(long, value_name = "P", value_enum, default_value = "sessions")]
-    protocol: ProtocolArg,
     /// Balance the fleet by lease count or by the load figures the workers report; every
     /// process of one table must use the same
     #[arg(long, value_name = "B", value_enum, default_value = "count")]
@@ -261,7 +252,6 @@ async fn run(args: Args) -> Result<(), Error> {
         .map(|i| LeaseKey::new(format!("shard-{i:04}")))
         .collect::<Result<Vec<_>, _>>()?;
     let config = WorkerConfig::with_lease_duration(Duration::from_secs_f64(args.lease_secs))
-        .protocol(args.protocol.into())
         .balance(args.balance.into())
         .weight(args.weight);
     let mut worker = Worker::builder(store, WorkerId::new(&id)?)

@@ -23,8 +23,6 @@
 //! default `info`); an error that stops the process is printed as one line.
 
 mod common;
-#[path = "common/protocol_arg.rs"]
-mod protocol_arg;
 
 use std::convert::Infallible;
 use std::net::SocketAddr;
@@ -41,7 +39,6 @@ use hyper::service::service_fn;
 use hyper::{Method, Request, Response, StatusCode};
 use hyper_util::rt::TokioIo;
 use metrics_exporter_prometheus::{Matcher, PrometheusBuilder, PrometheusHandle};
-use protocol_arg::ProtocolArg;
 use shardlease::store::dynamodb::{DynamoConfig, DynamoStore};
 use shardlease::worker::{LeaseEvent, LeaseGrant, StopReason, Worker, WorkerMonitor};
 use shardlease::{LeaseKey, WorkerConfig, WorkerId};
@@ -67,9 +64,6 @@ struct Args {
     /// The lease duration in seconds, at least 0.1
     #[arg(long, value_name = "S", default_value = "10", value_parser = seconds(0.1))]
     lease_secs: f64,
-    /// The lease protocol; every process of one table must use the same
-    #[arg(long, value_name = "P", value_enum, default_value = "sessions")]
-    protocol: ProtocolArg,
     /// Where to serve /metrics, /healthz and /readyz (port 0: any free port; the address is
     /// printed as "listening on ADDR")
     #[arg(long, value_name = "ADDR", default_value = "127.0.0.1:9898")]
@@ -149,7 +143,6 @@ async fn run(args: Args) -> Result<(), Error> {
     let window =
         (args.progress_window > 0.0).then(|| Duration::from_secs_f64(args.progress_window));
     let config = WorkerConfig::with_lease_duration(Duration::from_secs_f64(args.lease_secs))
-        .protocol(args.protocol.into())
         .progress_window(window);
     let mut worker = Worker::builder(Arc::new(store), WorkerId::new(&id)?)
         .config(config)

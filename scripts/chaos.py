@@ -79,8 +79,7 @@ class Proc:
         p = subprocess.Popen(
             [self.args.binary, "--id", self.id, "--table", self.args.table,
              *self.store_args(), "--shards", str(self.args.shards),
-             "--lease-secs", str(self.args.lease_secs), "--events-log", log,
-             "--protocol", self.args.protocol],
+             "--lease-secs", str(self.args.lease_secs), "--events-log", log],
             stdout=out, stderr=subprocess.STDOUT, env=env)
         self.runs.append((run, p, log))
 
@@ -373,8 +372,6 @@ def main():
     ap.add_argument("--workers", type=int, default=5)
     ap.add_argument("--shards", type=int, default=32)
     ap.add_argument("--lease-secs", type=float, default=4.0)
-    ap.add_argument("--protocol", choices=["leases", "sessions"], default="sessions",
-                    help="the lease protocol every worker runs")
     ap.add_argument("--warmup", type=float, default=None, help="s before the first fault")
     ap.add_argument("--heal", type=float, default=None, help="quiet s at the end")
     ap.add_argument("--proxy-base", type=int, default=17000)

@@ -10,7 +10,6 @@
 #   scripts/chaos.sh 600 1                         # the 10-minute run of BENCHMARKS.md
 #   scripts/chaos.sh 0 1 --schedule half-open      # one worker's connections hang
 #   scripts/chaos.sh 0 1 --schedule slow           # one worker's requests take 4 to 12 s
-#   scripts/chaos.sh 300 1 --protocol leases       # the same faults on the lease protocol
 #   scripts/chaos.sh 60 7 --store redis            # the lease table on redis-server
 #
 # Exits non-zero on any overlap or an unbalanced fleet at the end.

@@ -1,8 +1,7 @@
 #!/usr/bin/env bash
 # Requests per minute a fleet of real `lease_worker` processes sends to dynalite at rest.
 #
-# usage: scripts/requests_at_rest.sh [PROTOCOL] [PROCS] [SHARDS] [WARMUP_SECS] [MEASURE_SECS]
-#   PROTOCOL: sessions (default, the library's) or leases
+# usage: scripts/requests_at_rest.sh [PROCS] [SHARDS] [WARMUP_SECS] [MEASURE_SECS]
 #
 # Starts dynalite if it is not running (scripts/emulators.sh), puts a counting proxy
 # (scripts/count_requests.py) in front of it, starts PROCS workers (default 2) over SHARDS
@@ -11,7 +10,12 @@
 # operation.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-protocol=${1:-sessions}
+# A first argument naming the protocol (as earlier versions took) is accepted: sessions is
+# the only one.
+case "${1:-}" in
+  sessions) shift ;;
+  leases) echo "the lease protocol was removed: sessions is the only protocol" >&2; exit 2 ;;
+esac
 procs=${2:-2}
 shards=${3:-4}
 warmup=${4:-30}
@@ -39,11 +43,11 @@ for _ in $(seq 50); do
   (exec 3<>"/dev/tcp/127.0.0.1/$proxy_port") 2>/dev/null && break
   sleep 0.1
 done
-table="requests-at-rest-$protocol-$$"
+table="requests-at-rest-$$"
 workers=()
 for i in $(seq "$procs"); do
   RUST_LOG=${RUST_LOG:-warn} ./target/debug/examples/lease_worker --id "w$i" --table "$table" \
-    --endpoint "http://127.0.0.1:$proxy_port" --shards "$shards" --protocol "$protocol" \
+    --endpoint "http://127.0.0.1:$proxy_port" --shards "$shards" \
     2>"$work/w$i.err" &
   workers+=($!)
   pids+=($!)
@@ -54,13 +58,13 @@ sleep "$measure"
 after=$(cat "$work/report.json")
 for pid in "${workers[@]}"; do kill -TERM "$pid" 2>/dev/null || true; done
 for pid in "${workers[@]}"; do wait "$pid" || true; done
-python3 - "$before" "$after" "$measure" "$protocol" "$procs" "$shards" <<'PY'
+python3 - "$before" "$after" "$measure" "$procs" "$shards" <<'PY'
 import json, sys
 before, after = json.loads(sys.argv[1]), json.loads(sys.argv[2])
 minutes = float(sys.argv[3]) / 60
 ops = sorted(set(before["counts"]) | set(after["counts"]))
 total = 0
-print(f"protocol {sys.argv[4]}, {sys.argv[5]} workers x {sys.argv[6]} shards, at rest for {sys.argv[3]} s:")
+print(f"{sys.argv[4]} workers x {sys.argv[5]} shards, at rest for {sys.argv[3]} s:")
 for op in ops:
     n = after["counts"].get(op, 0) - before["counts"].get(op, 0)
     total += n

@@ -6,9 +6,9 @@
 //!
 //! - **Moving a lease off its owner** asks for a handoff to [`OPERATOR`](crate::lease::OPERATOR), and tells the owner's
 //!   session: the owner's application checkpoints and stops, the owner hands the lease over,
-//!   and the operator then gives it back to the fleet (with sessions, to the live worker holding
-//!   the fewest leases, which is told at once; with the lease protocol it is released and the
-//!   takers take it at their next round). Until the owner has let go, the table names it.
+//!   and the operator then gives it back to the fleet: to the live worker holding the fewest
+//!   leases, which is told at once (with no worker running, it is released). Until the owner
+//!   has let go, the table names it.
 //! - **Draining a worker** leaves a notice in its membership record that asks that process to
 //!   leave the fleet gracefully, as its shutdown signal would: it stops taking leases, its
 //!   applications finish and checkpoint, its leases go to the others, and its
@@ -91,10 +91,9 @@ pub enum AdminError {
 #[derive(Debug, Clone, PartialEq, Eq)]
 #[non_exhaustive]
 pub enum GivenBack {
-    /// Given to this worker (sessions), which was told.
+    /// Given to this worker, which was told.
     To(WorkerId),
-    /// Left unowned: the takers take it at their next round (the lease protocol, or no
-    /// worker running).
+    /// Left unowned, no worker running: the first worker to start takes it.
     Unowned,
 }
 
@@ -285,9 +284,9 @@ impl<S: LeaseStore> Admin<S> {
         }
     }
 
-    /// Gives a lease the operator holds (or an unowned one) back to the fleet: with sessions,
-    /// to the live worker holding the fewest leases, told at once; otherwise released (or
-    /// left unowned) for the takers.
+    /// Gives a lease the operator holds (or an unowned one) back to the fleet: to the live
+    /// worker holding the fewest leases, told at once; with no worker running, released (or
+    /// left unowned) for the first one to start.
     pub async fn give_back(&self, lease: &Lease) -> Result<GivenBack, AdminError> {
         let snapshot = self.store.snapshot(self.deadline()).await?;
         let receiver = receiver(&snapshot);

@@ -42,33 +42,6 @@ impl ConfigError {
     }
 }
 
-/// Which lease protocol a worker speaks. Every worker of one table must speak the same one.
-/// In a configuration file: `"sessions"` or `"leases"`.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
-#[cfg_attr(
-    feature = "serde",
-    derive(serde::Deserialize),
-    serde(rename_all = "snake_case")
-)]
-#[non_exhaustive]
-pub enum Protocol {
-    /// Every held lease is renewed each `renew_interval`, and every worker scans the table
-    /// each `taker_interval`: cost grows with workers x leases. The protocol of versions
-    /// before sessions became the default; a fleet still on it keeps it with
-    /// `.protocol(Protocol::Leases)` until all its workers can be stopped together: the two
-    /// do not share a table (see
-    /// [`WorkerError::MixedProtocols`](crate::worker::WorkerError::MixedProtocols)).
-    Leases,
-    /// The default. A lease's validity follows its owner's session (its membership record,
-    /// beaten each `renew_interval`); takeovers and handoff requests reach an owner as notices
-    /// in its session record; each worker watches one neighbour's session, and the table is
-    /// scanned only when something changed, plus one slow scan (`slow_scan_interval`) by one
-    /// worker. At rest a worker costs one write and one read per beat, whatever it holds (see
-    /// `docs/ARCHITECTURE.md`, "Sessions").
-    #[default]
-    Sessions,
-}
-
 /// How the fleet is balanced, when the worker is not given a policy of its own
 /// ([`WorkerBuilder::policy`](crate::worker::WorkerBuilder::policy)). In a configuration file:
 /// `"count"` or `"load"`.
@@ -106,21 +79,21 @@ pub struct WorkerConfig {
     /// How long a lease stays valid without a renewal: the failover time after a crash.
     /// Default: 10 s (KCL's `failoverTimeMillis`).
     pub lease_duration: Duration,
-    /// How often the worker's session is beaten ([`Protocol::Sessions`]) or its held leases
-    /// renewed and its membership record refreshed ([`Protocol::Leases`]). Default: 45 % of
-    /// `lease_duration` with sessions (4.5 s of 10 s; see [`protocol`](Self::protocol)),
-    /// `lease_duration / 3` with leases (KCL renews every 10/3 s), so two renewals can fail
-    /// before a lease is lost.
+    /// How often the worker's session (its membership record) is beaten: every lease it holds
+    /// is valid as long as the session. Default: 45 % of `lease_duration` (4.5 s of 10 s). At
+    /// rest a worker then sends two requests per beat (its beat and one read of its
+    /// neighbour's record): two workers send 55 a minute. A failed beat is retried every
+    /// quarter of an interval, so a session survives four failed attempts in a row. A crashed
+    /// worker's leases are started elsewhere a lease duration after its last beat whatever
+    /// the interval, but notices wait for their receiver's next beat: a shorter beat (at most
+    /// half the lease duration) makes joins and handoffs faster (a join at lease / 4: 2.6 s
+    /// instead of 4.7 s in the simulator) and costs more requests at rest.
     pub renew_interval: Duration,
-    /// How often the taker scans the table when nothing is about to expire. The taker also
-    /// runs at the moment an observed lease would expire, so a crash is noticed one lease
-    /// duration after its last renewal was first seen. Default: `lease_duration / 2` (KCL:
-    /// 2 x lease duration; ours is 4 x faster, and costs one table scan per 5 s per worker).
+    /// How soon the taker scans the table again after a round that failed (a scan the store
+    /// refused or did not answer), counted from that round's start. Rounds otherwise run when
+    /// something changed, plus the slow scan (`slow_scan_interval`). Default:
+    /// `lease_duration / 2`.
     pub taker_interval: Duration,
-    /// Whether the taker also runs at the moment an observed lease or membership record would
-    /// expire (see `taker_interval`). Off, it scans on `taker_interval` only, as KCL's taker
-    /// does: crash failover then takes up to one more interval. Default: `true`.
-    pub scan_at_expiry: bool,
     /// Safety margin taken off the local validity of a lease: a lease is valid locally until
     /// (start of the last successful renewal request) + `lease_duration` - this. It covers
     /// clock-rate drift between hosts and the time the application needs to notice its stop
@@ -158,9 +131,7 @@ pub struct WorkerConfig {
     /// and deletes the lease once its application finished. It keeps a shard that drops out
     /// of one listing from being retired. Default: 60 s.
     pub retire_after: Duration,
-    /// The lease protocol. Default: [`Protocol::Sessions`].
-    pub protocol: Protocol,
-    /// With [`Protocol::Sessions`]: how often one worker of the fleet (the smallest live id)
+    /// How often one worker of the fleet (the smallest live id)
     /// scans the whole table for what nobody announced (a lease edited or deleted by hand, a
     /// session that stopped beating unnoticed, a lease nobody holds). Default: 50 s, so that a
     /// hand edit is noticed within a minute.
@@ -212,7 +183,6 @@ impl WorkerConfig {
             lease_duration,
             renew_interval: lease_duration * 9 / 20,
             taker_interval: lease_duration / 2,
-            scan_at_expiry: true,
             drift_allowance: lease_duration / 20,
             handoff_timeout: Duration::from_secs(30),
             handoff_poll_interval: Duration::from_millis(250),
@@ -223,7 +193,6 @@ impl WorkerConfig {
             store_timeout: Duration::from_secs(5),
             discovery_interval: Duration::from_secs(10),
             retire_after: Duration::from_secs(60),
-            protocol: Protocol::Sessions,
             slow_scan_interval: Duration::from_secs(50),
             progress_window: None,
             balance: Balance::Count,
@@ -269,27 +238,6 @@ impl WorkerConfig {
         self
     }
 
-    /// Sets [`protocol`](Self::protocol) and `renew_interval` to that protocol's default, so
-    /// set a `renew_interval` of your own after this. [`Protocol::Leases`] renews every third
-    /// of the lease duration. [`Protocol::Sessions`] (the default) beats the session at 45 % of
-    /// the lease duration (4.5 s of 10 s). At rest a worker
-    /// then sends two requests per beat (its beat and one read of its neighbour's record): two
-    /// workers send 55 a minute. A failed beat is retried every quarter of an interval, so a
-    /// session survives four failed attempts in a row. A crashed worker's leases are started
-    /// elsewhere a lease duration after its last beat whatever the interval, but notices wait
-    /// for their receiver's next beat: a shorter beat (`renew_interval`, at most half the lease
-    /// duration) makes joins and handoffs faster (a join at lease / 4: 2.6 s instead of 4.7 s
-    /// in the simulator) and costs more requests at rest.
-    #[must_use]
-    pub fn protocol(mut self, protocol: Protocol) -> Self {
-        self.protocol = protocol;
-        self.renew_interval = match protocol {
-            Protocol::Leases => self.lease_duration / 3,
-            Protocol::Sessions => self.lease_duration * 9 / 20,
-        };
-        self
-    }
-
     /// Sets [`lease_duration`](Self::lease_duration) alone. To have the intervals follow it
     /// as the defaults do, start from [`with_lease_duration`](Self::with_lease_duration).
     #[must_use]
@@ -298,8 +246,7 @@ impl WorkerConfig {
         self
     }
 
-    /// Sets [`renew_interval`](Self::renew_interval) (after [`protocol`](Self::protocol),
-    /// which sets it to that protocol's default).
+    /// Sets [`renew_interval`](Self::renew_interval).
     #[must_use]
     pub fn renew_interval(mut self, value: Duration) -> Self {
         self.renew_interval = value;
@@ -348,22 +295,10 @@ impl WorkerConfig {
         self
     }
 
-    /// True with [`Protocol::Sessions`].
-    pub(crate) fn sessions(&self) -> bool {
-        self.protocol == Protocol::Sessions
-    }
-
     /// Sets [`taker_interval`](Self::taker_interval).
     #[must_use]
     pub fn taker_interval(mut self, value: Duration) -> Self {
         self.taker_interval = value;
-        self
-    }
-
-    /// Sets [`scan_at_expiry`](Self::scan_at_expiry).
-    #[must_use]
-    pub fn scan_at_expiry(mut self, value: bool) -> Self {
-        self.scan_at_expiry = value;
         self
     }
 
@@ -436,8 +371,8 @@ impl WorkerConfig {
                 "renew_interval",
                 format!(
                     "renew_interval {:?} must be non-zero and at most half of lease_duration {:?} \
-                     (the default: 45 % with sessions, a third with leases), so that one failed \
-                     renewal does not lose the lease",
+                     (the default: 45 %), so that one failed beat does not lose the \
+                     session",
                     self.renew_interval, self.lease_duration
                 ),
             );
@@ -522,7 +457,7 @@ pub(crate) use set_given;
 mod file {
     use std::time::Duration;
 
-    use super::{Balance, ConfigError, Protocol, WorkerConfig};
+    use super::{Balance, ConfigError, WorkerConfig};
 
     #[derive(serde::Deserialize)]
     #[serde(
@@ -533,12 +468,10 @@ mod file {
     pub(super) struct WorkerConfigFile {
         #[serde(default, with = "humantime_serde")]
         lease_duration: Option<Duration>,
-        protocol: Option<Protocol>,
         #[serde(default, with = "humantime_serde")]
         renew_interval: Option<Duration>,
         #[serde(default, with = "humantime_serde")]
         taker_interval: Option<Duration>,
-        scan_at_expiry: Option<bool>,
         #[serde(default, with = "humantime_serde")]
         drift_allowance: Option<Duration>,
         #[serde(default, with = "humantime_serde")]
@@ -574,21 +507,17 @@ mod file {
     impl TryFrom<WorkerConfigFile> for WorkerConfig {
         type Error = ConfigError;
 
-        /// The defaults follow the file's `lease_duration` and `protocol`, as
-        /// [`WorkerConfig::with_lease_duration`] and [`WorkerConfig::protocol`] make them; the
-        /// other fields given override them; the result is validated.
+        /// The defaults follow the file's `lease_duration`, as
+        /// [`WorkerConfig::with_lease_duration`] makes them; the other fields given override
+        /// them; the result is validated.
         fn try_from(file: WorkerConfigFile) -> Result<Self, ConfigError> {
             let mut config = WorkerConfig::with_lease_duration(
                 file.lease_duration.unwrap_or(Duration::from_secs(10)),
             );
-            if let Some(protocol) = file.protocol {
-                config = config.protocol(protocol);
-            }
             crate::config::set_given!(
                 config, file:
                 renew_interval,
                 taker_interval,
-                scan_at_expiry,
                 drift_allowance,
                 handoff_timeout,
                 handoff_poll_interval,
@@ -621,14 +550,8 @@ mod tests {
     fn defaults_follow_the_lease_duration_and_are_valid() {
         let config = WorkerConfig::default();
         assert_eq!(config.lease_duration, Duration::from_secs(10));
-        assert_eq!(config.protocol, Protocol::Sessions);
         assert_eq!(config.renew_interval, Duration::from_millis(4500));
         assert_eq!(config.validity(), Duration::from_millis(9500));
-        let leases = WorkerConfig::default().protocol(Protocol::Leases);
-        assert_eq!(leases.renew_interval, Duration::from_secs(10) / 3);
-        leases.validate().unwrap();
-        let back = leases.protocol(Protocol::Sessions);
-        assert_eq!(back.renew_interval, Duration::from_millis(4500));
         config.validate().unwrap();
         WorkerConfig::with_lease_duration(Duration::from_millis(300))
             .validate()
@@ -693,21 +616,21 @@ mod file_tests {
     }
 
     #[test]
-    fn the_intervals_follow_the_lease_duration_and_protocol_the_file_gives() {
-        let config = parse(r#"{"lease_duration": "20s", "protocol": "leases"}"#).unwrap();
-        let expected =
-            WorkerConfig::with_lease_duration(Duration::from_secs(20)).protocol(Protocol::Leases);
-        assert_eq!(config, expected);
+    fn the_intervals_follow_the_lease_duration_the_file_gives() {
+        let config = parse(r#"{"lease_duration": "20s"}"#).unwrap();
+        assert_eq!(
+            config,
+            WorkerConfig::with_lease_duration(Duration::from_secs(20))
+        );
         let config = parse(
             r#"{"lease_duration": "20s", "renew_interval": "5s", "handoff_timeout": "1m 30s",
-                "max_leases_per_worker": 12, "scan_at_expiry": false}"#,
+                "max_leases_per_worker": 12}"#,
         )
         .unwrap();
         assert_eq!(config.renew_interval, Duration::from_secs(5));
         assert_eq!(config.taker_interval, Duration::from_secs(10));
         assert_eq!(config.handoff_timeout, Duration::from_secs(90));
         assert_eq!(config.max_leases_per_worker, 12);
-        assert!(!config.scan_at_expiry);
         assert_eq!(config.progress_window, None);
         let config = parse(r#"{"progress_window": "2m"}"#).unwrap();
         assert_eq!(config.progress_window, Some(Duration::from_secs(120)));
@@ -724,8 +647,11 @@ mod file_tests {
         );
         let err = parse(r#"{"renew_interval": "9s"}"#).unwrap_err();
         assert!(err.contains("renew_interval"), "{err}");
-        let err = parse(r#"{"protocol": "paxos"}"#).unwrap_err();
+        let err = parse(r#"{"balance": "paxos"}"#).unwrap_err();
         assert!(err.contains("paxos"), "{err}");
+        // The lease protocol is gone: a file that still names it is refused by name.
+        let err = parse(r#"{"protocol": "leases"}"#).unwrap_err();
+        assert!(err.contains("protocol"), "{err}");
         let err = parse(r#"{"progress_window": "0s"}"#).unwrap_err();
         assert!(err.contains("progress_window"), "{err}");
     }

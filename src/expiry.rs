@@ -1,14 +1,13 @@
 //! Expiry judged on the observer's own monotonic clock.
 //!
-//! A lease (or a membership record) is expired when its value has not changed for a lease
+//! A session (a membership record) is expired when its value has not changed for a lease
 //! duration since *this observer* first saw that value. No wall clock is ever compared between
 //! hosts: the only time used is the observer's `Instant`.
 //!
-//! What counts as "the same value" must identify one state of one item: a lease's counter
-//! alone does not, because a lease deleted and re-created starts its counter again at 0 and
-//! can climb back to a value the observer saw before (with an old first-seen time, so it
-//! would look expired at once). Leases are therefore tracked by [`LeaseVersion`]: the counter,
-//! the tenure and the nonce the store drew when it created the item.
+//! What counts as "the same value" must identify one state of one record: a heartbeat alone
+//! does not, because a record ended and opened again starts its heartbeat again at 1 and can
+//! climb back to a value the observer saw before (with an old first-seen time, so it would
+//! look expired at once). Sessions are therefore tracked by (incarnation, heartbeat).
 
 use std::collections::HashMap;
 use std::hash::Hash;
@@ -16,33 +15,8 @@ use std::time::Duration;
 
 use tokio::time::Instant;
 
-use crate::lease::Lease;
-
-/// One state of one lease item, as far as expiry is concerned: it changes with every write
-/// that moves the counter, and differs between two items created under the same key.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-pub struct LeaseVersion {
-    /// The liveness counter.
-    pub counter: u64,
-    /// The fencing token.
-    pub tenure: u64,
-    /// The item's creation nonce ([`Lease::nonce`]).
-    pub nonce: u64,
-}
-
-impl LeaseVersion {
-    /// The version of `lease` as read.
-    pub fn of(lease: &Lease) -> Self {
-        Self {
-            counter: lease.counter,
-            tenure: lease.tenure,
-            nonce: lease.nonce,
-        }
-    }
-}
-
-/// Remembers, per item, the last value seen (a counter, a [`LeaseVersion`]) and when it was
-/// first seen.
+/// Remembers, per item, the last value seen (a heartbeat, an (incarnation, heartbeat)) and
+/// when it was first seen.
 #[derive(Debug, Clone)]
 pub struct ExpiryTracker<K, V = u64> {
     seen: HashMap<K, (V, Instant)>,
@@ -75,11 +49,6 @@ impl<K: Eq + Hash + Clone, V: PartialEq> ExpiryTracker<K, V> {
         first + self.duration
     }
 
-    /// How many keys it remembers.
-    pub fn len(&self) -> usize {
-        self.seen.len()
-    }
-
     /// Forgets every key for which `keep` is false (items that disappeared).
     pub fn retain(&mut self, mut keep: impl FnMut(&K) -> bool) {
         self.seen.retain(|key, _| keep(key));
@@ -99,7 +68,6 @@ impl<K: Eq + Hash + Clone, V: PartialEq> ExpiryTracker<K, V> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::lease::{LeaseKey, NewLease};
 
     #[test]
     fn an_item_expires_only_after_a_full_duration_without_change() {
@@ -122,24 +90,5 @@ mod tests {
         assert!(!tracker.is_expired(&"never-seen", t0 + 100 * second));
         tracker.retain(|k| *k != "a");
         assert_eq!(tracker.expires_at(&"a"), None);
-    }
-
-    #[test]
-    fn a_recreated_lease_back_at_an_old_counter_is_a_new_value() {
-        let t0 = Instant::now();
-        let second = Duration::from_secs(1);
-        let mut tracker = ExpiryTracker::new(10 * second);
-        let key = LeaseKey::new("s").unwrap();
-        let mut first = NewLease::new(key.clone()).into_lease();
-        first.nonce = 1;
-        (first.counter, first.tenure) = (5, 1);
-        tracker.observe(&key, LeaseVersion::of(&first), t0);
-        // Deleted and re-created between two scans, taken and renewed back to counter 5 in
-        // tenure 1.
-        let mut again = first.clone();
-        again.nonce = 2;
-        let seen = tracker.observe(&key, LeaseVersion::of(&again), t0 + 10 * second);
-        assert_eq!(seen, t0 + 20 * second);
-        assert!(!tracker.is_expired(&key, t0 + 19 * second));
     }
 }

@@ -376,10 +376,10 @@ pub struct Member {
     /// What other workers asked this session to look at (lease keys, or markers), until its
     /// owner names them as seen in a [`beat`](crate::store::LeaseStore::beat).
     pub notices: BTreeSet<String>,
-    /// True for a session's record ([`Protocol::Sessions`](crate::Protocol::Sessions), written
-    /// by `open_session`); false for a record of the lease protocol's heartbeat, or one written
-    /// before records said which protocol wrote them. One table serves one protocol: a worker
-    /// refuses to start while live workers of the other one use the table.
+    /// True for a session's record (written by `open_session`); false for a record written by
+    /// [`heartbeat`](crate::store::LeaseStore::heartbeat), as an earlier build's lease
+    /// protocol kept them. A worker refuses to start while live workers of an earlier build
+    /// use the table.
     pub session: bool,
 }
 

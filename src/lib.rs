@@ -58,7 +58,7 @@
 //! | you need | use |
 //! |---|---|
 //! | a lease table | [`store::memory::InMemoryStore`] (demos, tests, simulation), [`DynamoStore`](store::dynamodb::DynamoStore) (feature `dynamodb`, on by default), or your own [`LeaseStore`] (check it with the conformance suite in `tests/conformance/`) |
-//! | configuration | [`WorkerConfig`] (every duration and limit, each with a setter; [`ConfigError`] names the field at fault) and [`Protocol`] |
+//! | configuration | [`WorkerConfig`] (every duration and limit, each with a setter; [`ConfigError`] names the field at fault) |
 //! | the leases to hold | [`WorkerBuilder::shards`](worker::WorkerBuilder::shards) for a fixed set, or a [`ShardSource`] the discoverer follows (new, split, merged and vanished shards, children after their parents) |
 //! | to leave | [`Worker::shutdown`], or [`graceful_shutdown_on`](worker::WorkerBuilder::graceful_shutdown_on) a signal, then [`Worker::stopped`] |
 //! | events as callbacks | [`worker::LeaseListener`] |
@@ -80,7 +80,8 @@
 //! Every write is conditional on what the writer last saw, and each worker judges expiry on
 //! its own monotonic clock, so no two workers are ever told they hold one lease at once as
 //! long as clocks run at nearly the same rate (within `drift_allowance` over a lease
-//! duration): a worker that cannot renew in time stops work before its lease can be taken.
+//! duration): a worker that cannot beat its session in time stops work before its leases can be
+//! taken.
 //! The fault model, every condition expression and why is in `docs/ARCHITECTURE.md`.
 // Without the `dynamodb` feature the crate doc's links to the DynamoDB store have no target.
 #![cfg_attr(not(feature = "dynamodb"), allow(rustdoc::broken_intra_doc_links))]
@@ -105,7 +106,7 @@ pub mod source;
 pub mod store;
 pub mod worker;
 
-pub use config::{Balance, ConfigError, Protocol, WorkerConfig};
+pub use config::{Balance, ConfigError, WorkerConfig};
 pub use lease::{
     Incarnation, InvalidId, InvalidLoadReport, Lease, LeaseKey, LoadReport, Member, NewLease,
     Snapshot, WorkerId, SHARD_END,

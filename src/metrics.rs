@@ -34,7 +34,7 @@ pub const LEASES_STOLEN: &str = "shardlease_leases_stolen_total";
 pub const LEASES_ABANDONED: &str = "shardlease_leases_abandoned_total";
 /// Counter: leases lost (taken over, deleted, or expired locally).
 pub const LEASES_LOST: &str = "shardlease_leases_lost_total";
-/// Histogram: seconds one successful renewal took.
+/// Histogram: seconds one successful session beat took.
 pub const RENEWAL_SECONDS: &str = "shardlease_renewal_seconds";
 /// Counter: leases the discoverer created for new (or re-listed) shards.
 pub const LEASES_CREATED: &str = "shardlease_leases_created_total";
@@ -52,7 +52,7 @@ pub const DUPLICATE_WORKER_ID: &str = "shardlease_duplicate_worker_id_total";
 /// none and publishes capacity 0), else 0.
 pub const SLOW_STORE: &str = "shardlease_slow_store";
 
-/// Counter: sessions this worker ended after seeing them expire (with sessions).
+/// Counter: sessions this worker ended after seeing them expire.
 pub const SESSIONS_FENCED: &str = "shardlease_sessions_fenced_total";
 
 /// Counter: requests the DynamoDB store sent (labels `table`, `operation`, `request`,

@@ -13,8 +13,8 @@ pub(crate) fn member_notice(worker: &WorkerId) -> String {
 
 /// A revocation: `shardlease#revoke#<lease key>` tells the owner of a lease asked for in a
 /// handoff that the requester waited long enough: the owner tells its application that the
-/// lease is lost and hands it over at once. With sessions the requester never takes a lease
-/// from a live owner: until the owner lets go (or its session is over), the table names the
+/// lease is lost and hands it over at once. The requester never takes a lease from a live
+/// owner: until the owner lets go (or its session is over), the table names the
 /// owner, and whoever looks at the lease waits for it.
 pub(crate) fn revoke_notice(key: &LeaseKey) -> String {
     format!("{REVOKE_PREFIX}{key}")
@@ -39,8 +39,7 @@ pub(crate) const EXPECT_NOTICE: &str = "shardlease#expect";
 
 /// A drain: `shardlease#drain#<incarnation>` asks that process of the worker to leave the
 /// fleet gracefully, as its shutdown signal would (an operator's `shardlease drain`). It names
-/// the incarnation so that a later process of the id, which finds the notice in a record the
-/// lease protocol's heartbeat keeps, does not leave too.
+/// the incarnation so that another process of the id does not leave too.
 pub(crate) fn drain_notice(incarnation: Incarnation) -> String {
     format!("{DRAIN_PREFIX}{incarnation}")
 }

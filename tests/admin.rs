@@ -1,17 +1,15 @@
 //! What an operator does to a running fleet (`shardlease::admin`, under the `shardlease`
 //! command line): release a lease, drain a worker, force a checkpoint or a reset, delete a
 //! lease; every move graceful, checked by the fleet's ledger (paused time, in-memory store).
-//!
-//! Every case runs on both protocols: `sessions::` (the default) and `leases::`.
 
 #[path = "common/fleet.rs"]
 mod fleet;
 
 #[macro_use]
-#[path = "common/protocols.rs"]
-mod protocols;
+#[path = "common/cases.rs"]
+mod cases;
 
-on_both_protocols!("cases/admin.rs");
+fleet_cases!("cases/admin.rs");
 
 #[tokio::test]
 async fn no_worker_may_use_the_operators_id() {

@@ -6,7 +6,7 @@ use std::time::Duration;
 use serde::Deserialize;
 use shardlease::kinesis::{ConsumerConfig, InitialPosition, LoadFigure};
 use shardlease::store::dynamodb::{Billing, DynamoConfig};
-use shardlease::{Balance, Protocol, WorkerConfig};
+use shardlease::{Balance, WorkerConfig};
 
 #[derive(Deserialize)]
 struct File {
@@ -19,7 +19,6 @@ struct File {
 fn the_sample_file_configures_what_it_says() {
     let file: File = toml::from_str(include_str!("../examples/shardlease.toml")).unwrap();
     let worker = WorkerConfig::with_lease_duration(Duration::from_secs(20))
-        .protocol(Protocol::Sessions)
         .handoff_timeout(Duration::from_secs(60))
         .max_leases_per_worker(64)
         .shutdown_timeout(Duration::from_secs(45))
@@ -90,7 +89,6 @@ fn the_environment_configures_a_worker() {
             "SHARDLEASE_WORKER_LEASE_DURATION".to_owned(),
             "30s".to_owned(),
         ),
-        ("SHARDLEASE_WORKER_PROTOCOL".to_owned(), "leases".to_owned()),
         (
             "SHARDLEASE_WORKER_MAX_LEASES_PER_WORKER".to_owned(),
             "7".to_owned(),
@@ -104,7 +102,6 @@ fn the_environment_configures_a_worker() {
         .from_iter(vars)
         .unwrap();
     let expected = WorkerConfig::with_lease_duration(Duration::from_secs(30))
-        .protocol(Protocol::Leases)
         .max_leases_per_worker(7)
         .progress_window(Some(Duration::from_secs(90)));
     assert_eq!(config, expected);

@@ -4,14 +4,12 @@
 //! lease duration owned by nobody alive; with sessions it hands the lease over, finds that the
 //! receiver has no session and places it again at once); and a lease whose owner dies mid-handoff is taken by
 //! the requester when it expires, not a lease duration after the handoff timeout.
-//!
-//! Every case runs on both protocols: `sessions::` (the default) and `leases::`.
 
 #[path = "common/fleet.rs"]
 mod fleet;
 
 #[macro_use]
-#[path = "common/protocols.rs"]
-mod protocols;
+#[path = "common/cases.rs"]
+mod cases;
 
-on_both_protocols!("cases/handoff_requester_left.rs");
+fleet_cases!("cases/handoff_requester_left.rs");

@@ -6,14 +6,12 @@
 //! peer waited on handoffs from it was still counted at its membership record, so the balance
 //! gave the leases it had just released back to it, and they went unprocessed until its
 //! shutdown ended 30 s later.
-//!
-//! Every case runs on both protocols: `sessions::` (the default) and `leases::`.
 
 #[path = "common/fleet.rs"]
 mod fleet;
 
 #[macro_use]
-#[path = "common/protocols.rs"]
-mod protocols;
+#[path = "common/cases.rs"]
+mod cases;
 
-on_both_protocols!("cases/leaving_worker.rs");
+fleet_cases!("cases/leaving_worker.rs");

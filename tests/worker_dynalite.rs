@@ -13,13 +13,12 @@ use std::time::Duration;
 use fleet::{App, Fleet, Processing, Record};
 use shardlease::source::StaticShardSource;
 use shardlease::store::dynamodb::DynamoConfig;
-use shardlease::{LeaseKey, Protocol, WorkerConfig};
+use shardlease::{LeaseKey, WorkerConfig};
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn workers_on_dynalite_join_crash_and_leave_without_overlap() {
     let config = WorkerConfig::with_lease_duration(Duration::from_secs(2));
-    fleet_joins_crashes_and_leaves(config.clone()).await;
-    fleet_joins_crashes_and_leaves(config.protocol(Protocol::Leases)).await;
+    fleet_joins_crashes_and_leaves(config).await;
 }
 
 async fn fleet_joins_crashes_and_leaves(config: WorkerConfig) {

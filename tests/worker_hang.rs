@@ -10,9 +10,9 @@ mod fleet;
 use std::sync::Arc;
 use std::time::Duration;
 
-use fleet::{App, Fleet, Record};
+use fleet::{App, Fleet};
 use shardlease::store::memory::InMemoryStore;
-use shardlease::{LeaseKey, Protocol, WorkerConfig};
+use shardlease::WorkerConfig;
 use tokio::time::Instant;
 
 const QUICK: App = App::FinishAfter(Duration::from_millis(100));
@@ -21,60 +21,14 @@ fn secs(s: u64) -> Duration {
     Duration::from_secs(s)
 }
 
-/// The lease protocol: its renewals and heartbeats are what the first two tests hang. The
-/// session protocol's beats are hung by the fault campaign (`never`, `cutoff`); the tests of
-/// whole-store hangs run on both.
-fn config() -> WorkerConfig {
-    WorkerConfig::default().protocol(Protocol::Leases)
-}
-
-fn fleet(shards: usize) -> Fleet {
-    fleet_with(shards, config())
-}
-
 fn fleet_with(shards: usize, config: WorkerConfig) -> Fleet {
     Fleet::new(Arc::new(InMemoryStore::new()), config, shards)
 }
 
-/// The default (sessions) and the lease protocol.
-fn both_protocols() -> [WorkerConfig; 2] {
-    [WorkerConfig::default(), config()]
-}
-
-#[tokio::test(start_paused = true)]
-async fn a_heartbeat_that_never_returns_does_not_stop_renewals() {
-    let mut fleet = fleet(4);
-    fleet.start("a", QUICK).await;
-    fleet.start("b", QUICK).await;
-    fleet.until(secs(60), |f| f.counts() == [2, 2]).await;
-    let held = fleet.worker("b").held_leases();
-    let faults = fleet.faults("b");
-    faults.set_hang_on("heartbeat", true);
-
-    let span = secs(60);
-    fleet.idle(span).await;
-    assert_eq!(fleet.worker("b").held_leases(), held, "b kept its leases");
-    let lost = fleet.count(|r| matches!(r, Record::Lost { .. }));
-    assert_eq!(lost, 0, "no lease was lost: {:#?}", fleet.records());
-    // Each heartbeat was abandoned at its deadline and the next one sent on time: one per
-    // renew interval, but for the one the span's end may cut off.
-    let expected = (span.as_secs_f64() / config().renew_interval.as_secs_f64()) as u64 - 1;
-    assert!(
-        faults.hung() >= expected,
-        "{} heartbeats sent in {span:?}, expected {expected}",
-        faults.hung()
-    );
-    fleet.assert_safe();
-    faults.set_hang_on("heartbeat", false);
-    fleet.shutdown_all().await;
-}
-
 #[tokio::test(start_paused = true)]
 async fn shutdown_returns_within_its_timeout_and_one_store_timeout_while_every_request_hangs() {
-    for (config, app) in both_protocols()
-        .into_iter()
-        .flat_map(|c| [QUICK, App::FinishAfter(secs(20)), App::NeverFinish].map(|a| (c.clone(), a)))
-    {
+    for app in [QUICK, App::FinishAfter(secs(20)), App::NeverFinish] {
+        let config = WorkerConfig::default();
         let limit = config.shutdown_timeout + config.store_timeout;
         let mut fleet = fleet_with(4, config.clone());
         fleet.start("a", app).await;
@@ -94,11 +48,9 @@ async fn shutdown_returns_within_its_timeout_and_one_store_timeout_while_every_r
 
 #[tokio::test(start_paused = true)]
 async fn after_thirty_seconds_unanswered_a_worker_gets_its_share_back_within_two_taker_intervals() {
-    // Heal at several phases of the loops (taker, heartbeat, renewals) of the held worker.
-    for (config, extra_ms) in both_protocols()
-        .into_iter()
-        .flat_map(|c| [0, 1_250, 2_500, 3_750].map(|ms| (c.clone(), ms)))
-    {
+    // Heal at several phases of the loops (taker, beats) of the held worker.
+    for extra_ms in [0, 1_250, 2_500, 3_750] {
+        let config = WorkerConfig::default();
         let hold = secs(30) + Duration::from_millis(extra_ms);
         let mut fleet = fleet_with(4, config.clone());
         fleet.start("a", QUICK).await;
@@ -124,41 +76,4 @@ async fn after_thirty_seconds_unanswered_a_worker_gets_its_share_back_within_two
         fleet.assert_safe();
         fleet.shutdown_all().await;
     }
-}
-
-#[tokio::test(start_paused = true)]
-async fn a_renewal_that_never_returns_does_not_delay_the_other_leases() {
-    let mut fleet = fleet(4);
-    fleet.start("a", QUICK).await;
-    fleet.until(secs(30), |f| f.counts() == [4]).await;
-    let counter = |key: &'static str| {
-        let store = Arc::clone(&fleet.store);
-        async move {
-            let deadline = Instant::now() + secs(1);
-            let key = LeaseKey::new(key).unwrap();
-            store.get(&key, deadline).await.unwrap().unwrap().counter
-        }
-    };
-    let before = counter("shard-0001").await;
-    fleet
-        .faults("a")
-        .set_hang_on_key("renew", "shard-0000", true);
-    let span = secs(60);
-    fleet.idle(span).await;
-    // shard-0000 is lost at the end of each validity and taken back at once (only its
-    // renewals hang); the other leases were renewed every renew interval all along (but for
-    // the round the span's end may cut off), and never lost.
-    let renewals = counter("shard-0001").await - before;
-    let expected = (span.as_secs_f64() / config().renew_interval.as_secs_f64()) as u64 - 1;
-    assert!(
-        renewals >= expected,
-        "shard-0001 renewed {renewals} times in {span:?}, expected {expected}"
-    );
-    let lost_others = fleet.count(|r| matches!(r, Record::Lost { key, .. } if key != "shard-0000"));
-    assert_eq!(lost_others, 0, "{:#?}", fleet.records());
-    fleet.assert_safe();
-    fleet
-        .faults("a")
-        .set_hang_on_key("renew", "shard-0000", false);
-    fleet.shutdown_all().await;
 }

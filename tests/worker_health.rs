@@ -9,7 +9,7 @@ use shardlease::store::fault::FaultyStore;
 use shardlease::store::memory::InMemoryStore;
 use shardlease::store::LeaseStore;
 use shardlease::worker::{LeaseEvent, LeaseGrant, Stall, Worker};
-use shardlease::{LeaseKey, Protocol, WorkerConfig, WorkerId};
+use shardlease::{LeaseKey, WorkerConfig, WorkerId};
 use tokio::sync::mpsc::UnboundedReceiver;
 
 fn secs(s: u64) -> Duration {
@@ -122,11 +122,11 @@ async fn a_lease_asked_to_stop_is_judged_by_its_stop_deadline_not_by_progress() 
 /// A worker cut off from its store stops being ready, and is ready again once the store
 /// answers; it stays alive throughout (a restart would not help).
 async fn ready_follows_the_store(
-    protocol: Protocol,
+    fault: &str,
     cut: impl Fn(&shardlease::store::fault::Faults, bool),
 ) {
     let (faulty, faults) = FaultyStore::new(InMemoryStore::new());
-    let config = WorkerConfig::default().protocol(protocol);
+    let config = WorkerConfig::default();
     let mut worker = start(Arc::new(faulty), config.clone(), &["s"]).await;
     let monitor = worker.monitor();
     let mut events = worker.take_events().unwrap();
@@ -134,14 +134,14 @@ async fn ready_follows_the_store(
     assert!(monitor.ready());
     cut(&faults, true);
     tokio::time::sleep(config.lease_duration * 2).await;
-    assert!(!monitor.ready(), "{protocol:?}: ready while cut off");
+    assert!(!monitor.ready(), "{fault}: ready while cut off");
     assert!(monitor.healthy(), "{:?}", monitor.stalled_leases());
     cut(&faults, false);
     let mut waited = Duration::ZERO;
     while !monitor.ready() {
         assert!(
             waited < config.lease_duration * 3,
-            "{protocol:?}: never ready again"
+            "{fault}: never ready again"
         );
         tokio::time::sleep(Duration::from_millis(100)).await;
         waited += Duration::from_millis(100);
@@ -152,11 +152,11 @@ async fn ready_follows_the_store(
 }
 
 #[tokio::test(start_paused = true)]
-async fn with_sessions_a_worker_whose_session_lapsed_is_not_ready_until_a_beat_lands() {
-    ready_follows_the_store(Protocol::Sessions, |faults, on| faults.set_cut_off(on)).await;
+async fn a_worker_whose_session_lapsed_is_not_ready_until_a_beat_lands() {
+    ready_follows_the_store("cut off", |faults, on| faults.set_cut_off(on)).await;
 }
 
 #[tokio::test(start_paused = true)]
-async fn with_leases_a_worker_whose_store_does_not_answer_is_not_ready_until_it_does() {
-    ready_follows_the_store(Protocol::Leases, |faults, on| faults.set_hang(on)).await;
+async fn a_worker_whose_store_does_not_answer_is_not_ready_until_it_does() {
+    ready_follows_the_store("hung", |faults, on| faults.set_hang(on)).await;
 }

@@ -1,6 +1,5 @@
 //! Workers as separate tasks over the Redis store on a real redis-server
-//! (`SHARDLEASE_REDIS_URL`; `scripts/test.sh` starts one), in real time with a 2 s lease, on
-//! both protocols: join (the new workers get their share by graceful handoff: the old owner
+//! (`SHARDLEASE_REDIS_URL`; `scripts/test.sh` starts one), in real time with a 2 s lease: join (the new workers get their share by graceful handoff: the old owner
 //! checkpoints, then the new one starts from that checkpoint), crash, leave; and discovery
 //! (a split, children after their parent, a vanished shard retired). The ledger checks that
 //! no lease is processed by two workers at once. Limits are generous (a shared machine is
@@ -16,7 +15,7 @@ use std::time::Duration;
 use fleet::{App, Fleet, Processing, Record};
 use shardlease::source::StaticShardSource;
 use shardlease::store::redis::{RedisConfig, RedisStore};
-use shardlease::{LeaseKey, Protocol, WorkerConfig};
+use shardlease::{LeaseKey, WorkerConfig};
 
 /// A table of its own on the test server.
 async fn store(test: &str) -> RedisStore {
@@ -31,8 +30,7 @@ async fn store(test: &str) -> RedisStore {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn workers_on_redis_join_hand_over_crash_and_leave_without_overlap() {
     let config = WorkerConfig::with_lease_duration(Duration::from_secs(2));
-    fleet_joins_crashes_and_leaves("sessions", config.clone()).await;
-    fleet_joins_crashes_and_leaves("leases", config.protocol(Protocol::Leases)).await;
+    fleet_joins_crashes_and_leaves("sessions", config).await;
 }
 
 async fn fleet_joins_crashes_and_leaves(test: &str, config: WorkerConfig) {

@@ -8,7 +8,7 @@ use std::time::Duration;
 use shardlease::store::memory::InMemoryStore;
 use shardlease::store::LeaseStore;
 use shardlease::worker::LeaseEvent;
-use shardlease::{Incarnation, Lease, LeaseKey, Protocol, Worker, WorkerConfig, WorkerId};
+use shardlease::{Incarnation, Lease, LeaseKey, Worker, WorkerConfig, WorkerId};
 use tokio::sync::mpsc::UnboundedReceiver;
 use tokio::time::Instant;
 
@@ -17,7 +17,7 @@ fn key(name: &str) -> LeaseKey {
 }
 
 fn config() -> WorkerConfig {
-    WorkerConfig::default().protocol(Protocol::Sessions)
+    WorkerConfig::default()
 }
 
 /// Keeps every grant alive (a processing application) until `key` is lost (`lost`) or

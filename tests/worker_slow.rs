@@ -4,14 +4,12 @@
 //! so its peers plan without it, and releases what it lost once its application let go; its
 //! peers take over, and it gets its share back once the link is fast again (paused time,
 //! in-memory store).
-//!
-//! Every case runs on both protocols: `sessions::` (the default) and `leases::`.
 
 #[path = "common/fleet.rs"]
 mod fleet;
 
 #[macro_use]
-#[path = "common/protocols.rs"]
-mod protocols;
+#[path = "common/cases.rs"]
+mod cases;
 
-on_both_protocols!("cases/worker_slow.rs");
+fleet_cases!("cases/worker_slow.rs");

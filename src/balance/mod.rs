@@ -106,7 +106,7 @@ pub trait BalancePolicy: Send + Sync + 'static {
     fn plan(&self, view: &FleetView, me: &WorkerId) -> Vec<Move>;
 
     /// As [`plan`](Self::plan), given the count [`Assignment`] of the same view, which the
-    /// caller has computed already (with `Protocol::Sessions` a worker places others'
+    /// caller has computed already (a worker places others'
     /// leases by it). A policy that plans by that assignment takes its moves from it
     /// instead of computing it again; by default, `plan`.
     fn plan_with(&self, view: &FleetView, me: &WorkerId, assignment: &Assignment) -> Vec<Move> {
@@ -114,8 +114,8 @@ pub trait BalancePolicy: Send + Sync + 'static {
         self.plan(view, me)
     }
 
-    /// The global assignment of `view`, the same for every observer of it: with
-    /// `Protocol::Sessions` the taker places others' leases by it (gives them what nobody
+    /// The global assignment of `view`, the same for every observer of it:
+    /// the taker places others' leases by it (gives them what nobody
     /// holds, asks handoffs on their behalf) and hands it to [`plan_with`](Self::plan_with).
     /// A worker is below its share while its `counts` entry is below its `targets` entry.
     /// By default, the count assignment ([`Assignment::compute`]).

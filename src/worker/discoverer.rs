@@ -281,10 +281,8 @@ async fn apply(shared: &Arc<Shared>, discovery: &mut Discovery, plan: DiscoveryP
                 match outcome {
                     Ok(Outcome::Done(_)) => {
                         tracing::info!(lease_key = %lease.key, owner = %owner, "retirement requested: its shard left the source");
-                        // With sessions the owner learns of it from a notice.
-                        if let (true, Some(incarnation)) =
-                            (shared.config.sessions(), lease.owner_incarnation)
-                        {
+                        // The owner learns of it from a notice.
+                        if let Some(incarnation) = lease.owner_incarnation {
                             let notice = [lease.key.as_str().to_owned()];
                             shared.notify(owner, incarnation, &notice, deadline).await;
                         }

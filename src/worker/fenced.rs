@@ -1,4 +1,4 @@
-//! With sessions: the sessions this process knows to be over (it fenced them after seeing them
+//! The sessions this process knows to be over (it fenced them after seeing them
 //! expire, or replaced their record), whose leases it may start at once. A session is kept
 //! while the table still names it (a lease's owner incarnation or a membership record): once
 //! nothing names it, nothing can be started on its account, and a fleet that fences a session

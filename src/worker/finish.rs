@@ -32,18 +32,10 @@ async fn finish_now(shared: &Arc<Shared>, key: LeaseKey, finish: Finish) {
     let deadline = shared.now() + shared.config.store_timeout;
     let me = &shared.id;
     match finish {
-        // With sessions the receiver's record is read after the handoff (see below): a round
-        // long past, which is all the taker's judgement rests on when rounds are rare, saw a
-        // requester between two sessions as gone, and the lease went elsewhere while the
-        // requester waited for the slow scan (seed 12613134651826497585).
-        Finish::HandOff { tenure, to }
-            if !shared.config.sessions() && !to.is_operator() && shared.requester_departed(&to) =>
-        {
-            // The requester left (or died) while the application was finishing: handing the
-            // lease to it would leave it owned by nobody alive for a lease duration.
-            tracing::info!(lease_key = %key, to = %to, "the handoff's requester has left; releasing the lease instead");
-            release(shared, key, tenure, false, deadline).await;
-        }
+        // The receiver's record is read after the handoff (see below), not judged by the
+        // last round: a round long past, which is all the taker's judgement rests on when
+        // rounds are rare, saw a requester between two sessions as gone, and the lease went
+        // elsewhere while the requester waited for the slow scan.
         Finish::HandOff { tenure, to } => {
             match shared
                 .store
@@ -54,15 +46,14 @@ async fn finish_now(shared: &Arc<Shared>, key: LeaseKey, finish: Finish) {
                     metrics::handed_off(me);
                     tracing::info!(lease_key = %key, to = %to, "lease handed over");
                     // Asked, maybe, by peers that saw this worker publish capacity 0 in a slow
-                    // spell just over: it may be left below its share, and with sessions no
-                    // round of its own would come before the slow scan (seen in
-                    // `scripts/chaos.sh 300 1 --protocol sessions`: a worker left with no
-                    // lease for the last 17 s). A round once the handoffs are done.
+                    // spell just over: it may be left below its share, and no round of its own
+                    // would come before the slow scan (seen in `scripts/chaos.sh`: a worker
+                    // left with no lease for the last 17 s). A round once the handoffs are
+                    // done.
                     let config = &shared.config;
-                    if config.sessions()
-                        && shared
-                            .health
-                            .recovered_within(shared.now(), config.lease_duration)
+                    if shared
+                        .health
+                        .recovered_within(shared.now(), config.lease_duration)
                     {
                         shared.rescan.notify_one();
                     }
@@ -74,7 +65,7 @@ async fn finish_now(shared: &Arc<Shared>, key: LeaseKey, finish: Finish) {
                     // without a session (it died while the application finished) would never
                     // take it, and it would wait for the slow scan: give it on now.
                     // The operator's tool holds it for a moment and gives it back to the fleet.
-                    if shared.config.sessions() && !to.is_operator() {
+                    if !to.is_operator() {
                         if tell(shared, &to, &key, deadline).await {
                             follow_up(shared, handed);
                         } else {
@@ -143,21 +134,17 @@ async fn release(shared: &Shared, key: LeaseKey, tenure: u64, ended: bool, deadl
         Ok(Outcome::LostRace { .. }) => {
             tracing::info!(lease_key = %key, "release overtaken: the lease had moved on");
         }
-        Err(err) if shared.config.sessions() => {
+        Err(err) => {
             // A lease of a live session never expires: a placement round here takes it up
             // again (the table may still name this session) or places it (it landed).
             metrics::store_error(me, "release");
             tracing::warn!(lease_key = %key, error = %err, "release failed; a placement round takes the lease up again");
             shared.rescan.notify_one();
         }
-        Err(err) => {
-            metrics::store_error(me, "release");
-            tracing::warn!(lease_key = %key, error = %err, "release failed; the lease will expire instead");
-        }
     }
 }
 
-/// With sessions: a lease handed over here (`handed`: its receiver the owner, no session
+/// A lease handed over here (`handed`: its receiver the owner, no session
 /// yet) is looked after until its receiver takes it. A receiver that opened its session and
 /// died before any peer watched it (it announces itself to its predecessor in id order after
 /// its first round) would otherwise hold the lease until the slow scan: nothing else looks at
@@ -256,13 +243,10 @@ async fn tell(shared: &Shared, worker: &WorkerId, key: &LeaseKey, deadline: Inst
     }
 }
 
-/// With sessions, nobody scans at rest: a lease released here is given straight to the live
-/// session that held the fewest at the last placement round, and that session told. Without
-/// one (this worker is alone, or has not placed yet), a placement round here places it.
+/// Nobody scans at rest: a lease released here is given straight to the live session that
+/// held the fewest at the last placement round, and that session told. Without one (this
+/// worker is alone, or has not placed yet), a placement round here places it.
 pub(crate) async fn place(shared: &Shared, lease: Lease, deadline: Instant) {
-    if !shared.config.sessions() {
-        return;
-    }
     let mut counter = lease.counter;
     // A receiver whose session ended meanwhile cannot take it: give it to the next one.
     for _ in 0..3 {
@@ -335,10 +319,8 @@ async fn retire(shared: &Shared, key: &LeaseKey, tenure: u64, deadline: Instant)
                 metrics::deleted(me, "retired");
                 tracing::info!(lease_key = %key, "lease retired: its shard left the source");
                 shared.emit(LeaseEvent::Retired { key: key.clone() });
-                if shared.config.sessions() {
-                    // One lease fewer: the fleet's shares changed.
-                    shared.rescan.notify_one();
-                }
+                // One lease fewer: the fleet's shares changed.
+                shared.rescan.notify_one();
                 return;
             }
             Ok(Outcome::LostRace { .. }) => {}

@@ -6,9 +6,9 @@
 //! than twice [`CHANGE`]: a lease turning hot shows at the pace of the short one, a lease
 //! cooling down at the pace of the long one, so a dip never moves leases about, and the short
 //! average's noise (with ±20 % noise on each report, a few percent) never goes out: a worker
-//! whose load is mostly one lease would otherwise leave its band on a noisy figure. The report rides on the membership write the worker makes anyway (the
-//! session's beat, or the lease protocol's heartbeat): it is sent when a figure moved by more
-//! than [`CHANGE`] since it was last published, or the set of leases changed, and not more
+//! whose load is mostly one lease would otherwise leave its band on a noisy figure. The report
+//! rides on the membership write the worker makes anyway (the session's beat): it is sent when
+//! a figure moved by more than [`CHANGE`] since it was last published, or the set of leases changed, and not more
 //! often than [`WorkerConfig::load_publish_interval`](crate::WorkerConfig::load_publish_interval),
 //! except that a figure that doubled or halved ([`JUMP`]) goes out with the next write, and a
 //! lease's first figure goes out with the next write once it has been measured for a publish

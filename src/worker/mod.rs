@@ -40,6 +40,7 @@ mod bounded;
 mod checkpoint;
 mod control;
 mod discoverer;
+mod earlier_build;
 mod event;
 mod fenced;
 mod finish;
@@ -49,8 +50,6 @@ mod identity;
 mod listener;
 mod load;
 pub mod metrics;
-mod one_protocol;
-mod renewer;
 mod session;
 mod state;
 mod stop;
@@ -84,7 +83,7 @@ use crate::config::Balance;
 use crate::config::{ConfigError, WorkerConfig};
 use crate::lease::{Incarnation, LeaseKey, NewLease, WorkerId};
 use crate::source::ShardSource;
-use crate::store::{LeaseStore, Outcome, StoreError};
+use crate::store::{LeaseStore, StoreError};
 
 /// Why a worker could not start.
 #[derive(Debug, thiserror::Error)]
@@ -102,23 +101,20 @@ pub enum WorkerError {
         #[source]
         source: StoreError,
     },
-    /// Live workers of the other protocol use the table. Every worker of one table must run
-    /// one [`Protocol`](crate::Protocol); see the README, "Moving a fleet to sessions".
+    /// Live workers of an earlier build of this crate, which renewed every lease itself (the
+    /// lease protocol, since removed), use the table. The two read each other's items wrongly,
+    /// so they never share a table.
     #[error(
-        "worker {worker} runs {ours}, but live workers of {theirs} use this table ({}): every \
-         worker of one table must run one protocol. Stop those workers and start this one \
-         again (their records are cleared a lease duration after their last heartbeat), or \
-         start this worker with WorkerConfig::protocol({theirs})",
+        "worker {worker} cannot start: live workers of an earlier shardlease build use this \
+         table with the lease protocol, which this build no longer speaks ({}). Stop every \
+         worker of the earlier build (or move them all to this build at once), then start this \
+         one again: their membership records are cleared once unchanged for a lease duration",
         others.iter().map(|w| w.as_str()).collect::<Vec<_>>().join(", ")
     )]
-    MixedProtocols {
+    EarlierBuild {
         /// The worker refused.
         worker: WorkerId,
-        /// Its protocol, as `WorkerConfig::protocol` spells it.
-        ours: &'static str,
-        /// The protocol of the others.
-        theirs: &'static str,
-        /// The live workers of the other protocol (at most the first ten seen).
+        /// The live workers of the earlier build (at most the first ten seen).
         others: Vec<WorkerId>,
     },
     /// The worker id is [`OPERATOR`](crate::lease::OPERATOR), which the operator's tools hold
@@ -279,27 +275,23 @@ impl WorkerBuilder {
             worker: self.id.clone(),
             source,
         };
-        let sessions = self.config.sessions();
         let deadline = self.clock.now() + self.config.store_timeout;
         let refused = |worker: &WorkerId, refusal| match refusal {
-            one_protocol::Refusal::Store(source) => WorkerError::Store {
+            earlier_build::Refusal::Store(source) => WorkerError::Store {
                 worker: worker.clone(),
                 source,
             },
-            one_protocol::Refusal::Live(mut others) => {
+            earlier_build::Refusal::Live(mut others) => {
                 others.truncate(10);
-                WorkerError::MixedProtocols {
+                WorkerError::EarlierBuild {
                     worker: worker.clone(),
-                    ours: one_protocol::name(sessions),
-                    theirs: one_protocol::other_name(sessions),
                     others,
                 }
             }
         };
-        one_protocol::before_start(
+        earlier_build::before_start(
             self.store.as_ref(),
             self.clock.as_ref(),
-            sessions,
             self.config.lease_duration,
             self.config.store_timeout,
             deadline,
@@ -315,18 +307,6 @@ impl WorkerBuilder {
                 .map_err(fail)?;
         }
         let incarnation = self.incarnation.unwrap_or_else(Incarnation::random);
-        let mut beaten = None;
-        if !sessions {
-            let capacity = self.config.published_capacity();
-            if let Outcome::Done(member) = self
-                .store
-                .heartbeat(&self.id, incarnation, None, capacity, deadline)
-                .await
-                .map_err(fail)?
-            {
-                beaten = Some(member.heartbeat);
-            }
-        }
 
         let (events_tx, events_rx) = mpsc::unbounded_channel();
         let (finished_tx, finished_rx) = mpsc::unbounded_channel();
@@ -347,7 +327,7 @@ impl WorkerBuilder {
             events_tx,
             finished_tx,
         ));
-        if sessions && !session::open(&shared, deadline).await.map_err(fail)? {
+        if !session::open(&shared, deadline).await.map_err(fail)? {
             return Err(fail(StoreError::Transient {
                 operation: "open_session",
                 key: self.id.to_string(),
@@ -357,27 +337,14 @@ impl WorkerBuilder {
                     .into(),
             }));
         }
-        if let Err(refusal) =
-            one_protocol::after_start(shared.store.as_ref(), sessions, deadline).await
-        {
-            // A worker of the other protocol started meanwhile: this one leaves no record.
+        if let Err(refusal) = earlier_build::after_start(shared.store.as_ref(), deadline).await {
+            // A worker of an earlier build started meanwhile: this one leaves no record.
             let deadline = shared.now() + shared.config.store_timeout;
-            let removed = if sessions {
-                let heartbeat = shared.session().heartbeat;
-                shared
-                    .store
-                    .end_session(&shared.id, incarnation, heartbeat, deadline)
-                    .await
-                    .map(|_| ())
-            } else if let Some(heartbeat) = beaten {
-                shared
-                    .store
-                    .remove_member(&shared.id, Some(heartbeat), deadline)
-                    .await
-                    .map(|_| ())
-            } else {
-                Ok(())
-            };
+            let heartbeat = shared.session().heartbeat;
+            let removed = shared
+                .store
+                .end_session(&shared.id, incarnation, heartbeat, deadline)
+                .await;
             if let Err(error) = removed {
                 tracing::warn!(%error, "could not remove this worker's membership record after refusing to start");
             }
@@ -387,28 +354,14 @@ impl WorkerBuilder {
         let taker_cancel = shared.cancel.child_token();
         let heartbeat_cancel = shared.cancel.child_token();
         let span = |task: &'static str| tracing::info_span!("shardlease", worker = %self.id, task);
-        if sessions {
-            // Beats go on while the worker leaves (publishing capacity 0), and stop before
-            // `shutdown` ends the session.
-            loops.spawn(
-                session::run(Arc::clone(&shared), heartbeat_cancel.clone())
-                    .instrument(span("session")),
-            );
-            loops.spawn(
-                watcher::run(Arc::clone(&shared), taker_cancel.clone()).instrument(span("watcher")),
-            );
-        } else {
-            loops.spawn(
-                renewer::run(Arc::clone(&shared), shared.cancel.clone())
-                    .instrument(span("renewer")),
-            );
-            // Goes on while the worker leaves (publishing capacity 0), and stops before
-            // `shutdown` removes the membership record, so that no heartbeat re-creates it.
-            loops.spawn(
-                renewer::heartbeats(Arc::clone(&shared), heartbeat_cancel.clone())
-                    .instrument(span("heartbeat")),
-            );
-        }
+        // Beats go on while the worker leaves (publishing capacity 0), and stop before
+        // `shutdown` ends the session.
+        loops.spawn(
+            session::run(Arc::clone(&shared), heartbeat_cancel.clone()).instrument(span("session")),
+        );
+        loops.spawn(
+            watcher::run(Arc::clone(&shared), taker_cancel.clone()).instrument(span("watcher")),
+        );
         loops.spawn(
             control::control(Arc::clone(&shared), finished_rx, shared.cancel.clone())
                 .instrument(span("control")),
@@ -555,13 +508,10 @@ impl WorkerMonitor {
     /// - it is running: started, not leaving ([`Worker::shutdown`] or the signal of
     ///   [`graceful_shutdown_on`](WorkerBuilder::graceful_shutdown_on)), not stopped or
     ///   dropped;
-    /// - with [`Protocol::Sessions`](crate::Protocol::Sessions): its session is open and
-    ///   valid here (its last beat landed within the lease validity); while it reopens a lost
-    ///   session, it is not ready;
-    /// - its store round trips are fast enough to hold leases (the beats, heartbeats and
-    ///   renewals answered within `renew_interval`); otherwise it takes nothing and publishes
-    ///   capacity 0 (with [`Protocol::Leases`](crate::Protocol::Leases) this is how a
-    ///   membership record that cannot be refreshed shows).
+    /// - its session is open and valid here (its last beat landed within the lease
+    ///   validity); while it reopens a lost session, it is not ready;
+    /// - its store round trips are fast enough to hold leases (the beats answered within
+    ///   `renew_interval`); otherwise it takes nothing and publishes capacity 0.
     ///
     /// It says nothing of the application: see [`healthy`](Self::healthy). Not ready is a
     /// reason to keep traffic or new work away, not to restart the process: it comes back by
@@ -571,7 +521,7 @@ impl WorkerMonitor {
         !shared.cancel.is_cancelled()
             && !shared.lock().shutting_down
             && !shared.health.is_slow()
-            && (!shared.config.sessions() || shared.session_valid())
+            && shared.session_valid()
     }
 
     /// The liveness answer: nothing here needs a restart. True while the worker has not
@@ -721,15 +671,13 @@ async fn leave(shared: &Arc<Shared>, leaving: &Leaving) {
             .collect()
     };
     tracing::info!(worker = %shared.id, leases = leases.len(), "shutting down");
-    if shared.config.sessions() {
-        // Where the released leases go: read now, not at the last placement round.
-        let _ = timeout_at(
-            &*shared.clock,
-            deadline,
-            shared.refresh_receivers(shared.now() + shared.config.store_timeout),
-        )
-        .await;
-    }
+    // Where the released leases go: read now, not at the last placement round.
+    let _ = timeout_at(
+        &*shared.clock,
+        deadline,
+        shared.refresh_receivers(shared.now() + shared.config.store_timeout),
+    )
+    .await;
     // Tell the peers at once that this worker takes nothing more (a heartbeat with capacity
     // 0), so that they take the leases it releases instead of leaving them to it.
     shared.beat_now.notify_one();
@@ -776,20 +724,8 @@ async fn leave(shared: &Arc<Shared>, leaving: &Leaving) {
     leaving.heartbeat_cancel.cancel();
     shared.jobs.close();
     let store_deadline = shared.now().min(deadline) + shared.config.store_timeout;
-    let remove_member = async {
-        if shared.config.sessions() {
-            return end_own_session(shared, store_deadline).await;
-        }
-        let removed = shared
-            .store
-            .remove_member(&shared.id, None, store_deadline)
-            .await;
-        if let Err(err) = removed {
-            tracing::warn!(error = %err, "could not remove the membership record; it will expire");
-        }
-    };
     let releases = timeout_at(&*shared.clock, store_deadline, shared.jobs.wait());
-    let _ = tokio::join!(releases, remove_member);
+    let _ = tokio::join!(releases, end_own_session(shared, store_deadline));
     shared.cancel.cancel();
     leaving.loops.close();
     leaving.loops.wait().await;
@@ -819,7 +755,7 @@ async fn tell_owners(
     }
 }
 
-/// With sessions: ends this process's session as it leaves (its record removed, if it is still
+/// Ends this process's session as it leaves (its record removed, if it is still
 /// this process's). A beat cut short by the shutdown may have landed unseen: then the record
 /// is read and ended at the heartbeat it shows.
 async fn end_own_session(shared: &Shared, deadline: tokio::time::Instant) {

@@ -1,4 +1,4 @@
-//! The session, with [`Protocol::Sessions`](crate::config::Protocol::Sessions): opens this
+//! The session: opens this
 //! process's membership record, beats it every `renew_interval` (each accepted beat extends the
 //! validity of the session and of every lease it holds), and acts on the notices other workers
 //! leave in it: a handoff asked of a lease held here, a lease given to this worker, a lease
@@ -42,24 +42,7 @@ pub(crate) async fn open(shared: &Shared, deadline: Instant) -> Result<bool, Sto
             .as_ref()
             .is_some_and(|m| m.incarnation == Some(shared.incarnation()))
         {
-            // This process's own session, opened by an attempt whose answer was lost (or
-            // written for it): its validity runs from that write, which others may have seen
-            // long before this read. Beat it: the validity counts from this beat's start,
-            // and the new heartbeat restarts every observer's count.
-            let start = shared.now();
-            let beat = shared
-                .store
-                .beat(
-                    &shared.id,
-                    shared.incarnation(),
-                    shared.published_capacity(),
-                    None,
-                    &[],
-                    deadline,
-                )
-                .await?;
-            if let Outcome::Done(member) = beat {
-                shared.beaten(start, member.heartbeat);
+            if adopt(shared, deadline).await? {
                 return Ok(true);
             }
             continue;
@@ -83,6 +66,34 @@ pub(crate) async fn open(shared: &Shared, deadline: Instant) -> Result<bool, Sto
         }
     }
     Ok(false)
+}
+
+/// Takes up this process's own session, found in its record (opened by an attempt whose
+/// answer was lost, or written for it): its validity runs from that write, which others may
+/// have seen long before the read that found it, so it is never counted from the read. The
+/// record is beaten first: the validity counts from that beat's start, and the new heartbeat
+/// restarts every observer's count. `Ok(false)` when the beat was refused (the record moved on
+/// meanwhile).
+async fn adopt(shared: &Shared, deadline: Instant) -> Result<bool, StoreError> {
+    let start = shared.now();
+    let beat = shared
+        .store
+        .beat(
+            &shared.id,
+            shared.incarnation(),
+            shared.published_capacity(),
+            None,
+            &[],
+            deadline,
+        )
+        .await?;
+    match beat {
+        Outcome::Done(member) => {
+            shared.beaten(start, member.heartbeat);
+            Ok(true)
+        }
+        Outcome::LostRace { .. } => Ok(false),
+    }
 }
 
 /// Notices being handled, and those handled and not yet named as seen in a beat.
@@ -160,11 +171,12 @@ pub(crate) async fn run(shared: Arc<Shared>, cancel: CancellationToken) {
         }
         match result {
             Ok(Outcome::Done(member)) => {
+                metrics::renewal(&shared.id, shared.now() - start);
                 shared.beaten(start, member.heartbeat);
                 if let Some(report) = report {
                     shared.loads.published(report, start);
                     // New figures may change the assignment: this worker's next round places
-                    // by them (with sessions it asks handoffs on the receivers' behalf), as
+                    // by them (it asks handoffs on the receivers' behalf), as
                     // nothing else would bring a round.
                     shared.rescan.notify_one();
                 }

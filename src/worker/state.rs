@@ -96,13 +96,13 @@ pub(crate) struct State {
     /// given up in the table once the application lets go of the grant (see
     /// [`Shared::expire`]).
     pub unrenewed: BTreeMap<LeaseKey, u64>,
-    /// With sessions: leases revoked here (a handoff not done in time), by tenure, with the
+    /// Leases revoked here (a handoff not done in time), by tenure, with the
     /// worker they go to: handed over once the application lets go of the grant.
     pub revoked: BTreeMap<LeaseKey, (u64, WorkerId)>,
     pub shutting_down: bool,
     /// Leases a take of this worker is in flight for.
     pub taking: HashSet<LeaseKey>,
-    /// With sessions: handoff requests of this worker whose owner may not have been told yet
+    /// Handoff requests of this worker whose owner may not have been told yet
     /// (the request is out, or landed and its notice is not sent), with the owner's session.
     /// A worker that leaves tells those owners, so that no request of a worker gone waits for
     /// the chores to be told, long after the fleet settled (seed 10985549997839306136).
@@ -120,7 +120,7 @@ pub(crate) use crate::notice::{
 /// One state of a session record: the incarnation that wrote it and its heartbeat.
 pub(crate) type SessionVersion = (Option<Incarnation>, u64);
 
-/// This process's session, with [`Protocol::Sessions`](crate::config::Protocol::Sessions).
+/// This process's session.
 #[derive(Debug)]
 pub(crate) struct Session {
     /// Open: its last beat (or its opening) was accepted, and no beat was refused since.
@@ -143,7 +143,7 @@ pub(crate) struct Receiver {
 /// Everything the worker's tasks share.
 pub(crate) struct Shared {
     pub id: WorkerId,
-    /// This process's incarnation: written by its takes and heartbeats. With sessions, it
+    /// This process's incarnation: written by its takes and beats. It
     /// names the session: a process whose session ended opens the next one as a new
     /// incarnation, so that a fence of the old session never covers the new one's leases.
     incarnation: std::sync::atomic::AtomicU64,
@@ -171,10 +171,6 @@ pub(crate) struct Shared {
     pub view: watch::Sender<Option<Arc<TableView>>>,
     /// Taken (closing the application's stream) when the worker stops.
     events: Mutex<Option<mpsc::UnboundedSender<LeaseEvent>>>,
-    /// Workers that asked for a handoff and had no fresh membership record in the taker's
-    /// last round, which saw their request: they left or died. A handoff is not completed to
-    /// them.
-    departed_requesters: Mutex<HashSet<WorkerId>>,
     /// The application took the event stream (`take_events` or `listen`): grants reach it.
     events_taken: AtomicBool,
     finished: mpsc::UnboundedSender<Finished>,
@@ -184,32 +180,32 @@ pub(crate) struct Shared {
     pub cancel: CancellationToken,
     /// Cancelled when an operator asked this process to leave the fleet (a drain notice).
     pub drain: CancellationToken,
-    /// With sessions: this process's session.
+    /// This process's session.
     pub session: Mutex<Session>,
-    /// With sessions: the worker whose session this one watches (the next live id), as the
+    /// The worker whose session this one watches (the next live id), as the
     /// last placement round saw the fleet.
     pub successor: watch::Sender<Option<WorkerId>>,
-    /// With sessions: the watcher is done with the session it was named (fenced or gone) and
+    /// The watcher is done with the session it was named (fenced or gone) and
     /// waits to be named one, even the same worker again (restarted under a new session).
     pub watch_done: AtomicBool,
-    /// With sessions: sessions this process ended by a fence after seeing them expire (or
+    /// Sessions this process ended by a fence after seeing them expire (or
     /// whose record it replaced); their leases may be started at once. Each round of the taker
     /// forgets those the table no longer names.
     pub fenced: Mutex<Fenced>,
-    /// With sessions: leases taken here from a live session whose acknowledgement has not
+    /// Leases taken here from a live session whose acknowledgement has not
     /// come yet, with that session. Taken again here (its validity here ran out meanwhile),
     /// such a lease still waits for it: the other session may still be working on it.
     pub unacknowledged: Mutex<HashMap<LeaseKey, (WorkerId, Option<Incarnation>)>>,
-    /// With sessions: where a lease released here goes (the other live sessions at the last
+    /// Where a lease released here goes (the other live sessions at the last
     /// placement round, with what they held).
     pub placement: Mutex<Vec<Receiver>>,
-    /// With sessions: a watched session that looks dead (not fenced yet), for the next
+    /// A watched session that looks dead (not fenced yet), for the next
     /// placement round to warn the workers its leases would go to.
     pub suspect: Mutex<Option<(WorkerId, Incarnation)>>,
-    /// With sessions: when this worker first saw each member's current (incarnation,
+    /// When this worker first saw each member's current (incarnation,
     /// heartbeat), as its placement rounds read them; the watcher starts from there.
     pub members_seen: Mutex<HashMap<WorkerId, (SessionVersion, Instant)>>,
-    /// With sessions: until when this worker reads its own record often, because leases may
+    /// Until when this worker reads its own record often, because leases may
     /// be given to it any moment (see [`EXPECT_NOTICE`]).
     pub expecting: Mutex<Option<Instant>>,
 }
@@ -293,7 +289,6 @@ impl Shared {
             events: Mutex::new(Some(events)),
             events_taken: AtomicBool::new(false),
             finished,
-            departed_requesters: Mutex::default(),
             jobs: TaskTracker::new(),
             cancel: CancellationToken::new(),
             drain: CancellationToken::new(),
@@ -313,24 +308,24 @@ impl Shared {
         }
     }
 
-    /// This process's incarnation (with sessions: of its current session).
+    /// This process's incarnation (of its current session).
     pub fn incarnation(&self) -> Incarnation {
         Incarnation::new(self.incarnation.load(Ordering::SeqCst))
     }
 
-    /// With sessions: draws the incarnation of the next session, after this one ended.
+    /// Draws the incarnation of the next session, after this one ended.
     pub fn new_incarnation(&self) -> Incarnation {
         let next = Incarnation::random();
         self.incarnation.store(next.get(), Ordering::SeqCst);
         next
     }
 
-    /// The session (with sessions).
+    /// The session.
     pub fn session(&self) -> MutexGuard<'_, Session> {
         self.session.lock().unwrap_or_else(|e| e.into_inner())
     }
 
-    /// With sessions: the session is open and its validity has not run out here. A session
+    /// The session is open and its validity has not run out here. A session
     /// whose beats went unanswered past its validity may have been fenced by a peer already
     /// (it learns so at its next beat's answer): until a beat lands it must neither take nor
     /// ask for a lease, which it could not start (or would have to give on again).
@@ -340,13 +335,9 @@ impl Shared {
         session.open && now < session.valid_until
     }
 
-    /// How long a lease whose take started at `start` is valid here: a lease duration (less
-    /// the drift allowance) from `start`; with sessions, as long as the session (and not at
-    /// all while it is not open).
+    /// How long a lease whose take started at `start` is valid here: as long as the session,
+    /// and not at all while it is not open.
     pub fn validity_from(&self, start: Instant) -> Instant {
-        if !self.config.sessions() {
-            return start + self.config.validity();
-        }
         let session = self.session();
         if session.open {
             session.valid_until
@@ -583,33 +574,6 @@ impl Shared {
         if let Some(events) = events.as_ref() {
             let _ = events.send(event);
         }
-    }
-
-    /// Records, from one taker round, the requesters of the handoffs in `leases` whose
-    /// membership record is not among `fresh`. A requester writes its record before it asks,
-    /// so a round that sees the request and not a fresh record means the requester left (its
-    /// record removed) or died (its record expired). A request the last round did not see yet
-    /// is given the benefit of the doubt.
-    pub fn note_requesters(&self, leases: &[Lease], fresh: &HashSet<&WorkerId>) {
-        let departed = leases
-            .iter()
-            .filter_map(|lease| lease.handoff_to.as_ref())
-            .filter(|to| !to.is_retire_marker() && !fresh.contains(to))
-            .cloned()
-            .collect();
-        *self
-            .departed_requesters
-            .lock()
-            .unwrap_or_else(|e| e.into_inner()) = departed;
-    }
-
-    /// True when the taker's last round saw `worker`'s handoff request without a fresh
-    /// membership record of it (see [`note_requesters`](Self::note_requesters)).
-    pub fn requester_departed(&self, worker: &WorkerId) -> bool {
-        self.departed_requesters
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .contains(worker)
     }
 
     /// The capacity this worker publishes in its membership record: none once it is shutting

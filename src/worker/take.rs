@@ -24,16 +24,10 @@ pub(crate) enum Report {
     /// After the quiet period: nobody else can still be working on the lease (it was unowned,
     /// expired on this worker's clock, ours, or handed over after its owner finished).
     Quiet,
-    /// A lease duration after the take started: the previous holder may still be working
-    /// until its last renewal's validity ends, and that renewal started before the take. Or,
-    /// if earlier, when the lease expires on this worker's clock (the `Instant`): the take is
-    /// conditioned on the counter observed, so if it lands, the renewal that wrote that counter
-    /// was the previous holder's last, and its validity ends before that expiry.
-    Forced(Option<Instant>),
     /// A lease duration after an earlier take of the lease whose answer was lost started:
     /// that take may have landed while the previous holder was still working.
     ForcedSince(Instant),
-    /// With sessions: the previous holder's session lives, and its beats would go on
+    /// The previous holder's session lives, and its beats would go on
     /// extending the lease there. It is notified, and the lease is reported once it has
     /// acknowledged (dropped the lease) or its session is surely over.
     Acknowledged {
@@ -51,10 +45,6 @@ impl Report {
         let quiet = start + config.quiet_period;
         match self {
             Report::Quiet => quiet,
-            Report::Forced(expires) => {
-                let validity_ended = start + config.lease_duration;
-                quiet.max(expires.map_or(validity_ended, |at| at.min(validity_ended)))
-            }
             Report::ForcedSince(since) => quiet.max(*since + config.lease_duration),
             // Reported by the acknowledgement (see `acknowledged`).
             Report::Acknowledged { .. } => start + FAR,
@@ -126,9 +116,9 @@ impl Job {
                 take(shared, lease, report, start).await
             }
             Job::Request { lease, from } => {
-                // With sessions the owner learns of a request from a notice. Until it is sent,
-                // a worker leaving tells the owner instead (see `State::asking`).
-                let session = lease.owner_incarnation.filter(|_| config.sessions());
+                // The owner learns of a request from a notice. Until it is sent, a worker
+                // leaving tells the owner instead (see `State::asking`).
+                let session = lease.owner_incarnation;
                 if let Some(incarnation) = session {
                     shared
                         .lock()
@@ -195,7 +185,7 @@ pub(crate) async fn take(
     let (me, config) = (&shared.id, &shared.config);
     let deadline = start + config.store_timeout;
     {
-        // One take of a lease at a time here, and none of a lease held here: with sessions, a
+        // One take of a lease at a time here, and none of a lease held here: a
         // notice and a round can both see a lease handed over to this worker.
         let mut state = shared.lock();
         if state.held.contains_key(&lease.key) || !state.taking.insert(lease.key.clone()) {
@@ -242,7 +232,7 @@ pub(crate) async fn take(
             tracing::warn!(lease_key = %lease.key, error = %err, "take unanswered; if it landed, the lease is reported as a forced take");
             let since = match report {
                 Report::ForcedSince(since) => since,
-                Report::Quiet | Report::Forced(_) | Report::Acknowledged { .. } => start,
+                Report::Quiet | Report::Acknowledged { .. } => start,
             };
             return Answer::Unanswered {
                 key: lease.key,
@@ -297,7 +287,7 @@ pub(crate) async fn take(
     Answer::Taken(key)
 }
 
-/// With sessions, after a lease was taken from a live session: tells its owner and waits
+/// After a lease was taken from a live session: tells its owner and waits
 /// until the owner has dropped it (the notice is gone from its record: it reads the lease,
 /// drops it, and names the notice as seen in its next beat) or the session is surely over.
 /// Returns when the lease may be reported.
@@ -371,25 +361,6 @@ mod tests {
         assert_eq!(Report::Quiet.time(start, &config(0)), start);
         let quiet = Duration::from_secs(3);
         assert_eq!(Report::Quiet.time(start, &config(3)), start + quiet);
-    }
-
-    #[test]
-    fn a_forced_take_waits_for_the_previous_validity_or_the_observed_expiry_if_sooner() {
-        let start = Instant::now();
-        let lease = WorkerConfig::default().lease_duration;
-        assert_eq!(Report::Forced(None).time(start, &config(0)), start + lease);
-        let expiry = start + Duration::from_secs(2);
-        assert_eq!(Report::Forced(Some(expiry)).time(start, &config(0)), expiry);
-        let late = start + lease * 2;
-        assert_eq!(
-            Report::Forced(Some(late)).time(start, &config(0)),
-            start + lease
-        );
-        // Never before the quiet period.
-        assert_eq!(
-            Report::Forced(Some(expiry)).time(start, &config(5)),
-            start + Duration::from_secs(5)
-        );
     }
 
     #[test]

@@ -1,4 +1,4 @@
-//! The neighbour watch, with [`Protocol::Sessions`](crate::config::Protocol::Sessions): each
+//! The neighbour watch: each
 //! worker watches the session of one other, its successor in id order among the live workers
 //! (`Shared::successor`, set by each placement round), so that every session is watched by one
 //! worker and a dead one is noticed one lease duration after its last beat.

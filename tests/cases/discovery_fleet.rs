@@ -1,6 +1,3 @@
-// The cases of tests/discovery_fleet.rs, included once per protocol (`sessions` and `leases`):
-// `base()` is that protocol's default configuration.
-
 use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::time::Duration;
@@ -271,8 +268,7 @@ async fn a_lease_deleted_by_hand_is_recreated_from_its_last_checkpoint() {
             f.count(|r| matches!(r, Record::Lost { key, .. } if key == "s0")) == 1
         })
         .await;
-    // The lease protocol re-creates it at the discoverer's next listing after a scan found it
-    // gone; sessions at the listing after the fleet's slow scan found it gone.
+    // Re-created at the discoverer's listing after the fleet's slow scan found it gone.
     let took = fleet
         .until(base().slow_scan_interval + secs(30), |f| {
             f.count(|r| matches!(r, Record::Started { key, .. } if key == "s0")) == 2
@@ -297,12 +293,9 @@ async fn a_lease_deleted_by_hand_is_recreated_from_its_last_checkpoint() {
         .iter()
         .find(|(value, _)| *value == resumed_from)
         .unwrap_or_else(|| panic!("{resumed_from} was never written: {written:?}"));
-    // The checkpoint the last scan before the delete read: scans come every taker interval
-    // on the lease protocol, every slow scan (or when something changed) with sessions.
-    let scans = match base().protocol {
-        shardlease::Protocol::Leases => base().taker_interval,
-        _ => base().slow_scan_interval,
-    };
+    // The checkpoint the last scan before the delete read: scans come every slow scan (or
+    // when something changed).
+    let scans = base().slow_scan_interval;
     assert!(
         deleted_at - *written_at <= scans + secs(1),
         "resumed from {resumed_from}, written {:?} before the delete",

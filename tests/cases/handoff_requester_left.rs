@@ -1,6 +1,3 @@
-// The cases of tests/handoff_requester_left.rs, included once per protocol (`sessions` and `leases`):
-// `base()` is that protocol's default configuration.
-
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -67,15 +64,7 @@ async fn a_handoff_is_not_completed_to_a_requester_that_left() {
         took,
     );
 
-    if base().protocol == shardlease::Protocol::Leases {
-        let handed = fleet.count(|r| matches!(r, Record::HandedOff { to, .. } if to == "b"));
-        assert_eq!(handed, 0, "handed over to a worker that had left");
-        let released = fleet.count(
-            |r| matches!(r, Record::Released { worker, key: k } if worker == "a" && k == key.as_str()),
-        );
-        assert_eq!(released, 1);
-    }
-    // With sessions the owner hands the lease over, finds that the receiver has no session and
+    // The owner hands the lease over, finds that the receiver has no session and
     // places it again at once (here, on itself): processed again as soon.
     assert!(
         took <= base().taker_interval,
@@ -126,12 +115,8 @@ async fn a_handoff_whose_owner_dies_is_taken_when_the_lease_expires() {
         took <= lease + taker,
         "processed again {took:?} after its owner died (expiry: {lease:?} after its last renewal)"
     );
-    // Expiry counts from the last renewal (lease protocol) or beat (sessions) the taker saw,
-    // up to one interval before the crash.
-    let last_seen = match config.protocol {
-        shardlease::Protocol::Leases => Duration::ZERO,
-        _ => config.renew_interval,
-    };
+    // Expiry counts from the last beat the taker saw, up to one interval before the crash.
+    let last_seen = config.renew_interval;
     assert!(
         Instant::now() - crashed >= lease - last_seen - config_drift(),
         "taken before it expired"

@@ -1,6 +1,3 @@
-// The cases of tests/leaving_worker.rs, included once per protocol (`sessions` and `leases`):
-// `base()` is that protocol's default configuration.
-
 use std::sync::Arc;
 use std::time::Duration;
 

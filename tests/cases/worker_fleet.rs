@@ -1,13 +1,10 @@
-// The cases of tests/worker_fleet.rs, included once per protocol (`sessions` and `leases`):
-// `base()` is that protocol's default configuration.
-
 use std::sync::Arc;
 use std::time::Duration;
 
 use crate::fleet::{App, Fleet, Record};
 use shardlease::balance::KclBalance;
 use shardlease::store::memory::InMemoryStore;
-use shardlease::{Protocol, WorkerConfig};
+use shardlease::WorkerConfig;
 
 const QUICK: App = App::FinishAfter(Duration::from_millis(100));
 
@@ -125,20 +122,13 @@ async fn forced_handoff(config: WorkerConfig, name: &str) {
     fleet.start("b", QUICK).await;
     let took = fleet.until(secs(120), |f| f.counts() == [2, 2]).await;
     figure(name, took);
-    // Asked at once, forced after the handoff timeout. The lease protocol reports the take a
-    // lease duration later (the owner may go on believing it holds the lease until then);
-    // with sessions the owner's session acknowledges the revocation at its next beat, once
-    // its application was told the lease is lost, and the take is reported then.
-    let (earliest, latest) = match config.protocol {
-        Protocol::Leases => (
-            config.handoff_timeout + config.lease_duration,
-            config.handoff_timeout + config.lease_duration + config.taker_interval + secs(1),
-        ),
-        _ => (
-            config.handoff_timeout,
-            config.handoff_timeout + 2 * config.renew_interval + secs(1),
-        ),
-    };
+    // Asked at once, revoked after the handoff timeout: the owner's session acknowledges the
+    // revocation at its next beat, once its application was told the lease is lost, and the
+    // take is reported then.
+    let (earliest, latest) = (
+        config.handoff_timeout,
+        config.handoff_timeout + 2 * config.renew_interval + secs(1),
+    );
     assert!(took >= earliest, "forced after {took:?}");
     assert!(took <= latest, "forced after {took:?}");
     let lost = fleet.count(|r| matches!(r, Record::Lost { worker, .. } if worker == "a"));
@@ -484,22 +474,13 @@ async fn staggered_joins_of_fifty_workers_settle() {
     fleet.shutdown_all().await;
 }
 
-/// The same join under our policy and under the KCL 2.x baseline (20 s taker interval, steals
-/// one lease per round from the most loaded worker): both end at 4 / 3 / 3 without any lease
-/// held twice (a steal is reported only once the previous owner's validity has ended).
+/// The same join under our policy and under a policy that steals (KCL 2.x's, one lease per
+/// round from the most loaded worker): both end at 4 / 3 / 3 without any lease held twice (a
+/// steal is reported only once the previous owner's session acknowledged it or is over).
 #[tokio::test(start_paused = true)]
-async fn ten_leases_joined_by_two_workers_ours_and_kcls() {
-    let mut figures = Vec::new();
+async fn ten_leases_joined_by_two_workers_ours_and_a_stealing_policy() {
     for kcl in [false, true] {
-        let mut config = config();
-        if kcl {
-            // KCL renews every lease (the lease protocol), and its taker runs on its 20 s
-            // interval only.
-            config = config.protocol(Protocol::Leases);
-            config.taker_interval = secs(20);
-            config.scan_at_expiry = false;
-        }
-        let mut fleet = Fleet::new(Arc::new(InMemoryStore::new()), config, 10);
+        let mut fleet = Fleet::new(Arc::new(InMemoryStore::new()), config(), 10);
         fleet.kcl = kcl.then(KclBalance::default);
         fleet.start("a", QUICK).await;
         fleet.until(secs(60), |f| f.counts() == [10]).await;
@@ -513,12 +494,11 @@ async fn ten_leases_joined_by_two_workers_ours_and_kcls() {
             })
             .await;
         let moves = fleet.ledger.lock().unwrap().starts() - 10;
-        let name = if kcl { "KCL 2.x baseline" } else { "ours" };
+        let name = if kcl { "KCL 2.x's steals" } else { "ours" };
         figure(
             &format!("join: 10 leases, 1 -> 3 workers, until 4+3+3 ({name}, {moves} moves)"),
             took,
         );
-        figures.push(took);
         fleet.idle(secs(120)).await;
         let mut c = fleet.counts();
         c.sort();
@@ -526,10 +506,4 @@ async fn ten_leases_joined_by_two_workers_ours_and_kcls() {
         fleet.assert_safe();
         fleet.shutdown_all().await;
     }
-    assert!(
-        figures[0] < figures[1],
-        "ours {:?}, KCL {:?}",
-        figures[0],
-        figures[1]
-    );
 }

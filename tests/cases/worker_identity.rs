@@ -1,6 +1,3 @@
-// The cases of tests/worker_identity.rs, included once per protocol (`sessions` and `leases`):
-// `base()` is that protocol's default configuration.
-
 use std::collections::BTreeSet;
 use std::sync::Arc;
 use std::time::Duration;

@@ -1,6 +1,3 @@
-// The cases of tests/worker_slow.rs, included once per protocol (`sessions` and `leases`):
-// `base()` is that protocol's default configuration.
-
 use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::time::Duration;
@@ -77,8 +74,7 @@ async fn a_worker_whose_requests_land_late_gives_its_leases_up_and_takes_them_ba
     let records = fleet.records();
     let fraction = processed_fraction(&records, &slow, began, healed);
     println!(
-        "FIGURE {}: slow worker: its leases processed {:.1} % of the slow spell",
-        PROTOCOL,
+        "FIGURE slow worker: its leases processed {:.1} % of the slow spell",
         fraction * 100.0
     );
     // Its leases' validity there ends within a lease duration; then they are processed by its

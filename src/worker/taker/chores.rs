@@ -1,4 +1,4 @@
-//! With sessions, on the worker doing the fleet's chores: the leases that wait on a worker
+//! On the worker doing the fleet's chores: the leases that wait on a worker
 //! (given and not taken, asked for and not handed over), and the notices that wake the worker
 //! they wait on.
 
@@ -14,7 +14,7 @@ use crate::lifecycle::LeaseStatus;
 use crate::worker::state::{member_notice, Receiver, EXPECT_NOTICE};
 
 impl Taker {
-    /// With sessions, on the worker doing the fleet's chores: a lease whose holder changed
+    /// On the worker doing the fleet's chores: a lease whose holder changed
     /// since its last round (or that is gone) may have been edited or deleted by hand, and
     /// nothing else would tell the session that held it, which no longer renews anything.
     /// That session is told (a notice naming the lease): it reads the lease and drops it if it
@@ -126,7 +126,7 @@ impl Taker {
         }
     }
 
-    /// With sessions: when the session this worker watches looks dead (see the watcher),
+    /// When the session this worker watches looks dead (see the watcher),
     /// warns the workers its leases would go to if it were, so that they read their own
     /// records often until the leases come (see `EXPECT_NOTICE`).
     pub(super) async fn warn(
@@ -193,7 +193,7 @@ impl Taker {
         }
     }
 
-    /// With sessions: names the session this worker watches (the next live id after its own,
+    /// Names the session this worker watches (the next live id after its own,
     /// around), tells a new predecessor that this worker joined next to it, and keeps the
     /// receivers of released leases.
     pub(super) async fn ring(

@@ -15,22 +15,21 @@
 //! leases; `chores.rs` is the session chores of the worker that does them. The take itself is
 //! `../take.rs`.
 
-use std::collections::{HashMap, HashSet};
+use std::collections::HashMap;
 use std::sync::Arc;
 
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
-use super::event::LeaseEvent;
 use super::identity::{Identity, Ownership};
 use super::metrics;
 use super::state::{revoke_notice, SessionVersion, Shared};
 use super::take::{Job, Report};
-use crate::balance::{Assignment, BalancePolicy, Move};
-use crate::expiry::{ExpiryTracker, LeaseVersion};
+use crate::balance::{BalancePolicy, Move};
+use crate::expiry::ExpiryTracker;
 use crate::lease::{Incarnation, Lease, LeaseKey, Snapshot, WorkerId};
 use crate::lifecycle;
-use crate::store::{Outcome, StoreError};
+use crate::store::StoreError;
 
 mod chores;
 mod moves;
@@ -39,39 +38,38 @@ mod sessions;
 pub(crate) struct Taker {
     shared: Arc<Shared>,
     policy: Arc<dyn BalancePolicy>,
-    leases: ExpiryTracker<LeaseKey, LeaseVersion>,
     /// Members by (incarnation, heartbeat): a record removed and written again by another
-    /// process (or, with sessions, another session) starts its heartbeat again, and must
+    /// process (or another session) starts its heartbeat again, and must
     /// not match a value seen before.
     members: ExpiryTracker<WorkerId, SessionVersion>,
     identity: Identity,
-    /// With sessions: sessions named by leases whose record is gone or names another
+    /// Sessions named by leases whose record is gone or names another
     /// incarnation (they can never beat again), by when this worker first saw them so.
     ended: ExpiryTracker<(WorkerId, Option<Incarnation>)>,
-    /// With sessions: when each lease of the last round may be started by others (its owner's
+    /// When each lease of the last round may be started by others (its owner's
     /// session surely over); a lease whose session lives is absent.
     expiry: HashMap<LeaseKey, Instant>,
-    /// With sessions: the predecessor this worker last told that it joined next to it.
+    /// The predecessor this worker last told that it joined next to it.
     announced_to: Option<WorkerId>,
     /// The live workers of the last round, to see the fleet change.
     last_fleet: Vec<WorkerId>,
-    /// With sessions: since when the rounds have seen workers join, and when one last saw
+    /// Since when the rounds have seen workers join, and when one last saw
     /// one join (see [`Taker::gathering`]).
     joining: Option<(Instant, Instant)>,
-    /// With sessions: the worker that does the fleet's chores, as the last round saw it.
+    /// The worker that does the fleet's chores, as the last round saw it.
     chores: Option<WorkerId>,
-    /// With sessions, on the worker doing the chores: who held each lease at its last round.
+    /// On the worker doing the chores: who held each lease at its last round.
     holders: HashMap<LeaseKey, Holding>,
-    /// With sessions, on the worker doing the chores: each lease that waits on a worker (given
+    /// On the worker doing the chores: each lease that waits on a worker (given
     /// and not yet taken, or asked of its holder in a handoff not yet done), and since when
     /// (this worker's clock) it has waited so.
     waiting: HashMap<LeaseKey, (Waiting, Instant)>,
-    /// With sessions, on the worker doing the chores: when it last looked for leases waiting.
+    /// On the worker doing the chores: when it last looked for leases waiting.
     last_look: Option<Instant>,
-    /// With sessions: handoffs asked by this worker and not done in time, whose owners this
+    /// Handoffs asked by this worker and not done in time, whose owners this
     /// round tells to give them up (see `REVOKE`).
     revokes: Vec<(WorkerId, Incarnation, LeaseKey)>,
-    /// With sessions: how many sessions this process had fenced at its last round.
+    /// How many sessions this process had fenced at its last round.
     fenced_told: u64,
     /// Held leases without a load figure, since when this worker has seen them so (a lease
     /// that waited longer than [`FIGURE_WAIT`] publish intervals counts as settled: see
@@ -119,7 +117,7 @@ enum Action {
     Adopt(Lease),
     /// A handoff we asked for was not completed in time: take it anyway.
     Force(Lease),
-    /// With sessions: given to this worker's id (by a placement round, or a handoff nobody
+    /// Given to this worker's id (by a placement round, or a handoff nobody
     /// here waits on): its giver made sure nobody works on it.
     Given(Lease),
 }
@@ -139,11 +137,10 @@ impl Action {
 impl Taker {
     pub fn new(shared: Arc<Shared>, policy: Arc<dyn BalancePolicy>) -> Self {
         let duration = shared.config.lease_duration;
-        let identity = Identity::new(shared.id.clone(), shared.incarnation(), duration);
+        let identity = Identity::new(shared.id.clone(), shared.incarnation());
         Self {
             shared,
             policy,
-            leases: ExpiryTracker::new(duration),
             members: ExpiryTracker::new(duration),
             identity,
             ended: ExpiryTracker::new(duration),
@@ -206,17 +203,12 @@ impl Taker {
     async fn round(&mut self) -> Result<Instant, StoreError> {
         let config = self.shared.config.clone();
         let deadline = self.shared.now() + config.store_timeout;
-        // With sessions, every write a round leads to is conditioned on what it read, so a
-        // stale read costs a lost race at most: eventually consistent, at half the price.
-        let snapshot = if config.sessions() {
-            self.shared.store.snapshot_eventually(deadline).await?
-        } else {
-            self.shared.store.snapshot(deadline).await?
-        };
+        // Every write a round leads to is conditioned on what it read, so a stale read costs a
+        // lost race at most: eventually consistent, at half the price.
+        let snapshot = self.shared.store.snapshot_eventually(deadline).await?;
         // Observed at the end of the scan: every value read was written before now, so no
         // owner's validity (counted from before its write) can outlast now + lease duration.
         let now = self.shared.now();
-        let sessions = config.sessions();
         let incarnation = self.shared.incarnation();
         if self.identity.ownership_incarnation() != incarnation {
             // A new session: its predecessor must hear of it again.
@@ -228,31 +220,18 @@ impl Taker {
             members = snapshot.members.len(),
             "taker round"
         );
-        let expiry = if sessions {
-            self.observe_sessions(&snapshot, now).await
-        } else {
-            let expiry = self.observe(&snapshot, now);
-            self.observe_identity(&snapshot, now);
-            expiry
-        };
-        let live = if sessions {
-            self.live_sessions(&snapshot, now)
-        } else {
-            self.live_workers(&snapshot, &expiry, now)
-        };
+        let expiry = self.observe_sessions(&snapshot, now).await;
+        let live = self.live_sessions(&snapshot, now);
         let statuses = lifecycle::statuses(&snapshot.leases);
         let actions = self.actions(&snapshot, &statuses, now);
         let view = self.view(&snapshot, &statuses, &live, &expiry, now);
         self.note_unmeasured(&view, now);
-        // With sessions the assignment also places others' leases: computed once (at 100,000
-        // leases it is a good part of a round's work).
-        let placement = sessions.then(|| self.policy.assign(&view));
-        let mut moves = match &placement {
-            Some(assignment) => self.policy.plan_with(&view, &self.shared.id, assignment),
-            None => self.policy.plan(&view, &self.shared.id),
-        };
-        // With sessions, nothing else brings the next round: keep looking while this worker
-        // moved something or is below its share.
+        // The assignment also places others' leases: computed once (at 100,000 leases it is a
+        // good part of a round's work).
+        let placement = self.policy.assign(&view);
+        let mut moves = self.policy.plan_with(&view, &self.shared.id, &placement);
+        // Nothing else brings the next round: keep looking while this worker moved something
+        // or is below its share.
         let mut fleet: Vec<WorkerId> = live.keys().cloned().collect();
         fleet.sort();
         let fleet_changed = fleet != self.last_fleet;
@@ -262,57 +241,44 @@ impl Taker {
         self.last_fleet = fleet;
         let by_key: HashMap<&LeaseKey, &Lease> =
             snapshot.leases.iter().map(|l| (&l.key, l)).collect();
-        let gathering = sessions && self.gathering(joined, now);
+        let gathering = self.gathering(joined, now);
         if gathering {
             moves.retain(|step| match step {
                 Move::Take(key) => by_key.get(key).is_some_and(|l| l.owner.is_some()),
                 Move::RequestHandoff { .. } => false,
             });
         }
-        let moved = !moves.is_empty() || !actions.is_empty() || {
-            let me = &self.shared.id;
-            let below = |a: &Assignment| a.counts.get(me) < a.targets.get(me);
-            match &placement {
-                Some(assignment) => below(assignment),
-                None => below(&self.policy.assign(&view)),
-            }
-        };
-        if sessions {
-            self.warn(&snapshot, &statuses, &live, &expiry, now).await;
-            if self.is_smallest(&live) {
-                self.notice_changes(&snapshot, now).await;
-            }
-            if let Some(assignment) = &placement {
-                self.place(&snapshot, assignment, &by_key, gathering, now)
-                    .await;
-            }
-            let deadline = now + config.store_timeout;
-            for (owner, incarnation, key) in std::mem::take(&mut self.revokes) {
-                tracing::info!(lease_key = %key, owner = %owner, "handoff not done in time: telling its owner to give the lease up");
-                self.shared
-                    .notify(&owner, incarnation, &[revoke_notice(&key)], deadline)
-                    .await;
-            }
+        let me = &self.shared.id;
+        let moved = !moves.is_empty()
+            || !actions.is_empty()
+            || placement.counts.get(me) < placement.targets.get(me);
+        self.warn(&snapshot, &statuses, &live, &expiry, now).await;
+        if self.is_smallest(&live) {
+            self.notice_changes(&snapshot, now).await;
+        }
+        self.place(&snapshot, &placement, &by_key, gathering, now)
+            .await;
+        let deadline = now + config.store_timeout;
+        for (owner, incarnation, key) in std::mem::take(&mut self.revokes) {
+            tracing::info!(lease_key = %key, owner = %owner, "handoff not done in time: telling its owner to give the lease up");
+            self.shared
+                .notify(&owner, incarnation, &[revoke_notice(&key)], deadline)
+                .await;
         }
         self.execute(actions, moves, &by_key, now).await;
-        let next = if sessions {
-            self.ring(&snapshot, &live, &view).await;
-            let next = self.next_session_round(&snapshot, &live, &expiry, moved, now);
-            // Workers joining together see each other one round later: look again soon.
-            if fleet_changed || gathering {
-                next.min(now + config.renew_interval / 8)
-            } else {
-                next
-            }
+        self.ring(&snapshot, &live, &view).await;
+        let next = self.next_session_round(&snapshot, &live, &expiry, moved, now);
+        // Workers joining together see each other one round later: look again soon.
+        let next = if fleet_changed || gathering {
+            next.min(now + config.renew_interval / 8)
         } else {
-            self.clean_up_members(&snapshot, &live, now).await;
-            self.next_round(&snapshot, &expiry, now)
+            next
         };
         self.publish(snapshot, &live, &expiry, now);
         Ok(next)
     }
 
-    /// With sessions: whether this round only gathers, because it saw workers join (`joined`)
+    /// Whether this round only gathers, because it saw workers join (`joined`)
     /// that the last round did not see. Workers that start together (a cold start, a wave of
     /// an autoscaler, a rolling deployment) open their sessions a few milliseconds or seconds
     /// apart, and each one's first rounds see only some of the others: a worker that took or
@@ -339,56 +305,6 @@ impl Taker {
         }
     }
 
-    /// Records this scan's counters; returns when each lease (in snapshot order) expires.
-    fn observe(&mut self, snapshot: &Snapshot, now: Instant) -> Vec<Instant> {
-        let expiry = snapshot
-            .leases
-            .iter()
-            .map(|lease| {
-                self.leases
-                    .observe(&lease.key, LeaseVersion::of(lease), now)
-            })
-            .collect();
-        // Every key of the snapshot (they are unique) is remembered now: anything more is a
-        // lease that was deleted.
-        if self.leases.len() > snapshot.leases.len() {
-            let keys: HashSet<&LeaseKey> = snapshot.leases.iter().map(|l| &l.key).collect();
-            self.leases.retain(|k| keys.contains(k));
-        }
-        let ids: HashSet<&WorkerId> = snapshot.members.iter().map(|m| &m.worker).collect();
-        self.members.retain(|w| ids.contains(w));
-        for member in &snapshot.members {
-            self.members
-                .observe(&member.worker, (member.incarnation, member.heartbeat), now);
-        }
-        let fresh = snapshot.members.iter().map(|m| &m.worker);
-        let fresh = fresh.filter(|w| !self.members.is_expired(w, now)).collect();
-        self.shared.note_requesters(&snapshot.leases, &fresh);
-        expiry
-    }
-
-    /// Looks for another live process with this worker's id, and reports one when it first
-    /// shows up (an error: two processes must not share an id).
-    fn observe_identity(&mut self, snapshot: &Snapshot, now: Instant) {
-        let pending: HashSet<LeaseKey> = self.shared.lock().pending.keys().cloned().collect();
-        if !self
-            .identity
-            .observe(snapshot, |k| pending.contains(k), now)
-        {
-            return;
-        }
-        let me = &self.shared.id;
-        tracing::error!(
-            worker = %me,
-            incarnation = %self.shared.incarnation(),
-            "another live process uses this worker id; each keeps the leases it holds, but \
-             give every process an id of its own"
-        );
-        metrics::duplicate_worker_id(me);
-        self.shared
-            .emit(LeaseEvent::DuplicateWorkerId { worker: me.clone() });
-    }
-
     /// How to report a take of a lease someone else may still be working on (a forced
     /// handoff, a steal, a lease of another process with this id): at once if it has expired
     /// here (its owner's validity has surely ended), else as a forced take bounded by that
@@ -396,7 +312,7 @@ impl Taker {
     fn forced_report(&self, lease: &Lease, now: Instant) -> Report {
         if self.lease_expired(&lease.key, now) {
             Report::Quiet
-        } else if self.shared.config.sessions() {
+        } else {
             Report::Acknowledged {
                 owner: lease
                     .owner
@@ -404,95 +320,11 @@ impl Taker {
                     .unwrap_or_else(|| self.shared.id.clone()),
                 incarnation: lease.owner_incarnation,
             }
-        } else {
-            Report::Forced(self.leases.expires_at(&lease.key))
         }
     }
 
     fn owner_alive(&self, lease: &Lease, now: Instant) -> bool {
         lease.owner.is_some() && !self.lease_expired(&lease.key, now)
-    }
-
-    /// Live workers: fresh membership records, owners of unexpired leases, and this worker.
-    fn live_workers(
-        &self,
-        snapshot: &Snapshot,
-        expiry: &[Instant],
-        now: Instant,
-    ) -> HashMap<WorkerId, Option<u32>> {
-        let mut live: HashMap<WorkerId, Option<u32>> = snapshot
-            .members
-            .iter()
-            .filter(|m| !self.members.is_expired(&m.worker, now))
-            .map(|m| (m.worker.clone(), m.capacity))
-            .collect();
-        for (lease, at) in snapshot.leases.iter().zip(expiry) {
-            if let (Some(owner), true) = (&lease.owner, alive(lease, *at, now)) {
-                live.entry(owner.clone()).or_insert(None);
-            }
-        }
-        live.insert(
-            self.shared.id.clone(),
-            Some(self.shared.config.max_leases_per_worker),
-        );
-        live
-    }
-
-    /// Removes membership records that stopped changing a lease duration ago and whose worker
-    /// holds nothing. One worker does it (the smallest live id) to spare writes; it is a
-    /// conditional delete, so a worker that comes back in between keeps its record.
-    async fn clean_up_members(
-        &self,
-        snapshot: &Snapshot,
-        live: &HashMap<WorkerId, Option<u32>>,
-        now: Instant,
-    ) {
-        if !self.is_smallest(live) {
-            return;
-        }
-        let deadline = now + self.shared.config.store_timeout;
-        for member in &snapshot.members {
-            if live.contains_key(&member.worker) || !self.members.is_expired(&member.worker, now) {
-                continue;
-            }
-            let result = self
-                .shared
-                .store
-                .remove_member(&member.worker, Some(member.heartbeat), deadline)
-                .await;
-            if let Ok(Outcome::Done(_)) = result {
-                tracing::info!(worker = %member.worker, "removed the membership record of a dead worker");
-            }
-        }
-    }
-
-    /// The next round: after the taker interval, or at the moment an observed lease or
-    /// member would expire, or a handoff we wait on times out, whichever is first.
-    fn next_round(&self, snapshot: &Snapshot, expiry: &[Instant], now: Instant) -> Instant {
-        let config = &self.shared.config;
-        let mut next = now + config.taker_interval;
-        for pending in self.shared.lock().pending.values() {
-            next = next.min((pending.since + config.handoff_timeout).max(now));
-        }
-        if !config.scan_at_expiry {
-            return next;
-        }
-        for (lease, at) in snapshot.leases.iter().zip(expiry) {
-            let ours = self.identity.ownership(lease) == Ownership::Ours;
-            if *at > now && lease.owner.is_some() && !ours {
-                next = next.min(*at);
-            }
-        }
-        for member in &snapshot.members {
-            if let Some(at) = self
-                .members
-                .expires_at(&member.worker)
-                .filter(|at| *at > now)
-            {
-                next = next.min(at);
-            }
-        }
-        next
     }
 
     /// Reads the leases we wait on; starts those handed over to us.
@@ -512,10 +344,8 @@ impl Taker {
                 Ok(Some(lease)) if lease.handoff_to.as_ref() == Some(&self.shared.id) => {}
                 Ok(_) => {
                     self.shared.lock().pending.remove(&key);
-                    // With sessions no periodic round would notice what is still missing.
-                    if self.shared.config.sessions() {
-                        self.shared.rescan.notify_one();
-                    }
+                    // No periodic round would notice what is still missing.
+                    self.shared.rescan.notify_one();
                 }
                 Err(err) => {
                     tracing::debug!(lease_key = %key, error = %err, "handoff poll failed");

@@ -32,7 +32,6 @@ impl Taker {
         let mut actions = Vec::new();
         let mut still_pending = std::collections::BTreeMap::new();
         let mut revokes = Vec::new();
-        let twin = self.identity.sees_twin(now);
         for (lease, status) in snapshot.leases.iter().zip(statuses) {
             let held_here = state.held.contains_key(&lease.key);
             let ownership = self.identity.ownership(lease);
@@ -55,14 +54,14 @@ impl Taker {
                         let expired = self.lease_expired(&lease.key, now);
                         let late = now >= pending.since + config.handoff_timeout;
                         match (expired, late, lease.owner_incarnation) {
-                            // With sessions, a live owner is never taken from: the table would
+                            // A live owner is never taken from: the table would
                             // then name neither the session still finishing the lease nor
                             // anything to wait for, should this worker's own session end
                             // before the owner let go. The owner is told to give the lease up
                             // now (it tells its application the lease is lost, then hands it
                             // over); told again each lease duration until it does, or its
                             // session is over.
-                            (false, true, Some(incarnation)) if config.sessions() => {
+                            (false, true, Some(incarnation)) => {
                                 revokes.push((
                                     pending.from.clone(),
                                     incarnation,
@@ -101,19 +100,17 @@ impl Taker {
             }
             let action = match ownership {
                 Ownership::Ours => Action::Resume(lease.clone()),
-                // Given to this id, with sessions: one session per id, so it is this one's.
-                Ownership::Foreign if config.sessions() && lease.owner_incarnation.is_none() => {
+                // Given to this id: one session per id, so it is this one's.
+                Ownership::Foreign if lease.owner_incarnation.is_none() => {
                     Action::Given(lease.clone())
                 }
                 Ownership::Foreign => {
-                    // Another live process with this id works on it: leave it until it
-                    // expires, or the two would take their leases back and forth. With
-                    // sessions, never before its session is surely over: that session may be
-                    // the one that replaced this process's own, and a take from it would
-                    // leave the table naming a session that, once fenced, nobody waits on,
-                    // while the other process still works on the lease.
-                    let expired = self.lease_expired(&lease.key, now);
-                    if (twin || config.sessions()) && !expired {
+                    // Another process with this id works on it: never taken before its session
+                    // is surely over. That session may be the one that replaced this
+                    // process's own, and a take from it would leave the table naming a
+                    // session that, once fenced, nobody waits on, while the other process
+                    // still works on the lease.
+                    if !self.lease_expired(&lease.key, now) {
                         continue;
                     }
                     Action::Foreign(lease.clone())
@@ -158,7 +155,7 @@ impl Taker {
     ) -> FleetView {
         // Load figures: a lease's from its holder's record, else from the record of a worker
         // that held it moments ago (kept there until the new holder publishes its own), else
-        // from the lease item (the lease protocol's renewals may carry one).
+        // from the lease item (written there by an earlier build's renewals).
         let mut members: Vec<&Member> = snapshot.members.iter().collect();
         members.sort_by(|a, b| a.worker.cmp(&b.worker));
         let reported: HashMap<&WorkerId, &Member> =
@@ -201,12 +198,11 @@ impl Taker {
             .zip(statuses)
             .zip(expiry)
             .filter(|((_, status), _)| **status == LeaseStatus::Ready)
-            // With sessions, a lease whose session may still live but is not counted live
-            // (not yet fenced, or without a record for less than a lease duration) is
-            // nobody's to plan with until it is.
+            // A lease whose session may still live but is not counted live (not yet fenced,
+            // or without a record for less than a lease duration) is nobody's to plan with
+            // until it is.
             .filter(|((lease, _), at)| {
-                !self.shared.config.sessions()
-                    || !alive(lease, **at, now)
+                !alive(lease, **at, now)
                     || lease.owner.as_ref().is_some_and(|o| live.contains_key(o))
             })
             .map(|((lease, _), at)| {
@@ -257,7 +253,7 @@ impl Taker {
         // Too slow to hold leases (see `health.rs`): whatever it took now it would lose again,
         // while its late writes kept the leases looking alive to the peers.
         let slow = self.shared.health.is_slow();
-        let closed = self.shared.config.sessions() && !self.shared.session_valid();
+        let closed = !self.shared.session_valid();
         if slow || closed {
             if !actions.is_empty() || !moves.is_empty() {
                 let why = if slow {
@@ -306,7 +302,7 @@ impl Taker {
                     };
                     Job::Take { lease, report }
                 }
-                // With sessions, the other process of this id may still beat (it may have
+                // The other process of this id may still beat (it may have
                 // replaced this one's record, unknown here yet): its lease is reported once it
                 // acknowledges or its session is surely over, as any forced take.
                 Action::Foreign(lease) | Action::Force(lease) => {
@@ -329,8 +325,8 @@ impl Taker {
             };
             let lease = (*lease).clone();
             // A take of a lease whose owner is alive is a steal (a policy like KCL's): the
-            // owner may still be working until its next renewal fails, so the lease is
-            // reported only once its validity has certainly ended, as after a forced handoff.
+            // owner may still be working, so the lease is reported only once that session
+            // acknowledged or is surely over, as after a forced handoff.
             let steal =
                 self.identity.ownership(&lease) != Ownership::Ours && self.owner_alive(&lease, now);
             let report = if steal {
@@ -338,12 +334,9 @@ impl Taker {
             } else {
                 Report::Quiet
             };
-            // With sessions, a lease given and not yet taken is about to be started by its
-            // receiver, whose take would clear the request unseen: ask once it has.
-            if self.shared.config.sessions()
-                && matches!(step, Move::RequestHandoff { .. })
-                && lease.owner_incarnation.is_none()
-            {
+            // A lease given and not yet taken is about to be started by its receiver, whose
+            // take would clear the request unseen: ask once it has.
+            if matches!(step, Move::RequestHandoff { .. }) && lease.owner_incarnation.is_none() {
                 continue;
             }
             spawn(match step {

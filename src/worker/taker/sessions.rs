@@ -1,4 +1,4 @@
-//! With sessions: the taker's judgement of the fleet by sessions (which live, which ended,
+//! The taker's judgement of the fleet by sessions (which live, which ended,
 //! which to fence), the placement of leases on others' behalf, the worker's rank and what it
 //! publishes, and when the next event-driven round is due.
 
@@ -20,7 +20,7 @@ use crate::worker::state::TableView;
 use crate::worker::take::FAR;
 
 impl Taker {
-    /// With sessions: records the members' beats, fences every session seen unchanged for a
+    /// Records the members' beats, fences every session seen unchanged for a
     /// lease duration, and returns, per lease of the snapshot, when it may be started by
     /// another worker: at once if its owner's session was fenced here, a lease duration after
     /// this worker first saw that session without a record of its own, and not while the
@@ -70,13 +70,6 @@ impl Taker {
                 tracing::warn!(worker = %member.worker, error = %err, "could not fence an expired session");
             }
         }
-        let fresh = snapshot
-            .members
-            .iter()
-            .filter(|m| !self.members.is_expired(&m.worker, now))
-            .map(|m| &m.worker)
-            .collect();
-        self.shared.note_requesters(&snapshot.leases, &fresh);
         let records: HashMap<&WorkerId, Option<Incarnation>> = snapshot
             .members
             .iter()
@@ -147,7 +140,7 @@ impl Taker {
         self.shared.fenced()
     }
 
-    /// With sessions: the live workers are the members whose session is open and has not
+    /// The live workers are the members whose session is open and has not
     /// been seen unchanged for a lease duration, and this worker.
     pub(super) fn live_sessions(
         &self,
@@ -169,7 +162,7 @@ impl Taker {
         live
     }
 
-    /// With sessions: the leases nobody alive holds that the assignment gives to other
+    /// The leases nobody alive holds that the assignment gives to other
     /// workers are given to them, and each receiver is told in one notice. (What it gives to
     /// this worker, the policy takes.) While `gathering` (see [`Taker::gathering`]), only the
     /// leases of ended sessions.
@@ -287,7 +280,7 @@ impl Taker {
         }
     }
 
-    /// With sessions, the next round comes only when something is due: a handoff we wait on
+    /// The next round comes only when something is due: a handoff we wait on
     /// times out; a lease whose session has no record becomes startable; this round moved
     /// something (to see that it converged); and, on the worker with the smallest live id,
     /// the slow scan.
@@ -328,13 +321,9 @@ impl Taker {
     }
 
     /// Whether `key` may be taken by this worker without its owner's consent: its expiry has
-    /// come on this worker's clock (with sessions: its owner's session is surely over).
+    /// come on this worker's clock (its owner's session is surely over).
     pub(super) fn lease_expired(&self, key: &LeaseKey, now: Instant) -> bool {
-        if self.shared.config.sessions() {
-            self.expiry.get(key).is_some_and(|at| *at <= now)
-        } else {
-            self.leases.is_expired(key, now)
-        }
+        self.expiry.get(key).is_some_and(|at| *at <= now)
     }
 
     /// This worker has the smallest id among the live ones: it does the fleet's chores
