@@ -359,7 +359,7 @@ impl<S: LeaseStore> Admin<S> {
         let written = match checkpoint {
             Some(value) => match self
                 .store
-                .checkpoint(key, &operator, held.tenure, value, self.deadline())
+                .checkpoint(key, &operator, held.tenure, 1, value, self.deadline())
                 .await?
             {
                 Outcome::Done(lease) => lease,

@@ -259,6 +259,9 @@ pub struct Lease {
     pub tenure: u64,
     /// The application's checkpoint, opaque to the library.
     pub checkpoint: Option<String>,
+    /// Which write stored `checkpoint` (`None` before the first checkpoint of a numbered
+    /// write): a checkpoint is refused once a later write of its tenure was stored.
+    pub checkpoint_write: Option<CheckpointWrite>,
     /// How many times the owner changed since the last checkpoint.
     pub owner_switches_since_checkpoint: u64,
     /// Keys of the parent leases (a split has one parent, a merge two).
@@ -273,6 +276,28 @@ pub struct Lease {
     /// the new item's counter for the old one's.
     /// 0 for items written before nonces existed.
     pub nonce: u64,
+}
+
+/// Which write stored a lease's checkpoint: its tenure and its number among that tenure's
+/// checkpoints. The owner numbers its checkpoints 1, 2, 3... in the order its application
+/// made them; a checkpoint is stored only if no write of the same tenure with the same or a
+/// higher number was stored before, so a write that lands late (its caller gave up, or the
+/// store retried it after its attempt timeout) never replaces a newer one.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct CheckpointWrite {
+    /// The tenure the checkpoint was written in.
+    pub tenure: u64,
+    /// Its number among that tenure's checkpoints, from 1.
+    pub seq: u64,
+}
+
+impl CheckpointWrite {
+    /// True when a checkpoint numbered `seq` in `tenure` may replace the one this write
+    /// stored: it is of another tenure (an earlier one: the store also checks the owner and
+    /// tenure), or a later write of the same one.
+    pub fn accepts(&self, tenure: u64, seq: u64) -> bool {
+        self.tenure != tenure || self.seq < seq
+    }
 }
 
 impl Lease {
@@ -343,6 +368,7 @@ impl NewLease {
             counter: 0,
             tenure: 0,
             checkpoint: self.checkpoint,
+            checkpoint_write: None,
             owner_switches_since_checkpoint: 0,
             parents: self.parents,
             handoff_to: None,

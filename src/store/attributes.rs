@@ -21,6 +21,12 @@ pub const COUNTER: &str = "leaseCounter";
 pub const TENURE: &str = "leaseTenure";
 /// The application's checkpoint (string; absent when none).
 pub const CHECKPOINT: &str = "checkpoint";
+/// The tenure of the write that stored the checkpoint (number; absent before the first
+/// numbered checkpoint).
+pub const CHECKPOINT_TENURE: &str = "checkpointTenure";
+/// The number of the write that stored the checkpoint among its tenure's checkpoints (number;
+/// absent with [`CHECKPOINT_TENURE`]).
+pub const CHECKPOINT_SEQ: &str = "checkpointSeq";
 /// Owner changes since the last checkpoint (number).
 pub const OWNER_SWITCHES: &str = "ownerSwitchesSinceCheckpoint";
 /// Parent lease keys (list of strings; absent when none).
@@ -68,13 +74,15 @@ pub const SESSIONS: &str = "sessions";
 /// Every attribute name above but [`SESSIONS`] (a value, not a name). The Redis store finds
 /// in it the name of the field a script reports at fault.
 #[cfg(feature = "redis")]
-pub const ALL: [&str; 22] = [
+pub const ALL: [&str; 24] = [
     KEY,
     OWNER,
     OWNER_INCARNATION,
     COUNTER,
     TENURE,
     CHECKPOINT,
+    CHECKPOINT_TENURE,
+    CHECKPOINT_SEQ,
     OWNER_SWITCHES,
     PARENTS,
     HANDOFF_TO,

@@ -315,6 +315,7 @@ impl<S: LeaseStore> LeaseStore for FaultyStore<S> {
         key: &LeaseKey,
         owner: &WorkerId,
         tenure: u64,
+        seq: u64,
         checkpoint: &str,
         deadline: Instant,
     ) -> StoreResult<Outcome<Lease>> {
@@ -322,7 +323,7 @@ impl<S: LeaseStore> LeaseStore for FaultyStore<S> {
         let (key, owner, checkpoint) = (key.clone(), owner.clone(), checkpoint.to_owned());
         self.land(move |inner| async move {
             inner
-                .checkpoint(&key, &owner, tenure, &checkpoint, deadline)
+                .checkpoint(&key, &owner, tenure, seq, &checkpoint, deadline)
                 .await
         })
         .await

@@ -12,7 +12,8 @@ use tokio::time::Instant;
 
 use super::{check_report, LeaseStore, Outcome, Page, PageToken, StoreResult};
 use crate::lease::{
-    Incarnation, Lease, LeaseKey, LoadReport, Member, NewLease, WorkerId, RESERVED_PREFIX,
+    CheckpointWrite, Incarnation, Lease, LeaseKey, LoadReport, Member, NewLease, WorkerId,
+    RESERVED_PREFIX,
 };
 
 /// Default number of items per [`list_page`](LeaseStore::list_page) page.
@@ -305,14 +306,16 @@ impl LeaseStore for InMemoryStore {
         key: &LeaseKey,
         owner: &WorkerId,
         tenure: u64,
+        seq: u64,
         checkpoint: &str,
         _deadline: Instant,
     ) -> StoreResult<Outcome<Lease>> {
         Ok(self.update_lease(
             key,
-            |l| held(l, owner, tenure),
+            |l| held(l, owner, tenure) && l.checkpoint_write.is_none_or(|w| w.accepts(tenure, seq)),
             |l| {
                 l.checkpoint = Some(checkpoint.to_owned());
+                l.checkpoint_write = Some(CheckpointWrite { tenure, seq });
                 l.owner_switches_since_checkpoint = 0;
                 l.counter += 1;
             },

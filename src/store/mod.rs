@@ -24,7 +24,7 @@
 //! let Outcome::Done(mine) = store.take(&key, &me, process, lease.counter, deadline).await? else {
 //!     panic!("somebody else took it first");
 //! };
-//! store.checkpoint(&key, &me, mine.tenure, "seq-42", deadline).await?;
+//! store.checkpoint(&key, &me, mine.tenure, 1, "seq-42", deadline).await?;
 //! assert_eq!(store.get(&key, deadline).await?.unwrap().checkpoint.as_deref(), Some("seq-42"));
 //! # Ok(())
 //! # }
@@ -40,7 +40,7 @@
 //! | [`request_handoff`](LeaseStore::request_handoff) | owner and tenure as observed, no other handoff pending | handoff_to := requester |
 //! | [`complete_handoff`](LeaseStore::complete_handoff) | owner = me, tenure = mine, handoff_to = to | owner := to, no owner incarnation, counter + 1, tenure + 1, switches + 1, no handoff |
 //! | [`release`](LeaseStore::release) | owner = me, tenure = mine | unowned, no owner incarnation, counter + 1, no handoff |
-//! | [`checkpoint`](LeaseStore::checkpoint) | owner = me, tenure = mine | checkpoint := value, switches := 0, counter + 1 |
+//! | [`checkpoint`](LeaseStore::checkpoint) | owner = me, tenure = mine, no checkpoint of this tenure numbered as high or higher stored | checkpoint := value, its tenure and number stored, switches := 0, counter + 1 |
 //! | [`delete`](LeaseStore::delete) | counter and tenure as observed | item removed |
 //! | [`heartbeat`](LeaseStore::heartbeat) | absent or a membership record | heartbeat + 1, incarnation and capacity set; with a [`LoadReport`], weight, utilisation (`load`) and lease loads set (each absent one removed); without, all three left as they are |
 //! | [`remove_member`](LeaseStore::remove_member) | a membership record (with the observed heartbeat, if given) | item removed |
@@ -305,12 +305,17 @@ pub trait LeaseStore: Send + Sync + 'static {
         deadline: Instant,
     ) -> StoreResult<Outcome<Lease>>;
 
-    /// Stores `checkpoint`, fenced: accepted only from `owner` in `tenure`.
+    /// Stores `checkpoint`, fenced: accepted only from `owner` in `tenure`, and only if no
+    /// checkpoint of `tenure` numbered `seq` or higher was stored before (see
+    /// [`CheckpointWrite`](crate::lease::CheckpointWrite)): the owner numbers its checkpoints
+    /// 1, 2, 3... within a tenure, so that one that lands late never replaces a newer one. A
+    /// retry of the same call sends the same number.
     async fn checkpoint(
         &self,
         key: &LeaseKey,
         owner: &WorkerId,
         tenure: u64,
+        seq: u64,
         checkpoint: &str,
         deadline: Instant,
     ) -> StoreResult<Outcome<Lease>>;

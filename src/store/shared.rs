@@ -89,11 +89,12 @@ impl<S: LeaseStore + ?Sized> LeaseStore for Arc<S> {
         key: &LeaseKey,
         owner: &WorkerId,
         tenure: u64,
+        seq: u64,
         checkpoint: &str,
         deadline: Instant,
     ) -> StoreResult<Outcome<Lease>> {
         (**self)
-            .checkpoint(key, owner, tenure, checkpoint, deadline)
+            .checkpoint(key, owner, tenure, seq, checkpoint, deadline)
             .await
     }
 

@@ -138,12 +138,13 @@ impl LeaseStore for Bounded {
         key: &LeaseKey,
         owner: &WorkerId,
         tenure: u64,
+        seq: u64,
         checkpoint: &str,
         deadline: Instant,
     ) -> StoreResult<Outcome<Lease>> {
         let call = self
             .inner
-            .checkpoint(key, owner, tenure, checkpoint, deadline);
+            .checkpoint(key, owner, tenure, seq, checkpoint, deadline);
         self.bound("checkpoint", key.as_str(), deadline, call).await
     }
 

@@ -25,10 +25,13 @@ impl Ledger for Arc<Shared> {
         if ended {
             return Err(CheckpointError::ShardEnded { key: key.clone() });
         }
+        let Some(seq) = self.next_checkpoint_seq(key, tenure) else {
+            return Err(not_held());
+        };
         let deadline = valid_until.min(self.now() + self.config.store_timeout);
         let outcome = self
             .store
-            .checkpoint(key, &self.id, tenure, value, deadline)
+            .checkpoint(key, &self.id, tenure, seq, value, deadline)
             .await
             .map_err(|source| CheckpointError::Store {
                 key: key.clone(),
@@ -36,8 +39,24 @@ impl Ledger for Arc<Shared> {
             })?;
         match outcome {
             Outcome::Done(_) => {
-                tracing::debug!(lease_key = %key, tenure, "checkpointed");
+                tracing::debug!(lease_key = %key, tenure, seq, "checkpointed");
                 Ok(())
+            }
+            // Still held in this tenure: a later checkpoint of this grant was stored first (the
+            // application made two at once, or this one's first attempt was lost and retried).
+            Outcome::LostRace {
+                current: Some(current),
+            } if current.is_owned_by(&self.id)
+                && current.tenure == tenure
+                && current
+                    .checkpoint_write
+                    .is_some_and(|w| !w.accepts(tenure, seq)) =>
+            {
+                tracing::debug!(lease_key = %key, tenure, seq, "checkpoint superseded by a later one");
+                Err(CheckpointError::Superseded {
+                    key: key.clone(),
+                    value: value.to_owned(),
+                })
             }
             Outcome::LostRace { .. } => {
                 // The lease moved on under this grant (a take, a hand edit): it is lost here,

@@ -54,6 +54,16 @@ pub enum CheckpointError {
         /// The lease.
         key: LeaseKey,
     },
+    /// A later checkpoint of the same grant was stored before this one reached the table (two
+    /// calls at once, or this one retried after its first answer was lost): the table keeps
+    /// the later value, and this one was not stored. The lease is still held.
+    #[error("checkpoint {value:?} of lease {key} was not stored: a later checkpoint of this grant was stored first")]
+    Superseded {
+        /// The lease.
+        key: LeaseKey,
+        /// The value not stored.
+        value: String,
+    },
     /// The store gave no definite answer.
     #[error("checkpoint of lease {key} failed")]
     Store {

@@ -65,6 +65,9 @@ pub(crate) struct Held {
     pub valid_until: Instant,
     pub phase: Phase,
     pub checkpoint: Option<String>,
+    /// How many checkpoint writes of this tenure were started here: the next one is numbered
+    /// one more (see [`CheckpointWrite`](crate::lease::CheckpointWrite)).
+    pub checkpoints: u64,
     pub parents: Vec<LeaseKey>,
     /// The application dropped or finished its grant already.
     pub app_done: bool,
@@ -688,6 +691,16 @@ impl Shared {
             .map(|h| (h.valid_until, h.ended))
     }
 
+    /// The number of the next checkpoint write of `key` in `tenure` (1 for the first), if the
+    /// lease is still held here in that tenure. Numbers are drawn in the order the
+    /// application's calls reach this point, so the later of two calls wins in the table.
+    pub fn next_checkpoint_seq(&self, key: &LeaseKey, tenure: u64) -> Option<u64> {
+        let mut state = self.lock();
+        let held = state.held.get_mut(key).filter(|h| h.tenure == tenure)?;
+        held.checkpoints += 1;
+        Some(held.checkpoints)
+    }
+
     /// Starts holding `lease` (just taken or received by this worker), valid until
     /// `valid_until`; reports it to the application at once, or at `report_at` when that is
     /// later than now. A lease whose shard was already processed to its end is not held: the
@@ -745,6 +758,7 @@ impl Shared {
                 valid_until,
                 phase: Phase::Waiting { report_at },
                 checkpoint,
+                checkpoints: 0,
                 parents,
                 app_done: false,
                 ended: false,

@@ -3,10 +3,11 @@
 use std::collections::BTreeMap;
 use std::time::Duration;
 
-use shardlease::lease::Incarnation;
+use shardlease::lease::{CheckpointWrite, Incarnation};
 use shardlease::store::{LeaseStore, Outcome};
 use shardlease::{
     InvalidLoadReport, Lease, LeaseKey, LoadReport, Member, NewLease, StoreError, WorkerId,
+    SHARD_END,
 };
 use tokio::time::Instant;
 
@@ -328,7 +329,7 @@ pub async fn the_owner_incarnation_follows_every_change_of_owner<T: Target>(
     );
     let checkpointed = done(
         store
-            .checkpoint(&lease.key, &a, taken.tenure, "10", deadline())
+            .checkpoint(&lease.key, &a, taken.tenure, 1, "10", deadline())
             .await
             .unwrap(),
         "checkpoint",
@@ -461,7 +462,7 @@ pub async fn checkpoint_is_fenced_by_tenure<T: Target>(target: &T, test: &str) {
     assert_eq!(lease.owner_switches_since_checkpoint, 1);
     let saved = done(
         store
-            .checkpoint(&lease.key, &a, lease.tenure, "seq-10", deadline())
+            .checkpoint(&lease.key, &a, lease.tenure, 1, "seq-10", deadline())
             .await
             .unwrap(),
         "checkpoint",
@@ -475,7 +476,7 @@ pub async fn checkpoint_is_fenced_by_tenure<T: Target>(target: &T, test: &str) {
     );
     let current = lost(
         store
-            .checkpoint(&lease.key, &b, lease.tenure, "seq-99", deadline())
+            .checkpoint(&lease.key, &b, lease.tenure, 2, "seq-99", deadline())
             .await
             .unwrap(),
         "checkpoint by a non-owner",
@@ -508,6 +509,7 @@ pub async fn a_stale_checkpoint_after_re_take_is_rejected<T: Target>(target: &T,
                 &first.key,
                 &a,
                 first.tenure,
+                1,
                 "from-the-first-tenure",
                 deadline(),
             )
@@ -518,7 +520,14 @@ pub async fn a_stale_checkpoint_after_re_take_is_rejected<T: Target>(target: &T,
     assert_eq!(current.unwrap().checkpoint, None);
     done(
         store
-            .checkpoint(&first.key, &a, again.tenure, "from-this-tenure", deadline())
+            .checkpoint(
+                &first.key,
+                &a,
+                again.tenure,
+                1,
+                "from-this-tenure",
+                deadline(),
+            )
             .await
             .unwrap(),
         "a checkpoint of this tenure",
@@ -529,27 +538,100 @@ pub async fn renewals_and_checkpoints_do_not_race<T: Target>(target: &T, test: &
     let store = target.store(test).await;
     let a = worker("a");
     let lease = held_by(&store, "shard-1", &a).await;
-    let mut tasks = Vec::new();
-    for i in 0..20 {
+    let mut renewals = Vec::new();
+    for _ in 0..10 {
         let (store, key, a) = (store.clone(), lease.key.clone(), a.clone());
-        tasks.push(tokio::spawn(async move {
-            if i % 2 == 0 {
-                store.renew(&key, &a, lease.tenure, None, deadline()).await
-            } else {
-                store
-                    .checkpoint(&key, &a, lease.tenure, &format!("seq-{i}"), deadline())
-                    .await
-            }
+        renewals.push(tokio::spawn(async move {
+            store.renew(&key, &a, lease.tenure, None, deadline()).await
         }));
     }
-    for task in tasks {
+    // The owner's checkpoints, one after the other as an application makes them, while the
+    // renewals land.
+    for seq in 1..=10 {
+        let value = format!("seq-{seq}");
         done(
-            task.await.unwrap().unwrap(),
-            "concurrent renew or checkpoint",
+            store
+                .checkpoint(&lease.key, &a, lease.tenure, seq, &value, deadline())
+                .await
+                .unwrap(),
+            "a checkpoint among renewals",
         );
+    }
+    for task in renewals {
+        done(task.await.unwrap().unwrap(), "a renewal among checkpoints");
     }
     let last = store.get(&lease.key, deadline()).await.unwrap().unwrap();
     assert_eq!(last.counter, lease.counter + 20);
+    assert_eq!(last.checkpoint.as_deref(), Some("seq-10"));
+}
+
+/// A checkpoint that lands after a later one of its tenure (its caller gave up on it, or the
+/// store retried it after its attempt timeout) is refused: the table keeps the later value,
+/// and the end of a shard is never turned back into a position.
+pub async fn a_late_checkpoint_never_replaces_a_later_one_of_its_tenure<T: Target>(
+    target: &T,
+    test: &str,
+) {
+    let store = target.store(test).await;
+    let (a, b) = (worker("a"), worker("b"));
+    let lease = held_by(&store, "shard-1", &a).await;
+    let stored = done(
+        store
+            .checkpoint(&lease.key, &a, lease.tenure, 2, SHARD_END, deadline())
+            .await
+            .unwrap(),
+        "the second checkpoint, first to land",
+    );
+    assert_eq!(
+        stored.checkpoint_write,
+        Some(CheckpointWrite {
+            tenure: lease.tenure,
+            seq: 2
+        })
+    );
+    for (seq, what) in [(1, "an earlier checkpoint"), (2, "the same number again")] {
+        let current = lost(
+            store
+                .checkpoint(&lease.key, &a, lease.tenure, seq, "seq-10", deadline())
+                .await
+                .unwrap(),
+            what,
+        );
+        assert_eq!(
+            current.unwrap().checkpoint.as_deref(),
+            Some(SHARD_END),
+            "{what}"
+        );
+    }
+    let later = done(
+        store
+            .checkpoint(&lease.key, &a, lease.tenure, 3, "seq-30", deadline())
+            .await
+            .unwrap(),
+        "a later checkpoint",
+    );
+    assert_eq!(later.checkpoint.as_deref(), Some("seq-30"));
+    // A new tenure numbers its checkpoints from 1 again.
+    let by_b = done(
+        store
+            .take(&lease.key, &b, PROCESS, later.counter, deadline())
+            .await
+            .unwrap(),
+        "b takes it",
+    );
+    let first_of_b = done(
+        store
+            .checkpoint(&lease.key, &b, by_b.tenure, 1, "seq-40", deadline())
+            .await
+            .unwrap(),
+        "the first checkpoint of a new tenure",
+    );
+    assert_eq!(first_of_b.checkpoint.as_deref(), Some("seq-40"));
+    let read = store.get(&lease.key, deadline()).await.unwrap().unwrap();
+    assert_eq!(
+        read, first_of_b,
+        "what the write answered is what is stored"
+    );
 }
 
 pub async fn delete_is_conditional_on_counter_and_tenure<T: Target>(target: &T, test: &str) {
@@ -850,7 +932,7 @@ pub async fn give_is_conditional_on_the_observed_counter<T: Target>(target: &T, 
     // The old owner is fenced; the new one's process starts it with a take of its own.
     lost(
         store
-            .checkpoint(&held.key, &a, held.tenure, "late", deadline())
+            .checkpoint(&held.key, &a, held.tenure, 1, "late", deadline())
             .await
             .unwrap(),
         "checkpoint of the old tenure",

@@ -714,7 +714,7 @@ pub async fn a_request_nobody_answers_ends_at_its_deadline_as_ambiguous(
     unanswered!("get", d => store.get(k, d));
     unanswered!("scan", d => store.list_page(None, d));
     unanswered!("renew", d => store.renew(k, &me, t, None, d));
-    unanswered!("checkpoint", d => store.checkpoint(k, &me, t, "7", d));
+    unanswered!("checkpoint", d => store.checkpoint(k, &me, t, 1, "7", d));
     unanswered!("take", d => store.take(k, &me, PROCESS, taken.counter, d));
     unanswered!("request_handoff", d => store.request_handoff(k, &me, t, &me, d));
     unanswered!("complete_handoff", d => store.complete_handoff(k, &me, t, &me, d));

@@ -82,6 +82,7 @@ macro_rules! conformance_suite {
             checkpoint_is_fenced_by_tenure,
             a_stale_checkpoint_after_re_take_is_rejected,
             renewals_and_checkpoints_do_not_race,
+            a_late_checkpoint_never_replaces_a_later_one_of_its_tenure,
             delete_is_conditional_on_counter_and_tenure,
             a_re_created_lease_has_a_nonce_of_its_own,
             heartbeat_creates_and_refreshes_membership,

@@ -271,14 +271,18 @@ async fn a_checkpoint_whose_answer_was_lost_is_done_unless_covered_since() {
     let lease = t.held("shard-1").await;
     let saved = t.lose(
         t.store
-            .checkpoint(&lease.key, &t.me, 1, "seq-1", deadline()),
+            .checkpoint(&lease.key, &t.me, 1, 1, "seq-1", deadline()),
     );
     let saved = done(saved.await, "checkpoint");
     assert_eq!(saved.checkpoint.as_deref(), Some("seq-1"));
-    assert_eq!(saved.counter, lease.counter + 2, "applied, and again");
+    assert_eq!(
+        saved.counter,
+        lease.counter + 1,
+        "applied once: the retry, refused by its number, found its own token"
+    );
     let write = t
         .store
-        .checkpoint(&lease.key, &t.me, 1, "seq-2", deadline());
+        .checkpoint(&lease.key, &t.me, 1, 2, "seq-2", deadline());
     let current = lost(
         t.lose_covered(write, t.steal(&lease.key)).await,
         "checkpoint",

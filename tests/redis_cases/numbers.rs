@@ -105,7 +105,7 @@ async fn a_load_only_lua_reads_as_a_number_is_malformed_to_every_write_and_to_li
         lease!("release", store.release(&shard, &a, 1, deadline()));
         lease!(
             "checkpoint",
-            store.checkpoint(&shard, &a, 1, "seq-9", deadline())
+            store.checkpoint(&shard, &a, 1, 1, "seq-9", deadline())
         );
         lease!("delete", store.delete(&shard, 5, 1, deadline()));
 

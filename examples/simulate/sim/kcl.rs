@@ -97,6 +97,10 @@ struct State {
     /// Owners of unexpired leases at the taker's last round (the shard sync's leader).
     owners: BTreeSet<WorkerId>,
     next_token: u64,
+    /// The number of this process's last checkpoint write. KCL fences checkpoints on the
+    /// counter and numbers none; the store's checkpoint takes a number, increasing within a
+    /// tenure, which one counter per process gives.
+    checkpoints: u64,
 }
 
 /// A lease the renewer keeps.
@@ -373,9 +377,14 @@ async fn run_app(
 /// the lease; `None` when the write failed.
 async fn checkpoint(shared: &Shared, key: &LeaseKey, tenure: u64, value: &str) -> Option<bool> {
     let deadline = Instant::now() + STORE_TIMEOUT;
+    let seq = {
+        let mut state = shared.state();
+        state.checkpoints += 1;
+        state.checkpoints
+    };
     let written = shared
         .store
-        .checkpoint(key, &shared.id, tenure, value, deadline)
+        .checkpoint(key, &shared.id, tenure, seq, value, deadline)
         .await;
     let mut state = shared.state();
     let ours = state.held.get(key).is_some_and(|h| h.tenure == tenure);
@@ -575,6 +584,7 @@ mod tests {
             counter,
             tenure: 1,
             checkpoint: None,
+            checkpoint_write: None,
             owner_switches_since_checkpoint: 0,
             parents: Vec::new(),
             handoff_to: None,

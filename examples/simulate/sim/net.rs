@@ -595,6 +595,7 @@ impl LeaseStore for SimStore {
         key: &LeaseKey,
         owner: &WorkerId,
         tenure: u64,
+        seq: u64,
         checkpoint: &str,
         deadline: Instant,
     ) -> StoreResult<Outcome<Lease>> {
@@ -602,7 +603,7 @@ impl LeaseStore for SimStore {
             let write = self
                 .net
                 .table
-                .checkpoint(key, owner, tenure, checkpoint, deadline);
+                .checkpoint(key, owner, tenure, seq, checkpoint, deadline);
             self.write(write)
         })
         .await

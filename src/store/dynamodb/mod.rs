@@ -617,19 +617,21 @@ impl LeaseStore for DynamoStore {
         key: &LeaseKey,
         owner: &WorkerId,
         tenure: u64,
+        seq: u64,
         checkpoint: &str,
         deadline: Instant,
     ) -> StoreResult<Outcome<Lease>> {
         let mut values = held(owner, tenure);
         values.extend([
             (":checkpoint", schema::s(checkpoint)),
+            (":seq", schema::n(seq)),
             (":zero", schema::n(0)),
             one(),
         ]);
         self.lease_update(
             "checkpoint",
             key,
-            schema::COND_HELD,
+            schema::COND_CHECKPOINT,
             schema::UPDATE_CHECKPOINT,
             values,
             deadline,

@@ -9,22 +9,30 @@ use std::collections::{BTreeMap, BTreeSet, HashMap};
 
 use aws_sdk_dynamodb::types::AttributeValue;
 
-use crate::lease::{Incarnation, Lease, LeaseKey, LoadReport, Member, WorkerId, RESERVED_PREFIX};
+use crate::lease::{
+    CheckpointWrite, Incarnation, Lease, LeaseKey, LoadReport, Member, WorkerId, RESERVED_PREFIX,
+};
 pub use crate::store::decoded::{member_key, Decoded};
 use crate::store::StoreError;
 
 // The attribute names, shared with the Redis store's hashes; re-exported so that this module
 // still names every attribute the format uses.
 pub use crate::store::attributes::{
-    CAPACITY, CHECKPOINT, COUNTER, HANDOFF_TO, HEARTBEAT, KEY, LAST_OP, LEASE_LOAD, LEASE_LOADS,
-    MEMBER_INCARNATION, MEMBER_LOAD, MEMBER_PROTOCOL, NONCE, NOTICES, OWNER, OWNER_INCARNATION,
-    OWNER_SWITCHES, PARENTS, SESSIONS, TENURE, UPDATED_AT, WEIGHT, WORKER,
+    CAPACITY, CHECKPOINT, CHECKPOINT_SEQ, CHECKPOINT_TENURE, COUNTER, HANDOFF_TO, HEARTBEAT, KEY,
+    LAST_OP, LEASE_LOAD, LEASE_LOADS, MEMBER_INCARNATION, MEMBER_LOAD, MEMBER_PROTOCOL, NONCE,
+    NOTICES, OWNER, OWNER_INCARNATION, OWNER_SWITCHES, PARENTS, SESSIONS, TENURE, UPDATED_AT,
+    WEIGHT, WORKER,
 };
 
 /// `create`: no item has this key.
 pub const COND_CREATE: &str = "attribute_not_exists(leaseKey)";
-/// `renew`, `release`, `checkpoint`: held by the caller in the caller's tenure.
+/// `renew`, `release`: held by the caller in the caller's tenure.
 pub const COND_HELD: &str = "leaseOwner = :owner AND leaseTenure = :tenure";
+/// `checkpoint`: held by the caller in the caller's tenure, and no checkpoint of that tenure
+/// numbered `:seq` or higher stored (one stored in an earlier tenure does not count).
+pub const COND_CHECKPOINT: &str = "leaseOwner = :owner AND leaseTenure = :tenure \
+     AND (attribute_not_exists(checkpointTenure) OR checkpointTenure <> :tenure \
+     OR checkpointSeq < :seq)";
 /// `take`: the counter is still the one the taker observed.
 pub const COND_TAKE: &str = "leaseCounter = :counter";
 /// `request_handoff`: held as observed, and no handoff to somebody else pending.
@@ -162,7 +170,7 @@ pub const UPDATE_RELEASE: &str = "SET leaseCounter = leaseCounter + :one, lastOp
      updatedAt = :now REMOVE leaseOwner, ownerIncarnation, handoffTo";
 /// `checkpoint`.
 pub const UPDATE_CHECKPOINT: &str = "SET checkpoint = :checkpoint, \
-     ownerSwitchesSinceCheckpoint = :zero, leaseCounter = leaseCounter + :one, \
+     checkpointTenure = :tenure, checkpointSeq = :seq, ownerSwitchesSinceCheckpoint = :zero, leaseCounter = leaseCounter + :one, \
      lastOp = :op, updatedAt = :now";
 /// `heartbeat`; the capacity and a load report's figures are set or removed by
 /// [`heartbeat_update`].
@@ -214,6 +222,11 @@ pub fn encode_lease(lease: &Lease, op: &str, now: &str) -> Item {
             lease.owner_incarnation.map(|i| n(i.get())),
         ),
         (CHECKPOINT, lease.checkpoint.as_ref().map(|c| s(c.as_str()))),
+        (
+            CHECKPOINT_TENURE,
+            lease.checkpoint_write.map(|w| n(w.tenure)),
+        ),
+        (CHECKPOINT_SEQ, lease.checkpoint_write.map(|w| n(w.seq))),
         (HANDOFF_TO, lease.handoff_to.as_ref().map(|h| s(h.as_str()))),
         (LEASE_LOAD, lease.load.map(n)),
         (
@@ -285,6 +298,9 @@ pub fn lease_item_size(lease: &Lease) -> usize {
     }
     if let Some(checkpoint) = &lease.checkpoint {
         size += string(CHECKPOINT, checkpoint.len());
+    }
+    if let Some(write) = lease.checkpoint_write {
+        size += number(CHECKPOINT_TENURE, write.tenure) + number(CHECKPOINT_SEQ, write.seq);
     }
     if let Some(to) = &lease.handoff_to {
         size += string(HANDOFF_TO, to.as_str().len());
@@ -445,6 +461,19 @@ impl<'a> Fields<'a> {
             .collect()
     }
 
+    /// The checkpoint's write: both numbers or neither.
+    fn checkpoint_write(&self) -> Result<Option<CheckpointWrite>, StoreError> {
+        match (
+            self.number(CHECKPOINT_TENURE)?,
+            self.number(CHECKPOINT_SEQ)?,
+        ) {
+            (Some(tenure), Some(seq)) => Ok(Some(CheckpointWrite { tenure, seq })),
+            (None, None) => Ok(None),
+            (Some(_), None) => Err(self.err(CHECKPOINT_SEQ, "is missing beside checkpointTenure")),
+            (None, Some(_)) => Err(self.err(CHECKPOINT_TENURE, "is missing beside checkpointSeq")),
+        }
+    }
+
     fn handoff_target(&self) -> Result<Option<WorkerId>, StoreError> {
         self.string(HANDOFF_TO)?
             .map(|v| {
@@ -533,6 +562,7 @@ pub fn decode(item: &Item) -> Result<Decoded, StoreError> {
         counter: fields.required(COUNTER)?,
         tenure: fields.required(TENURE)?,
         checkpoint: fields.string(CHECKPOINT)?.map(str::to_owned),
+        checkpoint_write: fields.checkpoint_write()?,
         owner_switches_since_checkpoint: fields.number(OWNER_SWITCHES)?.unwrap_or(0),
         parents: fields.parents()?,
         handoff_to: fields.handoff_target()?,

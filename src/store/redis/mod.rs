@@ -323,8 +323,10 @@ impl RedisStore {
         }
         for (key, flat) in items {
             match self.listed(&key, flat) {
-                Listed::Item(Decoded::Lease(lease, _)) => page.leases.push(lease),
-                Listed::Item(Decoded::Member(member, _)) => page.members.push(member),
+                Listed::Item(item) => match *item {
+                    Decoded::Lease(lease, _) => page.leases.push(lease),
+                    Decoded::Member(member, _) => page.members.push(member),
+                },
                 Listed::Gone => {}
                 Listed::Malformed => page.malformed += 1,
             }
@@ -354,7 +356,7 @@ impl RedisStore {
             }
         });
         match decoded {
-            Ok(decoded) => Listed::Item(decoded),
+            Ok(decoded) => Listed::Item(Box::new(decoded)),
             Err(err) => {
                 self.malformed_seen.fetch_add(1, Ordering::Relaxed);
                 tracing::warn!(
@@ -370,7 +372,7 @@ impl RedisStore {
 
 /// What a listing found under one index entry.
 enum Listed {
-    Item(Decoded),
+    Item(Box<Decoded>),
     Gone,
     Malformed,
 }
@@ -558,8 +560,10 @@ impl LeaseStore for RedisStore {
                 from = format!("({last}");
             }
             for (key, flat) in items {
-                if let Listed::Item(Decoded::Member(member, _)) = self.listed(&key, flat) {
-                    members.push(member);
+                if let Listed::Item(item) = self.listed(&key, flat) {
+                    if let Decoded::Member(member, _) = *item {
+                        members.push(member);
+                    }
                 }
             }
             if !full {
@@ -641,10 +645,16 @@ impl LeaseStore for RedisStore {
         key: &LeaseKey,
         owner: &WorkerId,
         tenure: u64,
+        seq: u64,
         checkpoint: &str,
         deadline: Instant,
     ) -> StoreResult<Outcome<Lease>> {
-        let args = vec![owner.to_string(), tenure.to_string(), checkpoint.to_owned()];
+        let args = vec![
+            owner.to_string(),
+            tenure.to_string(),
+            seq.to_string(),
+            checkpoint.to_owned(),
+        ];
         self.lease_write(&scripts::SCRIPT_CHECKPOINT, key, args, deadline)
             .await
     }

@@ -18,16 +18,19 @@
 
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 
-use crate::lease::{Incarnation, Lease, LeaseKey, LoadReport, Member, WorkerId, RESERVED_PREFIX};
+use crate::lease::{
+    CheckpointWrite, Incarnation, Lease, LeaseKey, LoadReport, Member, WorkerId, RESERVED_PREFIX,
+};
 pub use crate::store::decoded::{member_key, Decoded};
 use crate::store::StoreError;
 
 // The field names: the DynamoDB attribute names, from the list both stores share; re-exported
 // so that this module still names every field the format uses.
 pub use crate::store::attributes::{
-    CAPACITY, CHECKPOINT, COUNTER, HANDOFF_TO, HEARTBEAT, KEY, LAST_OP, LEASE_LOAD, LEASE_LOADS,
-    MEMBER_INCARNATION, MEMBER_LOAD, MEMBER_PROTOCOL, NONCE, NOTICES, OWNER, OWNER_INCARNATION,
-    OWNER_SWITCHES, PARENTS, SESSIONS, TENURE, UPDATED_AT, WEIGHT, WORKER,
+    CAPACITY, CHECKPOINT, CHECKPOINT_SEQ, CHECKPOINT_TENURE, COUNTER, HANDOFF_TO, HEARTBEAT, KEY,
+    LAST_OP, LEASE_LOAD, LEASE_LOADS, MEMBER_INCARNATION, MEMBER_LOAD, MEMBER_PROTOCOL, NONCE,
+    NOTICES, OWNER, OWNER_INCARNATION, OWNER_SWITCHES, PARENTS, SESSIONS, TENURE, UPDATED_AT,
+    WEIGHT, WORKER,
 };
 
 /// The field named `name`, as the format's constant ([`KEY`] for a name it does not use).
@@ -113,6 +116,14 @@ pub fn encode_lease(lease: &Lease, op: &str, now: &str) -> Vec<(&'static str, St
             lease.owner_incarnation.map(|i| i.get().to_string()),
         ),
         (CHECKPOINT, lease.checkpoint.clone()),
+        (
+            CHECKPOINT_TENURE,
+            lease.checkpoint_write.map(|w| w.tenure.to_string()),
+        ),
+        (
+            CHECKPOINT_SEQ,
+            lease.checkpoint_write.map(|w| w.seq.to_string()),
+        ),
         (
             HANDOFF_TO,
             lease.handoff_to.as_ref().map(WorkerId::to_string),
@@ -348,6 +359,19 @@ pub fn decode(item: &Item) -> Result<Decoded, StoreError> {
         counter: fields.required(COUNTER)?,
         tenure: fields.required(TENURE)?,
         checkpoint: fields.string(CHECKPOINT)?.map(str::to_owned),
+        checkpoint_write: match (
+            fields.counter(CHECKPOINT_TENURE)?,
+            fields.counter(CHECKPOINT_SEQ)?,
+        ) {
+            (Some(tenure), Some(seq)) => Some(CheckpointWrite { tenure, seq }),
+            (None, None) => None,
+            (Some(_), None) => {
+                return Err(fields.err(CHECKPOINT_SEQ, "is missing beside checkpointTenure"))
+            }
+            (None, Some(_)) => {
+                return Err(fields.err(CHECKPOINT_TENURE, "is missing beside checkpointSeq"))
+            }
+        },
         owner_switches_since_checkpoint: fields.counter(OWNER_SWITCHES)?.unwrap_or(0),
         parents,
         handoff_to: fields.handoff_target()?,

@@ -152,6 +152,11 @@ local function bad_lease(h)
   if to ~= nil and to ~= 'shardlease#retire' and not id(to) then return 'handoffTo' end
   if h.leaseLoad ~= nil and not finite(h.leaseLoad) then return 'leaseLoad' end
   if h.checkpoint ~= nil and not utf8(h.checkpoint) then return 'checkpoint' end
+  local ct, cs = h.checkpointTenure, h.checkpointSeq
+  if ct ~= nil and not counter(ct) then return 'checkpointTenure' end
+  if cs ~= nil and not counter(cs) then return 'checkpointSeq' end
+  if ct ~= nil and cs == nil then return 'checkpointSeq' end
+  if cs ~= nil and ct == nil then return 'checkpointTenure' end
   if h.leaseNonce ~= nil and not u64(h.leaseNonce) then return 'leaseNonce' end
   if h.parentLeaseKeys ~= nil and not strings(h.parentLeaseKeys, id) then
     return 'parentLeaseKeys'
@@ -312,14 +317,18 @@ redis.call('HDEL', item, 'leaseOwner', 'ownerIncarnation', 'handoffTo')
 return done()
 "#;
 
-/// `checkpoint`: held by ARGV[4] in tenure ARGV[5]; ARGV[6] is the checkpoint.
+/// `checkpoint`: held by ARGV[4] in tenure ARGV[5], and no checkpoint of that tenure numbered
+/// ARGV[6] or higher stored; ARGV[7] is the checkpoint.
 const CHECKPOINT: &str = r#"
 local h, flat = lease()
 if not h then return flat end
 if not held(h, ARGV[4], ARGV[5]) then return {0, flat, ''} end
+if h.checkpointTenure == ARGV[5] and tonumber(h.checkpointSeq) >= tonumber(ARGV[6]) then
+  return {0, flat, ''}
+end
 redis.call('HINCRBY', item, 'leaseCounter', 1)
-redis.call('HSET', item, 'checkpoint', ARGV[6], 'ownerSwitchesSinceCheckpoint', '0',
-  'lastOp', op, 'updatedAt', now)
+redis.call('HSET', item, 'checkpoint', ARGV[7], 'checkpointTenure', ARGV[5],
+  'checkpointSeq', ARGV[6], 'ownerSwitchesSinceCheckpoint', '0', 'lastOp', op, 'updatedAt', now)
 return done()
 "#;
 
