@@ -48,7 +48,7 @@ impl Default for Options {
             schedules: 200,
             seed: 1,
             only: None,
-            faults: Fault::ALL.into_iter().collect(),
+            faults: Fault::defaults(),
             max_skew: 0.01,
             knobs: Knobs::default(),
             day_every: 500,
@@ -64,6 +64,8 @@ pub struct Summary {
     /// Invariants broken, counted once per schedule.
     pub violations: u64,
     pub injected: BTreeMap<Fault, u64>,
+    /// Of the stale reads, those that lagged by more than a lease duration.
+    pub stale_long: u64,
     /// Per invariant: in how many schedules, and the first schedule's seed.
     pub by_invariant: BTreeMap<&'static str, (u64, u64)>,
     pub simulated: Duration,
@@ -73,7 +75,7 @@ impl Options {
     /// The command that replays the schedule of `seed` alone.
     pub fn replay(&self, seed: u64, day_rest: bool) -> String {
         let mut command = format!("cargo run --release --example simulate -- --schedule {seed}");
-        if self.faults.len() != Fault::ALL.len() {
+        if self.faults != Fault::defaults() {
             command += &format!(" --faults {}", fault_list(&self.faults));
         }
         if self.max_skew != Options::default().max_skew {
@@ -116,7 +118,7 @@ pub fn quiet_simulated_panics() {
 }
 
 /// Runs the campaign; `say` receives the report line by line, the last one being
-/// `campaign: N schedules, V violations`.
+/// `campaign: N schedules, V violations; injected: KIND COUNT, ...`.
 pub fn campaign(options: &Options, say: &mut dyn FnMut(&str)) -> Summary {
     quiet_simulated_panics();
     let mut summary = Summary::default();
@@ -140,6 +142,7 @@ pub fn campaign(options: &Options, say: &mut dyn FnMut(&str)) -> Summary {
         for (fault, n) in &outcome.injected {
             *summary.injected.entry(*fault).or_default() += n;
         }
+        summary.stale_long += outcome.stale_long;
         let broken: BTreeSet<&'static str> =
             outcome.violations.iter().map(|v| v.invariant).collect();
         for invariant in &broken {
@@ -162,18 +165,6 @@ pub fn campaign(options: &Options, say: &mut dyn FnMut(&str)) -> Summary {
             report_failure(options, index, &outcome, say);
         }
     }
-    let injected: Vec<String> = Fault::ALL
-        .iter()
-        .filter(|f| options.faults.contains(f))
-        .map(|f| {
-            format!(
-                "{} {}",
-                f.name(),
-                summary.injected.get(f).copied().unwrap_or(0)
-            )
-        })
-        .collect();
-    say(&format!("faults injected: {}", injected.join(", ")));
     if !summary.by_invariant.is_empty() {
         let broken: Vec<String> = summary
             .by_invariant
@@ -189,10 +180,36 @@ pub fn campaign(options: &Options, say: &mut dyn FnMut(&str)) -> Summary {
         options.max_skew * 100.0
     ));
     say(&format!(
-        "campaign: {} schedules, {} violations",
-        summary.schedules, summary.violations
+        "campaign: {} schedules, {} violations; injected: {}",
+        summary.schedules,
+        summary.violations,
+        injected(options, &summary)
     ));
     summary
+}
+
+/// Each fault kind the campaign could inject, with how many it did: requests for the rates,
+/// schedules for the policies, processes for the skew, events for the rest.
+fn injected(options: &Options, summary: &Summary) -> String {
+    let kinds: Vec<String> = Fault::ALL
+        .iter()
+        .filter(|f| options.faults.contains(f))
+        .map(|f| {
+            let n = summary.injected.get(f).copied().unwrap_or(0);
+            match f {
+                Fault::StaleRead => format!(
+                    "{} {n} ({} beyond a lease)",
+                    f.name(),
+                    summary.stale_long
+                ),
+                _ => format!("{} {n}", f.name()),
+            }
+        })
+        .collect();
+    if kinds.is_empty() {
+        return "nothing".into();
+    }
+    kinds.join(", ")
 }
 
 /// How many details of one invariant a failing schedule prints.
@@ -222,9 +239,10 @@ fn report_failure(options: &Options, index: u64, outcome: &Outcome, say: &mut dy
 
 fn describe(s: &schedule::Schedule, say: &mut dyn FnMut(&str)) {
     say(&format!(
-        "schedule {}: {} workers, {} leases, checkpoints every {:.1} s, rates {:?}, max skew {}%, {:.0} s of faults",
+        "schedule {}: {} workers ({:?} balance), {} leases, checkpoints every {:.1} s, rates {:?}, max skew {}%, {:.0} s of faults",
         s.seed,
         s.workers,
+        s.balancing,
         s.leases,
         s.checkpoint_every.as_secs_f64(),
         s.rates,
