@@ -950,6 +950,24 @@ pub struct Hung {
     pub deadline: Instant,
 }
 
+/// A fault a scripted schedule aims at one request: the first attempt of `operation` (on
+/// `key`, if given) by `process` (any, if `None`) sent after it is armed.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Aim {
+    pub process: Option<u64>,
+    pub operation: &'static str,
+    pub key: Option<String>,
+    pub fault: Aimed,
+}
+
+/// What an aimed fault does to its request.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub enum Aimed {
+    /// A write is applied when it arrives and no answer comes, to it or to the call's
+    /// retries: the caller gives up at its deadline, not knowing it landed.
+    Unanswered,
+}
+
 /// One item of the table, as a replica holds it.
 #[derive(Debug, Clone, PartialEq)]
 enum Version {
@@ -1063,6 +1081,8 @@ pub struct ChaosNet {
     replica: Mutex<Replica>,
     /// Told when the faults heal: the writes still on their way land at once.
     healed: tokio::sync::Notify,
+    /// Faults aimed at one request each, in the order they were armed.
+    aims: Mutex<Vec<Aim>>,
 }
 
 impl ChaosNet {
@@ -1112,6 +1132,22 @@ impl ChaosNet {
     pub fn hung(&self) -> Vec<(u64, Hung)> {
         let hung = self.hung.lock().unwrap();
         hung.iter().map(|(id, h)| (*id, h.clone())).collect()
+    }
+
+    /// Arms a fault aimed at one request (a scripted schedule's).
+    pub fn aim(&self, aim: Aim) {
+        self.aims.lock().unwrap().push(aim);
+    }
+
+    /// The fault aimed at this request, if any (disarmed).
+    fn aimed(&self, process: u64, operation: &str, key: &str) -> Option<Aimed> {
+        let mut aims = self.aims.lock().unwrap();
+        let at = aims.iter().position(|aim| {
+            aim.process.is_none_or(|p| p == process)
+                && aim.operation == operation
+                && aim.key.as_deref().is_none_or(|k| k == key)
+        })?;
+        Some(aims.remove(at).fault)
     }
 
     /// How many item versions the replicas' history holds (for the growth check).
@@ -1290,6 +1326,8 @@ fn bill(net: &Net, kind: Kind, size: usize) {
 struct Request<T, F> {
     apply: Arc<F>,
     landed: Arc<Mutex<Option<T>>>,
+    /// An aimed `Unanswered` hit it: no attempt of this call is answered.
+    doomed: AtomicBool,
 }
 
 impl SimStore {
@@ -1384,6 +1422,7 @@ impl SimStore {
         let request = Request {
             apply: Arc::new(apply),
             landed: Arc::default(),
+            doomed: AtomicBool::new(false),
         };
         let apply = &request.apply;
         let landed = &request.landed;
@@ -1414,6 +1453,11 @@ impl SimStore {
                     self.deliver(sent + latency, deadline).await;
                     return Err(injected_fault(operation, key, false));
                 }
+                if request.doomed.load(Ordering::SeqCst) {
+                    return self
+                        .unanswered(operation, key, sent, deadline, async {})
+                        .await;
+                }
                 let earlier = landed.lock().unwrap().clone();
                 if let Some(earlier) = earlier {
                     // The retry of a write that landed: the backend sees its own token.
@@ -1422,9 +1466,25 @@ impl SimStore {
                     }
                     return Err(injected_fault(operation, key, true));
                 }
+                let aimed = match kind {
+                    Kind::Write => self.net.chaos.aimed(self.process, operation, key),
+                    _ => None,
+                };
+                if aimed == Some(Aimed::Unanswered) {
+                    self.net.chaos.count(|i| i.never += 1);
+                    request.doomed.store(true, Ordering::SeqCst);
+                    let arrives = async {
+                        tokio::time::sleep_until(sent + latency / 2).await;
+                        let (answer, size) = apply();
+                        self.bill(kind, size);
+                        *landed.lock().unwrap() = Some(answer);
+                    };
+                    return self.unanswered(operation, key, sent, deadline, arrives).await;
+                }
                 if kind == Kind::Write && rates.late > 0.0 && self.draw() < rates.late {
                     self.net.count(|u| u.failed += 1);
-                    self.land_late(operation, key, kind, sent, latency, &request);
+                    let at = sent + LATE_WITHIN.mul_f64(self.draw()).max(latency / 2);
+                    self.land_late(operation, key, kind, sent, at, &request);
                     if self.draw() < 0.5 {
                         // The connection reset after the request left.
                         self.deliver(sent + latency, deadline).await;
@@ -1445,7 +1505,8 @@ impl SimStore {
                     self.net.count(|u| u.failed += 1);
                     // The caller gave up before the request arrived: it may arrive all the same.
                     if kind == Kind::Write && rates.late > 0.0 && self.draw() < 0.5 {
-                        self.land_late(operation, key, kind, sent, latency, &request);
+                        let at = sent + LATE_WITHIN.mul_f64(self.draw()).max(latency / 2);
+                        self.land_late(operation, key, kind, sent, at, &request);
                     }
                     return Err(injected_fault(operation, key, kind == Kind::Write));
                 }
@@ -1468,34 +1529,32 @@ impl SimStore {
             .await
     }
 
-    /// Lands an attempt its caller lost at a drawn instant, up to [`LATE_WITHIN`] after it
-    /// was `sent` (never before it could arrive), or at the heal if that comes first; once.
-    /// A retry still running after it landed recognises it, as the backend does by its token.
+    /// Lands an attempt `sent` then, which its caller lost, at `at` (drawn up to
+    /// [`LATE_WITHIN`] after it was sent, never before it could arrive), or at the heal if that
+    /// comes first; once. A retry still running after it landed recognises it, as the backend
+    /// does by its token.
     fn land_late<T, F>(
         &self,
         operation: &'static str,
         key: &str,
         kind: Kind,
         sent: Instant,
-        latency: Duration,
+        at: Instant,
         request: &Request<T, F>,
     ) where
         T: Clone + Send + 'static,
         F: Fn() -> (T, usize) + Send + Sync + 'static,
     {
-        let at = sent + LATE_WITHIN.mul_f64(self.draw()).max(latency / 2);
         let (apply, landed) = (Arc::clone(&request.apply), Arc::clone(&request.landed));
         let (net, process, key) = (Arc::clone(&self.net), self.process, key.to_owned());
         tokio::spawn(async move {
             let healed = net.chaos.healed.notified();
             tokio::pin!(healed);
             healed.as_mut().enable();
-            if net.chaos.rates().late > 0.0 {
-                tokio::select! {
-                    biased;
-                    _ = tokio::time::sleep_until(at) => {}
-                    _ = healed => {}
-                }
+            tokio::select! {
+                biased;
+                _ = tokio::time::sleep_until(at) => {}
+                _ = healed => {}
             }
             let (answer, size) = apply();
             bill(&net, kind, size);
@@ -1560,7 +1619,8 @@ impl SimStore {
         let applied = self.draw() < 0.5;
         if !applied && kind == Kind::Write && self.net.chaos.rates().late > 0.0 && self.draw() < 0.5
         {
-            self.land_late(operation, key, kind, sent, latency, request);
+            let at = sent + LATE_WITHIN.mul_f64(self.draw()).max(latency / 2);
+            self.land_late(operation, key, kind, sent, at, request);
         }
         let arrives = async {
             if applied {

@@ -20,7 +20,7 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::time::Duration;
 
 use self::run::{Knobs, Outcome};
-use self::schedule::{fault_list, schedule, schedule_seed, Fault};
+use self::schedule::{fault_list, schedule, schedule_seed, script, Fault};
 
 /// What the campaign runs.
 #[derive(Debug, Clone)]
@@ -31,6 +31,8 @@ pub struct Options {
     pub seed: u64,
     /// Run only the schedule of this seed (a replay).
     pub only: Option<u64>,
+    /// Run only this scripted schedule (`schedule::SCRIPTS`).
+    pub script: Option<String>,
     pub faults: BTreeSet<Fault>,
     /// Clock rates are drawn within `1 ± max_skew`.
     pub max_skew: f64,
@@ -48,6 +50,7 @@ impl Default for Options {
             schedules: 200,
             seed: 1,
             only: None,
+            script: None,
             faults: Fault::defaults(),
             max_skew: 0.01,
             knobs: Knobs::default(),
@@ -74,7 +77,10 @@ pub struct Summary {
 impl Options {
     /// The command that replays the schedule of `seed` alone.
     pub fn replay(&self, seed: u64, day_rest: bool) -> String {
-        let mut command = format!("cargo run --release --example simulate -- --schedule {seed}");
+        let mut command = match &self.script {
+            Some(name) => format!("cargo run --release --example simulate -- --script {name}"),
+            None => format!("cargo run --release --example simulate -- --schedule {seed}"),
+        };
         if self.faults != Fault::defaults() {
             command += &format!(" --faults {}", fault_list(&self.faults));
         }
@@ -123,6 +129,7 @@ pub fn campaign(options: &Options, say: &mut dyn FnMut(&str)) -> Summary {
     quiet_simulated_panics();
     let mut summary = Summary::default();
     let seeds: Vec<(u64, u64, bool)> = match options.only {
+        _ if options.script.is_some() => vec![(0, 0, false)],
         Some(seed) => vec![(0, seed, options.day_every == 1)],
         None => (0..options.schedules)
             .map(|i| {
@@ -132,8 +139,17 @@ pub fn campaign(options: &Options, say: &mut dyn FnMut(&str)) -> Summary {
             .collect(),
     };
     for (index, seed, day_rest) in seeds {
-        let drawn = schedule(seed, &options.faults, options.max_skew, day_rest);
-        if options.only.is_some() && options.verbose {
+        let drawn = match &options.script {
+            Some(name) => match script(name) {
+                Some(scripted) => scripted,
+                None => {
+                    say(&format!("no scripted schedule {name:?}"));
+                    break;
+                }
+            },
+            None => schedule(seed, &options.faults, options.max_skew, day_rest),
+        };
+        if (options.only.is_some() || options.script.is_some()) && options.verbose {
             describe(&drawn, say);
         }
         let outcome = run::run(drawn, options.knobs);
@@ -146,13 +162,15 @@ pub fn campaign(options: &Options, say: &mut dyn FnMut(&str)) -> Summary {
         let broken: BTreeSet<&'static str> =
             outcome.violations.iter().map(|v| v.invariant).collect();
         for invariant in &broken {
-            let entry = summary.by_invariant.entry(invariant).or_insert((0, seed));
+            let first = outcome.schedule.seed;
+            let entry = summary.by_invariant.entry(invariant).or_insert((0, first));
             entry.0 += 1;
         }
         summary.violations += broken.len() as u64;
         if options.verbose {
             say(&format!(
-                "schedule {index} (seed {seed}): {} workers, {} leases, {:.0} s of faults, {} events, {:.0} s simulated: {}",
+                "schedule {index} (seed {}): {} workers, {} leases, {:.0} s of faults, {} events, {:.0} s simulated: {}",
+                outcome.schedule.seed,
                 outcome.schedule.workers,
                 outcome.schedule.leases,
                 outcome.schedule.faults_for.as_secs_f64(),

@@ -219,6 +219,11 @@ impl Driver {
                 self.fleet.drain(p);
                 None
             }
+            Event::Aim(aim) => {
+                // Counted by the network when it hits its request.
+                self.fleet.net.chaos.aim(aim);
+                return None;
+            }
             Event::Release { .. }
             | Event::SetCheckpoint { .. }
             | Event::ResetCheckpoint { .. }

@@ -7,7 +7,7 @@ use std::time::Duration;
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
 
-use crate::sim::net::Chaos;
+use crate::sim::net::{Aim, Aimed, Chaos};
 
 /// A kind of fault, as named on the command line (`--faults`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
@@ -251,6 +251,8 @@ pub enum Event {
     SetCheckpoint { pick: u64, value: u64 },
     ResetCheckpoint { pick: u64 },
     Delete { pick: u64 },
+    /// A fault aimed at one request (scripted schedules only).
+    Aim(Aim),
 }
 
 impl Event {
@@ -272,6 +274,9 @@ impl Event {
             Event::SetCheckpoint { .. } => Fault::OpCheckpoint,
             Event::ResetCheckpoint { .. } => Fault::OpReset,
             Event::Delete { .. } => Fault::OpDelete,
+            Event::Aim(aim) => match aim.fault {
+                Aimed::Unanswered => Fault::Never,
+            },
         }
     }
 }
@@ -451,6 +456,15 @@ pub fn schedule(seed: u64, enabled: &BTreeSet<Fault>, max_skew: f64, day_rest: b
 fn draw_issue_34(seed: u64, enabled: &BTreeSet<Fault>, schedule: &mut Schedule) {
     let mut rng = StdRng::seed_from_u64(seed ^ 0x34_34_34_34_34_34_34_34);
     let on = |f: Fault| enabled.contains(&f);
+    if !enabled.iter().any(|f| Fault::OFF_BY_DEFAULT.contains(f)) {
+        return;
+    }
+    // An application that checkpoints rarely (KCL's own examples checkpoint once a minute)
+    // learns from no refused checkpoint that its lease was taken: a third of the schedules
+    // checkpoint every 10-60 s.
+    if rng.gen_bool(1.0 / 3.0) {
+        schedule.checkpoint_every = seconds(&mut rng, 10.0, 60.0);
+    }
     if on(Fault::LateWrite) {
         schedule.rates.late = rng.gen_range(0.01..=0.05);
     }
@@ -487,6 +501,60 @@ fn draw_issue_34(seed: u64, enabled: &BTreeSet<Fault>, schedule: &mut Schedule) 
         schedule.events.push((at, event));
     }
     schedule.events.sort_by_key(|(at, _)| *at);
+}
+
+/// The scripted schedules (`--script NAME`): a few faults aimed at single requests, for the
+/// holes of issue 34 that random schedules meet too rarely.
+pub const SCRIPTS: [&str; 1] = ["lost-steal"];
+
+/// A calm schedule of three workers over nine leases, no fault drawn: a script adds its own.
+fn calm(seed: u64) -> Schedule {
+    Schedule {
+        seed,
+        workers: 3,
+        leases: 9,
+        rates: Chaos::default(),
+        max_skew: 0.0,
+        checkpoint_every: Duration::from_secs(2),
+        faults_for: Duration::from_secs(90),
+        events: Vec::new(),
+        day_rest: false,
+        balancing: Balancing::Count,
+    }
+}
+
+fn aim_at(process: u64, operation: &'static str, key: &str, fault: Aimed) -> Event {
+    Event::Aim(Aim {
+        process: Some(process),
+        operation,
+        key: Some(key.to_owned()),
+        fault,
+    })
+}
+
+/// The scripted schedule `name` (one of [`SCRIPTS`]).
+pub fn script(name: &str) -> Option<Schedule> {
+    let secs = Duration::from_secs;
+    let mut s = calm(34);
+    match name {
+        // Hole 1: a worker joins a fleet balanced by `KclBalance`, whose rounds steal; its
+        // steal of shard-0000001 from p1 lands, and no answer comes to it or its retries. The
+        // next round resumes it as a forced take, reported a lease duration later; nobody
+        // tells p1, which goes on processing.
+        "lost-steal" => {
+            s.balancing = Balancing::Kcl;
+            // A refused checkpoint would tell the old owner: it checkpoints once a minute.
+            s.checkpoint_every = secs(60);
+            // p0, the worker doing the chores, which would tell the owner, is frozen meanwhile.
+            s.events = vec![
+                (secs(20), Event::Freeze { pick: 0, span: secs(12) }),
+                (secs(20), aim_at(3, "take", "shard-0000001", Aimed::Unanswered)),
+                (secs(20), Event::Join),
+            ];
+        }
+        _ => return None,
+    }
+    Some(s)
 }
 
 #[cfg(test)]
