@@ -293,7 +293,9 @@ fn fault_schedules_break_no_invariant(protocol: shardlease::Protocol, schedules:
     assert_eq!(summary.violations, 0, "{}", lines.join("\n"));
     let last = lines.last().cloned().unwrap_or_default();
     assert!(
-        last.starts_with(&format!("campaign: {schedules} schedules, 0 violations; injected: ")),
+        last.starts_with(&format!(
+            "campaign: {schedules} schedules, 0 violations; injected: "
+        )),
         "{last}"
     );
     for fault in &faults {

@@ -400,7 +400,6 @@ impl SimStore {
             })
             .await
     }
-
 }
 
 /// The in-memory table answers without awaiting anything; poll its future once.
@@ -445,13 +444,17 @@ impl Writer {
         key: &LeaseKey,
         run: impl std::future::Future<Output = StoreResult<Outcome<Lease>>>,
     ) -> (Outcome<Lease>, usize) {
-        self.net.chaos.replica_before(&self.net.table, Target::Lease(key));
+        self.net
+            .chaos
+            .replica_before(&self.net.table, Target::Lease(key));
         let answer = flat(now_or_never(run));
         let size = outcome_size(&answer, lease_item_size);
         if let Outcome::Done(lease) = &answer {
             self.own(lease);
         }
-        self.net.chaos.replica_after(&self.net.table, Target::Lease(key));
+        self.net
+            .chaos
+            .replica_after(&self.net.table, Target::Lease(key));
         if let (Outcome::Done(lease), Some(audit)) = (&answer, self.net.chaos.audit()) {
             audit.written(self.process, operation, lease);
         }
@@ -684,10 +687,16 @@ impl LeaseStore for SimStore {
     ) -> StoreResult<Outcome<Lease>> {
         let (w, k, owner) = (self.writer(), key.clone(), owner.clone());
         let value = checkpoint.to_owned();
-        self.call("checkpoint", key.as_str(), Kind::Write, deadline, move || {
-            let run = w.net.table.checkpoint(&k, &owner, tenure, &value, far());
-            w.lease("checkpoint", &k, run)
-        })
+        self.call(
+            "checkpoint",
+            key.as_str(),
+            Kind::Write,
+            deadline,
+            move || {
+                let run = w.net.table.checkpoint(&k, &owner, tenure, &value, far());
+                w.lease("checkpoint", &k, run)
+            },
+        )
         .await
     }
 
@@ -714,13 +723,19 @@ impl LeaseStore for SimStore {
         deadline: Instant,
     ) -> StoreResult<Outcome<Member>> {
         let (w, id, report) = (self.writer(), worker.clone(), report.cloned());
-        self.call("heartbeat", worker.as_str(), Kind::Write, deadline, move || {
-            let run = w
-                .net
-                .table
-                .heartbeat(&id, incarnation, report.as_ref(), capacity, far());
-            w.member(&id, run)
-        })
+        self.call(
+            "heartbeat",
+            worker.as_str(),
+            Kind::Write,
+            deadline,
+            move || {
+                let run = w
+                    .net
+                    .table
+                    .heartbeat(&id, incarnation, report.as_ref(), capacity, far());
+                w.member(&id, run)
+            },
+        )
         .await
     }
 
@@ -863,10 +878,16 @@ impl LeaseStore for SimStore {
         deadline: Instant,
     ) -> StoreResult<Outcome<Member>> {
         let (w, id, notices) = (self.writer(), worker.clone(), notices.to_vec());
-        self.call("notify", worker.as_str(), Kind::Write, deadline, move || {
-            let run = w.net.table.notify(&id, incarnation, &notices, far());
-            w.member(&id, run)
-        })
+        self.call(
+            "notify",
+            worker.as_str(),
+            Kind::Write,
+            deadline,
+            move || {
+                let run = w.net.table.notify(&id, incarnation, &notices, far());
+                w.member(&id, run)
+            },
+        )
         .await
     }
 }
@@ -1034,7 +1055,10 @@ fn prune(versions: &mut VecDeque<(Instant, Option<Version>)>, horizon: Option<In
 }
 
 /// The version an item had at `at` (before its first recorded change: that one's previous).
-fn version_at(versions: &VecDeque<(Instant, Option<Version>)>, at: Option<Instant>) -> Option<Version> {
+fn version_at(
+    versions: &VecDeque<(Instant, Option<Version>)>,
+    at: Option<Instant>,
+) -> Option<Version> {
     let found = at.and_then(|at| versions.iter().rev().find(|(since, _)| *since <= at));
     found.or(versions.front()).and_then(|(_, v)| v.clone())
 }
@@ -1177,7 +1201,12 @@ impl ChaosNet {
     }
 
     /// `worker`'s record as a replica `lag` behind the table holds it.
-    fn member_as_of(&self, table: &InMemoryStore, worker: &WorkerId, lag: Duration) -> Option<Member> {
+    fn member_as_of(
+        &self,
+        table: &InMemoryStore,
+        worker: &WorkerId,
+        lag: Duration,
+    ) -> Option<Member> {
         if !lag.is_zero() {
             let replica = self.replica.lock().unwrap();
             if let Some(versions) = replica.versions.get(&member_key(worker)) {
@@ -1479,7 +1508,9 @@ impl SimStore {
                         self.bill(kind, size);
                         *landed.lock().unwrap() = Some(answer);
                     };
-                    return self.unanswered(operation, key, sent, deadline, arrives).await;
+                    return self
+                        .unanswered(operation, key, sent, deadline, arrives)
+                        .await;
                 }
                 if kind == Kind::Write && rates.late > 0.0 && self.draw() < rates.late {
                     self.net.count(|u| u.failed += 1);

@@ -347,12 +347,17 @@ impl Fleet {
         let ledger = Arc::clone(&self.ledger);
         self.tools.push(tokio::spawn(async move {
             let outcome = match event {
-                Event::Release { .. } => admin
-                    .release(&key, OPERATOR_WAIT, |_| {})
-                    .await
-                    .map(|_| ()),
+                Event::Release { .. } => {
+                    admin.release(&key, OPERATOR_WAIT, |_| {}).await.map(|_| ())
+                }
                 Event::SetCheckpoint { value, .. } => admin
-                    .set_checkpoint(&key, Some(&checkpoint_text(value, 0)), true, OPERATOR_WAIT, |_| {})
+                    .set_checkpoint(
+                        &key,
+                        Some(&checkpoint_text(value, 0)),
+                        true,
+                        OPERATOR_WAIT,
+                        |_| {},
+                    )
                     .await
                     .map(|_| ()),
                 Event::ResetCheckpoint { .. } => admin

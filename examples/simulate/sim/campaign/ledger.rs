@@ -325,8 +325,7 @@ impl Ledger {
         if operation == "checkpoint" && process == OPERATOR_PROCESS {
             // The operator's checkpoint replaces whatever was there, older or not.
             if let Some(value) = value {
-                self.checkpoints
-                    .insert(key.clone(), (lease.nonce, value));
+                self.checkpoints.insert(key.clone(), (lease.nonce, value));
                 self.acked.insert(key.clone(), (lease.nonce, value));
             }
             return;
@@ -335,7 +334,10 @@ impl Ledger {
             if nonce == lease.nonce && value.is_none_or(|v| v < acked) {
                 self.violate(
                     "checkpoint-regressed",
-                    format!("{key} (item {nonce}): {operation} of p{process} left checkpoint {value:?}; {acked} had been acknowledged"),
+                    format!(
+                        "{key} (item {nonce}): a {operation} of p{process} left checkpoint {}; {acked} had been acknowledged",
+                        value.map_or("none".to_owned(), |v| v.to_string())
+                    ),
                 );
                 // Reported once: the item now holds the older one.
                 self.acked.remove(key);

@@ -215,11 +215,9 @@ fn injected(options: &Options, summary: &Summary) -> String {
         .map(|f| {
             let n = summary.injected.get(f).copied().unwrap_or(0);
             match f {
-                Fault::StaleRead => format!(
-                    "{} {n} ({} beyond a lease)",
-                    f.name(),
-                    summary.stale_long
-                ),
+                Fault::StaleRead => {
+                    format!("{} {n} ({} beyond a lease)", f.name(), summary.stale_long)
+                }
                 _ => format!("{} {n}", f.name()),
             }
         })

@@ -233,24 +233,60 @@ pub fn fault_list(faults: &BTreeSet<Fault>) -> String {
 /// among those eligible when the event comes.
 #[derive(Debug, Clone, PartialEq)]
 pub enum Event {
-    Freeze { pick: u64, span: Duration },
-    CutOff { pick: u64, span: Duration },
-    Spike { pick: u64, span: Duration },
-    Crash { pick: u64 },
-    Restart { pick: u64, down: Duration },
-    Twin { pick: u64 },
-    Panic { pick: u64 },
-    Handoff { pick: u64 },
+    Freeze {
+        pick: u64,
+        span: Duration,
+    },
+    CutOff {
+        pick: u64,
+        span: Duration,
+    },
+    Spike {
+        pick: u64,
+        span: Duration,
+    },
+    Crash {
+        pick: u64,
+    },
+    Restart {
+        pick: u64,
+        down: Duration,
+    },
+    Twin {
+        pick: u64,
+    },
+    Panic {
+        pick: u64,
+    },
+    Handoff {
+        pick: u64,
+    },
     Join,
-    Leave { pick: u64 },
+    Leave {
+        pick: u64,
+    },
     AddShards(usize),
-    RemoveShards { n: usize, pick: u64 },
+    RemoveShards {
+        n: usize,
+        pick: u64,
+    },
     /// The operator's moves: `pick` chooses the lease (or the worker, for a drain).
-    Release { pick: u64 },
-    Drain { pick: u64 },
-    SetCheckpoint { pick: u64, value: u64 },
-    ResetCheckpoint { pick: u64 },
-    Delete { pick: u64 },
+    Release {
+        pick: u64,
+    },
+    Drain {
+        pick: u64,
+    },
+    SetCheckpoint {
+        pick: u64,
+        value: u64,
+    },
+    ResetCheckpoint {
+        pick: u64,
+    },
+    Delete {
+        pick: u64,
+    },
     /// A fault aimed at one request (scripted schedules only).
     Aim(Aim),
 }
@@ -459,12 +495,6 @@ fn draw_issue_34(seed: u64, enabled: &BTreeSet<Fault>, schedule: &mut Schedule) 
     if !enabled.iter().any(|f| Fault::OFF_BY_DEFAULT.contains(f)) {
         return;
     }
-    // An application that checkpoints rarely (KCL's own examples checkpoint once a minute)
-    // learns from no refused checkpoint that its lease was taken: a third of the schedules
-    // checkpoint every 10-60 s.
-    if rng.gen_bool(1.0 / 3.0) {
-        schedule.checkpoint_every = seconds(&mut rng, 10.0, 60.0);
-    }
     if on(Fault::LateWrite) {
         schedule.rates.late = rng.gen_range(0.01..=0.05);
     }
@@ -479,7 +509,19 @@ fn draw_issue_34(seed: u64, enabled: &BTreeSet<Fault>, schedule: &mut Schedule) 
         policies.push(Balancing::Kcl);
     }
     schedule.balancing = policies[rng.gen_range(0..policies.len())];
-    let moves: Vec<Fault> = enabled.iter().copied().filter(|f| f.is_operator()).collect();
+    // An application that checkpoints rarely (KCL's own examples checkpoint once a minute)
+    // learns from no refused checkpoint that its lease was taken: a third of the schedules
+    // checkpoint every 10-60 s.
+    let rarely = rng.gen_bool(1.0 / 3.0);
+    let every = seconds(&mut rng, 10.0, 60.0);
+    if rarely {
+        schedule.checkpoint_every = every;
+    }
+    let moves: Vec<Fault> = enabled
+        .iter()
+        .copied()
+        .filter(|f| f.is_operator())
+        .collect();
     if moves.is_empty() {
         return;
     }
@@ -547,8 +589,17 @@ pub fn script(name: &str) -> Option<Schedule> {
             s.checkpoint_every = secs(60);
             // p0, the worker doing the chores, which would tell the owner, is frozen meanwhile.
             s.events = vec![
-                (secs(20), Event::Freeze { pick: 0, span: secs(12) }),
-                (secs(20), aim_at(3, "take", "shard-0000001", Aimed::Unanswered)),
+                (
+                    secs(20),
+                    Event::Freeze {
+                        pick: 0,
+                        span: secs(12),
+                    },
+                ),
+                (
+                    secs(20),
+                    aim_at(3, "take", "shard-0000001", Aimed::Unanswered),
+                ),
                 (secs(20), Event::Join),
             ];
         }
