@@ -1081,7 +1081,7 @@ impl Replica {
             prune(versions, horizon);
         }
         self.writes += 1;
-        if self.writes % 256 == 0 {
+        if self.writes.is_multiple_of(256) {
             // Items not written for MAX_LAG: every replica has them as the table does.
             self.versions.retain(|_, versions| {
                 prune(versions, horizon);
@@ -1665,5 +1665,39 @@ impl SimStore {
         };
         self.unanswered(operation, key, Instant::now(), deadline, arrives)
             .await
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn version(counter: u64) -> Option<Version> {
+        let key = LeaseKey::new("a").unwrap();
+        let lease = Lease {
+            counter,
+            ..NewLease::new(key).into_lease()
+        };
+        Some(Version::Lease(lease))
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_lagging_replica_shows_items_as_they_were_and_forgets_what_no_read_reaches() {
+        let mut replica = Replica::default();
+        let created = Instant::now();
+        replica.before("a".into(), created, None);
+        replica.after("a", created, version(1));
+        tokio::time::advance(Duration::from_secs(5)).await;
+        replica.after("a", Instant::now(), version(2));
+        let at =
+            |replica: &Replica, instant: Instant| version_at(&replica.versions["a"], Some(instant));
+        assert_eq!(at(&replica, created - Duration::from_millis(1)), None);
+        assert_eq!(at(&replica, created + Duration::from_secs(1)), version(1));
+        assert_eq!(at(&replica, Instant::now()), version(2));
+        tokio::time::advance(Duration::from_secs(20)).await;
+        replica.after("a", Instant::now(), version(3));
+        // Kept: the newest version older than the longest lag, and the ones since.
+        assert_eq!(replica.versions["a"].len(), 2);
+        assert_eq!(at(&replica, Instant::now() - MAX_LAG), version(2));
     }
 }

@@ -14,7 +14,6 @@ use shardlease::LeaseKey;
 use tokio::sync::{mpsc, Notify};
 
 use super::ledger::{checkpoint_text, checkpoint_value, Ledger};
-use super::schedule::Balancing;
 use crate::sim::clock::SimClock;
 
 /// What makes a simulated application panic; the campaign's panic hook keeps it quiet.
@@ -31,6 +30,8 @@ pub struct AppControl {
     /// Handoffs are finished late (up to [`LATE_FINISH`]); back to `false`, a late finish
     /// in progress ends at once (the faults healed).
     pub late: Arc<Flag>,
+    /// Every lease reports a load of 1 (the fleet balances by load).
+    pub report_load: bool,
 }
 
 /// A flag tasks wait on. Not a `watch` channel, whose receivers wake in an order drawn from
@@ -105,7 +106,6 @@ pub async fn run(
     every: Duration,
     control: AppControl,
     seed: u64,
-    balancing: Balancing,
 ) {
     let mut rng = StdRng::seed_from_u64(seed);
     let mut tasks = tokio::task::JoinSet::new();
@@ -126,7 +126,7 @@ pub async fn run(
             process,
             key,
             item,
-            report_load: balancing == Balancing::Load,
+            report_load: control.report_load,
         };
         let late = LATE_FINISH.mul_f64(rng.gen_range(0.0..=1.0));
         tasks.spawn(process_lease(

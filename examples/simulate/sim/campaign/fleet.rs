@@ -183,7 +183,10 @@ impl Fleet {
             }
         };
         let events = worker.take_events().expect("first call");
-        let control = AppControl::default();
+        let control = AppControl {
+            report_load: self.balancing == Balancing::Load,
+            ..AppControl::default()
+        };
         let app = tokio::spawn(app::run(
             process,
             events,
@@ -192,7 +195,6 @@ impl Fleet {
             self.checkpoint_every,
             control.clone(),
             self.seed ^ process.wrapping_mul(0x2545_F491_4F6C_DD1D),
-            self.balancing,
         ));
         self.procs.insert(
             process,

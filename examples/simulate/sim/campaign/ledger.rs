@@ -465,4 +465,36 @@ mod tests {
             ]
         );
     }
+
+    #[tokio::test(start_paused = true)]
+    async fn an_acknowledged_checkpoint_replaced_or_one_landing_in_another_item_is_a_violation() {
+        let mut ledger = Ledger::new(Instant::now());
+        let mut lease = Lease {
+            nonce: 7,
+            checkpoint: Some(checkpoint_text(5, 7)),
+            ..shardlease::NewLease::new(key("a")).into_lease()
+        };
+        ledger.written(1, "checkpoint", &lease);
+        ledger.acknowledged(1, &key("a"), &checkpoint_text(5, 7));
+        lease.checkpoint = Some(checkpoint_text(4, 7));
+        ledger.written(1, "checkpoint", &lease);
+        // Deleted and created again: its checkpoints start afresh, but none meant for the old
+        // item may land in it.
+        let mut again = Lease {
+            nonce: 8,
+            ..shardlease::NewLease::new(key("a")).into_lease()
+        };
+        ledger.written(OPERATOR_PROCESS, "create", &again);
+        again.checkpoint = Some(checkpoint_text(6, 7));
+        ledger.written(1, "checkpoint", &again);
+        let names: Vec<&str> = ledger.violations.iter().map(|v| v.invariant).collect();
+        assert_eq!(
+            names,
+            [
+                "checkpoint-regressed",
+                "checkpoint-backwards",
+                "checkpoint-later-item"
+            ]
+        );
+    }
 }
