@@ -219,8 +219,13 @@ pub fn fault_list(faults: &BTreeSet<Fault>) -> String {
     if faults.len() == Fault::ALL.len() {
         return "all".into();
     }
-    if *faults == Fault::defaults() {
+    let defaults = Fault::defaults();
+    if *faults == defaults {
         return "default".into();
+    }
+    if faults.is_superset(&defaults) {
+        let more: Vec<&str> = faults.difference(&defaults).map(|f| f.name()).collect();
+        return format!("default,{}", more.join(","));
     }
     if faults.is_empty() {
         return "none".into();
