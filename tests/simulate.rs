@@ -295,7 +295,7 @@ fn added_and_removed_shards_are_discovered_and_retired() {
 #[test]
 fn two_hundred_fault_schedules_break_no_invariant() {
     let schedules = 200;
-    let faults = parse_faults("all").unwrap();
+    let faults = parse_faults("default").unwrap();
     let options = Options {
         schedules,
         seed: 1,
@@ -306,9 +306,12 @@ fn two_hundred_fault_schedules_break_no_invariant() {
     let mut lines = Vec::new();
     let summary = campaign(&options, &mut |line| lines.push(line.to_owned()));
     assert_eq!(summary.violations, 0, "{}", lines.join("\n"));
-    assert_eq!(
-        lines.last().cloned(),
-        Some(format!("campaign: {schedules} schedules, 0 violations"))
+    let last = lines.last().cloned().unwrap_or_default();
+    assert!(
+        last.starts_with(&format!(
+            "campaign: {schedules} schedules, 0 violations; injected: "
+        )),
+        "{last}"
     );
     for fault in &faults {
         let injected = summary.injected.get(fault).copied().unwrap_or(0);

@@ -2,7 +2,7 @@
 //! per call, injected faults, retries as the DynamoDB backend makes them, and the accounting
 //! (operations, capacity units, who owns what in the table and since when).
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::{BTreeMap, HashMap, VecDeque};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
@@ -227,7 +227,8 @@ pub struct SimStore {
 }
 
 impl SimStore {
-    /// One page of a scan, strongly consistent (`Kind::Scan`) or not (`Kind::StaleScan`).
+    /// One page of a scan, strongly consistent (`Kind::Scan`) or not (`Kind::StaleScan`: each
+    /// partition of the page is served by a replica that lags by a time drawn for this read).
     async fn scan_page(
         &self,
         from: Option<PageToken>,
@@ -237,15 +238,27 @@ impl SimStore {
         if from.is_none() {
             self.link.scans.fetch_add(1, Ordering::Relaxed);
         }
-        self.call("scan", "", kind, deadline, || {
-            let page = flat(now_or_never(
-                self.net.table.list_page(from.clone(), deadline),
-            ));
+        let lags = if kind == Kind::StaleScan {
+            std::array::from_fn(|_| self.stale_lag())
+        } else {
+            [Duration::ZERO; PARTITIONS]
+        };
+        let net = Arc::clone(&self.net);
+        self.call("scan", "", kind, deadline, move || {
+            let page = net.chaos.page_as_of(&net.table, from.clone(), lags);
             let size = page.leases.iter().map(lease_item_size).sum::<usize>()
                 + page.members.iter().map(member_item_size).sum::<usize>();
             (page, size)
         })
         .await
+    }
+
+    /// What a write needs to be applied, now or late.
+    fn writer(&self) -> Writer {
+        Writer {
+            net: Arc::clone(&self.net),
+            process: self.process,
+        }
     }
 
     pub fn new(net: Arc<Net>, index: u64) -> (Self, Link) {
@@ -294,13 +307,13 @@ impl SimStore {
     /// recognising its own earlier write after an ambiguous failure (as the backend does by
     /// its per-call token). `apply` runs the request on the table and returns the answer and
     /// the item's size for the capacity units.
-    async fn call<T: Clone + Send>(
+    async fn call<T: Clone + Send + 'static>(
         &self,
         operation: &'static str,
         key: &str,
         kind: Kind,
         deadline: Instant,
-        apply: impl Fn() -> (T, usize) + Send + Sync,
+        apply: impl Fn() -> (T, usize) + Send + Sync + 'static,
     ) -> StoreResult<T> {
         // `RUST_LOG=sim_ops=trace`: every request, to see where the cost goes.
         tracing::trace!(target: "sim_ops", operation, ?kind, "request");
@@ -387,40 +400,6 @@ impl SimStore {
             })
             .await
     }
-
-    /// Runs a write on the table (its future is ready at once), records owner changes, and
-    /// returns the answer with the item's size.
-    fn write(
-        &self,
-        run: impl std::future::Future<Output = StoreResult<Outcome<Lease>>>,
-    ) -> (Outcome<Lease>, usize) {
-        let answer = flat(now_or_never(run));
-        let size = outcome_size(&answer, lease_item_size);
-        if let Outcome::Done(lease) = &answer {
-            let mut ownership = self.net.ownership.lock().unwrap();
-            match &lease.owner {
-                Some(owner) => {
-                    let changed = ownership
-                        .owner
-                        .get(&lease.key)
-                        .is_none_or(|(o, _)| o != owner);
-                    if changed {
-                        ownership
-                            .owner
-                            .insert(lease.key.clone(), (owner.clone(), Instant::now()));
-                        if let Some(slot @ None) = ownership.watch.get_mut(&lease.key) {
-                            *slot = Some(Instant::now());
-                        }
-                    }
-                }
-                None => {
-                    ownership.owner.remove(&lease.key);
-                }
-            }
-        }
-        self.audit_write(&answer);
-        (answer, size)
-    }
 }
 
 /// The in-memory table answers without awaiting anything; poll its future once.
@@ -447,19 +426,121 @@ fn flat<T>(result: StoreResult<T>) -> T {
     result.expect("the in-memory table does not fail")
 }
 
+/// What a write needs once the table applied it, owned so that a write that lands late (after
+/// its caller gave up) can still be applied: the owner accounting, the audit and the replicas'
+/// history. Cheap to clone.
+#[derive(Clone)]
+struct Writer {
+    net: Arc<Net>,
+    process: u64,
+}
+
+impl Writer {
+    /// Runs a write on lease `key` (its future is ready at once), records owner changes and
+    /// the item's new version, and returns the answer with the item's size.
+    fn lease(
+        &self,
+        operation: &'static str,
+        key: &LeaseKey,
+        run: impl std::future::Future<Output = StoreResult<Outcome<Lease>>>,
+    ) -> (Outcome<Lease>, usize) {
+        self.net
+            .chaos
+            .replica_before(&self.net.table, Target::Lease(key));
+        let answer = flat(now_or_never(run));
+        let size = outcome_size(&answer, lease_item_size);
+        if let Outcome::Done(lease) = &answer {
+            self.own(lease);
+        }
+        self.net
+            .chaos
+            .replica_after(&self.net.table, Target::Lease(key));
+        if let (Outcome::Done(lease), Some(audit)) = (&answer, self.net.chaos.audit()) {
+            audit.written(self.process, operation, lease);
+        }
+        (answer, size)
+    }
+
+    /// Records who owns `lease` now, as the table does.
+    fn own(&self, lease: &Lease) {
+        let mut ownership = self.net.ownership.lock().unwrap();
+        match &lease.owner {
+            Some(owner) => {
+                let changed = ownership
+                    .owner
+                    .get(&lease.key)
+                    .is_none_or(|(o, _)| o != owner);
+                if changed {
+                    ownership
+                        .owner
+                        .insert(lease.key.clone(), (owner.clone(), Instant::now()));
+                    if let Some(slot @ None) = ownership.watch.get_mut(&lease.key) {
+                        *slot = Some(Instant::now());
+                    }
+                }
+            }
+            None => {
+                ownership.owner.remove(&lease.key);
+            }
+        }
+    }
+
+    /// Deletes lease `key` if its counter and tenure are as observed.
+    fn delete(&self, key: &LeaseKey, counter: u64, tenure: u64) -> (Outcome<Lease>, usize) {
+        let table = &self.net.table;
+        self.net.chaos.replica_before(table, Target::Lease(key));
+        let deadline = far();
+        let answer = flat(now_or_never(table.delete(key, counter, tenure, deadline)));
+        if answer.is_done() {
+            self.net.ownership.lock().unwrap().owner.remove(key);
+            if let Some(audit) = self.net.chaos.audit() {
+                audit.deleted(key);
+            }
+        }
+        self.net.chaos.replica_after(table, Target::Lease(key));
+        let size = outcome_size(&answer, lease_item_size);
+        (answer, size)
+    }
+
+    /// Runs a write on `worker`'s membership record and records its new version.
+    fn member(
+        &self,
+        worker: &WorkerId,
+        run: impl std::future::Future<Output = StoreResult<Outcome<Member>>>,
+    ) -> (Outcome<Member>, usize) {
+        self.net
+            .chaos
+            .replica_before(&self.net.table, Target::Member(worker));
+        let answer = flat(now_or_never(run));
+        self.net
+            .chaos
+            .replica_after(&self.net.table, Target::Member(worker));
+        let size = outcome_size(&answer, member_item_size);
+        (answer, size)
+    }
+}
+
+/// A deadline the in-memory table never reaches (it ignores deadlines).
+fn far() -> Instant {
+    Instant::now() + Duration::from_secs(3600)
+}
+
 #[async_trait]
 impl LeaseStore for SimStore {
     async fn create(&self, lease: NewLease, deadline: Instant) -> StoreResult<Outcome<Lease>> {
         let key = lease.key.to_string();
-        self.call("create", &key, Kind::Write, deadline, || {
-            self.write(self.net.table.create(lease.clone(), deadline))
+        let w = self.writer();
+        self.call("create", &key, Kind::Write, deadline, move || {
+            let run = w.net.table.create(lease.clone(), far());
+            w.lease("create", &lease.key, run)
         })
         .await
     }
 
     async fn get(&self, key: &LeaseKey, deadline: Instant) -> StoreResult<Option<Lease>> {
-        self.call("get", key.as_str(), Kind::Read, deadline, || {
-            let lease = flat(now_or_never(self.net.table.get(key, deadline)));
+        let (net, owned) = (Arc::clone(&self.net), key.clone());
+        self.call("get", key.as_str(), Kind::Read, deadline, move || {
+            let lease = flat(now_or_never(net.table.get(&owned, far())));
             let size = lease.as_ref().map_or(0, lease_item_size);
             (lease, size)
         })
@@ -487,11 +568,12 @@ impl LeaseStore for SimStore {
         let pages = items.div_ceil(SCAN_PAGE_ITEMS).max(1);
         let per_page = bytes / pages;
         for _ in 1..pages {
-            self.call("scan", "", Kind::Scan, deadline, || ((), per_page))
+            self.call("scan", "", Kind::Scan, deadline, move || ((), per_page))
                 .await?;
         }
-        self.call("scan", "", Kind::Scan, deadline, || {
-            let members = flat(now_or_never(self.net.table.list_members(deadline)));
+        let net = Arc::clone(&self.net);
+        self.call("scan", "", Kind::Scan, deadline, move || {
+            let members = flat(now_or_never(net.table.list_members(far())));
             (members, bytes - per_page * (pages - 1))
         })
         .await
@@ -505,8 +587,10 @@ impl LeaseStore for SimStore {
         load: Option<f64>,
         deadline: Instant,
     ) -> StoreResult<Outcome<Lease>> {
-        self.call("renew", key.as_str(), Kind::Write, deadline, || {
-            self.write(self.net.table.renew(key, owner, tenure, load, deadline))
+        let (w, k, owner) = (self.writer(), key.clone(), owner.clone());
+        self.call("renew", key.as_str(), Kind::Write, deadline, move || {
+            let run = w.net.table.renew(&k, &owner, tenure, load, far());
+            w.lease("renew", &k, run)
         })
         .await
     }
@@ -519,12 +603,13 @@ impl LeaseStore for SimStore {
         observed_counter: u64,
         deadline: Instant,
     ) -> StoreResult<Outcome<Lease>> {
-        self.call("take", key.as_str(), Kind::Write, deadline, || {
-            let take = self
+        let (w, k, taker) = (self.writer(), key.clone(), taker.clone());
+        self.call("take", key.as_str(), Kind::Write, deadline, move || {
+            let run = w
                 .net
                 .table
-                .take(key, taker, incarnation, observed_counter, deadline);
-            self.write(take)
+                .take(&k, &taker, incarnation, observed_counter, far());
+            w.lease("take", &k, run)
         })
         .await
     }
@@ -537,17 +622,19 @@ impl LeaseStore for SimStore {
         requester: &WorkerId,
         deadline: Instant,
     ) -> StoreResult<Outcome<Lease>> {
+        let (w, k) = (self.writer(), key.clone());
+        let (owner, requester) = (owner.clone(), requester.clone());
         self.call(
             "request_handoff",
             key.as_str(),
             Kind::Write,
             deadline,
-            || {
-                let request = self
+            move || {
+                let run = w
                     .net
                     .table
-                    .request_handoff(key, owner, tenure, requester, deadline);
-                self.write(request)
+                    .request_handoff(&k, &owner, tenure, &requester, far());
+                w.lease("request_handoff", &k, run)
             },
         )
         .await
@@ -561,17 +648,15 @@ impl LeaseStore for SimStore {
         to: &WorkerId,
         deadline: Instant,
     ) -> StoreResult<Outcome<Lease>> {
+        let (w, k, owner, to) = (self.writer(), key.clone(), owner.clone(), to.clone());
         self.call(
             "complete_handoff",
             key.as_str(),
             Kind::Write,
             deadline,
-            || {
-                let complete = self
-                    .net
-                    .table
-                    .complete_handoff(key, owner, tenure, to, deadline);
-                self.write(complete)
+            move || {
+                let run = w.net.table.complete_handoff(&k, &owner, tenure, &to, far());
+                w.lease("complete_handoff", &k, run)
             },
         )
         .await
@@ -584,8 +669,10 @@ impl LeaseStore for SimStore {
         tenure: u64,
         deadline: Instant,
     ) -> StoreResult<Outcome<Lease>> {
-        self.call("release", key.as_str(), Kind::Write, deadline, || {
-            self.write(self.net.table.release(key, owner, tenure, deadline))
+        let (w, k, owner) = (self.writer(), key.clone(), owner.clone());
+        self.call("release", key.as_str(), Kind::Write, deadline, move || {
+            let run = w.net.table.release(&k, &owner, tenure, far());
+            w.lease("release", &k, run)
         })
         .await
     }
@@ -599,13 +686,21 @@ impl LeaseStore for SimStore {
         checkpoint: &str,
         deadline: Instant,
     ) -> StoreResult<Outcome<Lease>> {
-        self.call("checkpoint", key.as_str(), Kind::Write, deadline, || {
-            let write = self
-                .net
-                .table
-                .checkpoint(key, owner, tenure, seq, checkpoint, deadline);
-            self.write(write)
-        })
+        let (w, k, owner) = (self.writer(), key.clone(), owner.clone());
+        let value = checkpoint.to_owned();
+        self.call(
+            "checkpoint",
+            key.as_str(),
+            Kind::Write,
+            deadline,
+            move || {
+                let run = w
+                    .net
+                    .table
+                    .checkpoint(&k, &owner, tenure, seq, &value, far());
+                w.lease("checkpoint", &k, run)
+            },
+        )
         .await
     }
 
@@ -616,18 +711,9 @@ impl LeaseStore for SimStore {
         observed_tenure: u64,
         deadline: Instant,
     ) -> StoreResult<Outcome<Lease>> {
-        self.call("delete", key.as_str(), Kind::Write, deadline, || {
-            let delete = self
-                .net
-                .table
-                .delete(key, observed_counter, observed_tenure, deadline);
-            let answer = flat(now_or_never(delete));
-            if answer.is_done() {
-                self.net.ownership.lock().unwrap().owner.remove(key);
-                self.audit_delete(key);
-            }
-            let size = outcome_size(&answer, lease_item_size);
-            (answer, size)
+        let (w, k) = (self.writer(), key.clone());
+        self.call("delete", key.as_str(), Kind::Write, deadline, move || {
+            w.delete(&k, observed_counter, observed_tenure)
         })
         .await
     }
@@ -640,15 +726,20 @@ impl LeaseStore for SimStore {
         capacity: Option<u32>,
         deadline: Instant,
     ) -> StoreResult<Outcome<Member>> {
-        self.call("heartbeat", worker.as_str(), Kind::Write, deadline, || {
-            let beat = self
-                .net
-                .table
-                .heartbeat(worker, incarnation, report, capacity, deadline);
-            let answer = flat(now_or_never(beat));
-            let size = outcome_size(&answer, member_item_size);
-            (answer, size)
-        })
+        let (w, id, report) = (self.writer(), worker.clone(), report.cloned());
+        self.call(
+            "heartbeat",
+            worker.as_str(),
+            Kind::Write,
+            deadline,
+            move || {
+                let run = w
+                    .net
+                    .table
+                    .heartbeat(&id, incarnation, report.as_ref(), capacity, far());
+                w.member(&id, run)
+            },
+        )
         .await
     }
 
@@ -658,19 +749,15 @@ impl LeaseStore for SimStore {
         observed_heartbeat: Option<u64>,
         deadline: Instant,
     ) -> StoreResult<Outcome<Member>> {
+        let (w, id) = (self.writer(), worker.clone());
         self.call(
             "remove_member",
             worker.as_str(),
             Kind::Write,
             deadline,
-            || {
-                let remove = self
-                    .net
-                    .table
-                    .remove_member(worker, observed_heartbeat, deadline);
-                let answer = flat(now_or_never(remove));
-                let size = outcome_size(&answer, member_item_size);
-                (answer, size)
+            move || {
+                let run = w.net.table.remove_member(&id, observed_heartbeat, far());
+                w.member(&id, run)
             },
         )
         .await
@@ -683,8 +770,10 @@ impl LeaseStore for SimStore {
         observed_counter: u64,
         deadline: Instant,
     ) -> StoreResult<Outcome<Lease>> {
-        self.call("give", key.as_str(), Kind::Write, deadline, || {
-            self.write(self.net.table.give(key, to, observed_counter, deadline))
+        let (w, k, to) = (self.writer(), key.clone(), to.clone());
+        self.call("give", key.as_str(), Kind::Write, deadline, move || {
+            let run = w.net.table.give(&k, &to, observed_counter, far());
+            w.lease("give", &k, run)
         })
         .await
     }
@@ -700,10 +789,15 @@ impl LeaseStore for SimStore {
         } else {
             Kind::StaleRead
         };
-        self.call("get_member", worker.as_str(), kind, deadline, || {
-            let member = flat(now_or_never(
-                self.net.table.get_member(worker, consistent, deadline),
-            ));
+        // An eventually consistent read is served by a replica that lags by a drawn time.
+        let lag = if consistent {
+            Duration::ZERO
+        } else {
+            self.stale_lag()
+        };
+        let (net, id) = (Arc::clone(&self.net), worker.clone());
+        self.call("get_member", worker.as_str(), kind, deadline, move || {
+            let member = net.chaos.member_as_of(&net.table, &id, lag);
             let size = member.as_ref().map_or(0, member_item_size);
             (member, size)
         })
@@ -718,19 +812,18 @@ impl LeaseStore for SimStore {
         replacing: Option<&Member>,
         deadline: Instant,
     ) -> StoreResult<Outcome<Member>> {
+        let (w, id, replacing) = (self.writer(), worker.clone(), replacing.cloned());
         self.call(
             "open_session",
             worker.as_str(),
             Kind::Write,
             deadline,
-            || {
-                let open =
-                    self.net
+            move || {
+                let run =
+                    w.net
                         .table
-                        .open_session(worker, incarnation, capacity, replacing, deadline);
-                let answer = flat(now_or_never(open));
-                let size = outcome_size(&answer, member_item_size);
-                (answer, size)
+                        .open_session(&id, incarnation, capacity, replacing.as_ref(), far());
+                w.member(&id, run)
             },
         )
         .await
@@ -745,14 +838,14 @@ impl LeaseStore for SimStore {
         seen: &[String],
         deadline: Instant,
     ) -> StoreResult<Outcome<Member>> {
-        self.call("beat", worker.as_str(), Kind::Write, deadline, || {
-            let beat = self
+        let (w, id, report) = (self.writer(), worker.clone(), report.cloned());
+        let seen = seen.to_vec();
+        self.call("beat", worker.as_str(), Kind::Write, deadline, move || {
+            let run = w
                 .net
                 .table
-                .beat(worker, incarnation, capacity, report, seen, deadline);
-            let answer = flat(now_or_never(beat));
-            let size = outcome_size(&answer, member_item_size);
-            (answer, size)
+                .beat(&id, incarnation, capacity, report.as_ref(), &seen, far());
+            w.member(&id, run)
         })
         .await
     }
@@ -764,19 +857,18 @@ impl LeaseStore for SimStore {
         observed_heartbeat: u64,
         deadline: Instant,
     ) -> StoreResult<Outcome<Member>> {
+        let (w, id) = (self.writer(), worker.clone());
         self.call(
             "end_session",
             worker.as_str(),
             Kind::Write,
             deadline,
-            || {
-                let end =
-                    self.net
-                        .table
-                        .end_session(worker, incarnation, observed_heartbeat, deadline);
-                let answer = flat(now_or_never(end));
-                let size = outcome_size(&answer, member_item_size);
-                (answer, size)
+            move || {
+                let run = w
+                    .net
+                    .table
+                    .end_session(&id, incarnation, observed_heartbeat, far());
+                w.member(&id, run)
             },
         )
         .await
@@ -789,22 +881,25 @@ impl LeaseStore for SimStore {
         notices: &[String],
         deadline: Instant,
     ) -> StoreResult<Outcome<Member>> {
-        self.call("notify", worker.as_str(), Kind::Write, deadline, || {
-            let notify = self
-                .net
-                .table
-                .notify(worker, incarnation, notices, deadline);
-            let answer = flat(now_or_never(notify));
-            let size = outcome_size(&answer, member_item_size);
-            (answer, size)
-        })
+        let (w, id, notices) = (self.writer(), worker.clone(), notices.to_vec());
+        self.call(
+            "notify",
+            worker.as_str(),
+            Kind::Write,
+            deadline,
+            move || {
+                let run = w.net.table.notify(&id, incarnation, &notices, far());
+                w.member(&id, run)
+            },
+        )
         .await
     }
 }
 
 // The fault campaign's network (`sim/campaign`): fault rates that heal, per-process freezes,
-// kills and latency spikes, requests that never answer, and an audit of every applied write.
-// Scenarios never switch it on, so their runs draw the same numbers as before.
+// kills and latency spikes, requests that never answer, writes that land after their caller
+// gave up, eventually consistent reads served by lagging replicas, and an audit of every
+// applied write. Scenarios never switch it on, so their runs draw the same numbers as before.
 
 /// Rates of the campaign's faults, per request sent. All zero once the faults heal.
 #[derive(Debug, Clone, Copy, Default, PartialEq)]
@@ -819,6 +914,17 @@ pub struct Chaos {
     /// The request is applied or not (at random) and its answer never comes: the caller must
     /// give up by itself.
     pub never: f64,
+    /// A write attempt is lost to its caller (half of them: the connection resets after the
+    /// request left; the others: no answer, until the caller's deadline or the store's attempt
+    /// timeout) and lands anyway, up to [`LATE_WITHIN`] after it was sent: after the caller's
+    /// later writes, its own retries included, evaluated against the table as it is then.
+    /// With this fault on, a request whose caller gave up before it arrived (its deadline),
+    /// and half of the unanswered requests of `never` that were not applied, land late too.
+    pub late: f64,
+    /// An eventually consistent read (a scan page of `list_page_eventually`, a `get_member`
+    /// not consistent) is served by a lagging replica: each item as it was a drawn lag ago
+    /// (see [`SimStore::stale_lag`]). Strongly consistent reads see the live table.
+    pub stale: f64,
 }
 
 /// How many faults the network injected, by kind.
@@ -830,12 +936,32 @@ pub struct Injected {
     pub never: u64,
     /// Requests sent during a latency spike.
     pub spiked: u64,
+    /// Writes applied after their caller gave up on them.
+    pub late: u64,
+    /// Eventually consistent reads served by a lagging replica.
+    pub stale: u64,
+    /// Of those, reads that lagged by more than a lease duration (10 s).
+    pub stale_long: u64,
 }
 
-/// Sees every write the table applied (with the process that sent it) and every delete.
+/// A write lost to its caller lands at most this long after it was sent (a lease duration).
+pub const LATE_WITHIN: Duration = Duration::from_secs(10);
+/// The most a replica lags behind the table (past a lease duration).
+pub const MAX_LAG: Duration = Duration::from_secs(15);
+/// A lease duration, to count the reads that lagged by more.
+const LEASE_DURATION: Duration = Duration::from_secs(10);
+/// The partitions of the table: an eventually consistent scan reads each from a replica of its
+/// own (a small on-demand DynamoDB table starts with a few), so one page can show a lease as
+/// it is now and its owner's record as it was seconds ago.
+pub const PARTITIONS: usize = 4;
+
+/// Sees every write the table applied (with the process that sent it and its operation) and
+/// every delete.
 pub trait Audit: Send + Sync + std::fmt::Debug {
-    fn written(&self, process: u64, lease: &Lease);
+    fn written(&self, process: u64, operation: &'static str, lease: &Lease);
     fn deleted(&self, key: &LeaseKey);
+    /// A write of `process` landed `late` after it was sent, its caller having given up.
+    fn landed_late(&self, _process: u64, _operation: &'static str, _key: &str, _late: Duration) {}
 }
 
 /// A request whose answer never comes, while its caller still waits for it.
@@ -849,6 +975,126 @@ pub struct Hung {
     pub deadline: Instant,
 }
 
+/// A fault a scripted schedule aims at one request: the first attempt of `operation` (on
+/// `key`, if given) by `process` (any, if `None`) sent after it is armed.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Aim {
+    pub process: Option<u64>,
+    pub operation: &'static str,
+    pub key: Option<String>,
+    pub fault: Aimed,
+}
+
+/// What an aimed fault does to its request.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub enum Aimed {
+    /// A write is applied when it arrives and no answer comes, to it or to the call's
+    /// retries: the caller gives up at its deadline, not knowing it landed.
+    Unanswered,
+}
+
+/// One item of the table, as a replica holds it.
+#[derive(Debug, Clone, PartialEq)]
+enum Version {
+    Lease(Lease),
+    Member(Member),
+}
+
+/// The item a write changes.
+#[derive(Debug, Clone, Copy)]
+pub enum Target<'a> {
+    Lease(&'a LeaseKey),
+    Member(&'a WorkerId),
+}
+
+/// The key of `worker`'s membership record in the table (as the in-memory store keys it).
+fn member_key(worker: &WorkerId) -> String {
+    format!("{}member#{worker}", shardlease::lease::RESERVED_PREFIX)
+}
+
+impl Target<'_> {
+    fn key(&self) -> String {
+        match self {
+            Target::Lease(key) => key.to_string(),
+            Target::Member(worker) => member_key(worker),
+        }
+    }
+
+    fn read(&self, table: &InMemoryStore) -> Option<Version> {
+        match self {
+            Target::Lease(key) => flat(now_or_never(table.get(key, far()))).map(Version::Lease),
+            Target::Member(worker) => {
+                flat(now_or_never(table.get_member(worker, true, far()))).map(Version::Member)
+            }
+        }
+    }
+}
+
+/// The partition of an item (FNV-1a of its key): a stable choice, whatever the run.
+fn partition(key: &str) -> usize {
+    let hash = key.bytes().fold(0xcbf2_9ce4_8422_2325u64, |h, b| {
+        (h ^ u64::from(b)).wrapping_mul(0x0100_0000_01b3)
+    });
+    (hash % PARTITIONS as u64) as usize
+}
+
+/// What the lagging replicas need: every item's versions of the last [`MAX_LAG`], oldest
+/// first, each with the instant it was written (`None`: the item did not exist). An item
+/// with no versions here has not changed for [`MAX_LAG`]: every replica holds it as the table
+/// does. Kept only while stale reads are injected, and pruned as it goes: one version per item
+/// written in the last [`MAX_LAG`], plus one before.
+#[derive(Debug, Default)]
+struct Replica {
+    on: bool,
+    versions: BTreeMap<String, VecDeque<(Instant, Option<Version>)>>,
+    writes: u64,
+}
+
+/// Drops the versions no read can reach: all but the newest one older than `horizon`.
+fn prune(versions: &mut VecDeque<(Instant, Option<Version>)>, horizon: Option<Instant>) {
+    let Some(horizon) = horizon else { return };
+    while versions.len() >= 2 && versions[1].0 <= horizon {
+        versions.pop_front();
+    }
+}
+
+/// The version an item had at `at` (before its first recorded change: that one's previous).
+fn version_at(
+    versions: &VecDeque<(Instant, Option<Version>)>,
+    at: Option<Instant>,
+) -> Option<Version> {
+    let found = at.and_then(|at| versions.iter().rev().find(|(since, _)| *since <= at));
+    found.or(versions.front()).and_then(|(_, v)| v.clone())
+}
+
+impl Replica {
+    /// Before a write: the item's present version, if nothing of it is kept yet.
+    fn before(&mut self, key: String, now: Instant, present: Option<Version>) {
+        self.versions
+            .entry(key)
+            .or_insert_with(|| VecDeque::from([(now, present)]));
+    }
+
+    /// After a write: the item's new version, if it changed.
+    fn after(&mut self, key: &str, now: Instant, present: Option<Version>) {
+        let horizon = now.checked_sub(MAX_LAG);
+        if let Some(versions) = self.versions.get_mut(key) {
+            if versions.back().map(|(_, v)| v) != Some(&present) {
+                versions.push_back((now, present));
+            }
+            prune(versions, horizon);
+        }
+        self.writes += 1;
+        if self.writes.is_multiple_of(256) {
+            // Items not written for MAX_LAG: every replica has them as the table does.
+            self.versions.retain(|_, versions| {
+                prune(versions, horizon);
+                versions.len() > 1 || horizon.is_none_or(|h| versions[0].0 > h)
+            });
+        }
+    }
+}
+
 /// The campaign's side of the network, shared by every connection.
 #[derive(Debug, Default)]
 pub struct ChaosNet {
@@ -860,6 +1106,11 @@ pub struct ChaosNet {
     /// The store's own per-attempt timeout, if it has one (an SDK attempt timeout). `None`:
     /// an unanswered attempt waits until its caller gives up.
     attempt_timeout: Mutex<Option<Duration>>,
+    replica: Mutex<Replica>,
+    /// Told when the faults heal: the writes still on their way land at once.
+    healed: tokio::sync::Notify,
+    /// Faults aimed at one request each, in the order they were armed.
+    aims: Mutex<Vec<Aim>>,
 }
 
 impl ChaosNet {
@@ -868,9 +1119,17 @@ impl ChaosNet {
         self.rates.lock().unwrap().is_some()
     }
 
-    /// Switches the campaign's model on with these rates (all zero: on, and healthy).
+    /// Switches the campaign's model on with these rates (all zero: on, and healthy; the
+    /// writes still on their way land at once). Stale reads keep the replicas' history from
+    /// then on.
     pub fn set(&self, rates: Chaos) {
         *self.rates.lock().unwrap() = Some(rates);
+        if rates.stale > 0.0 {
+            self.replica.lock().unwrap().on = true;
+        }
+        if rates.late == 0.0 {
+            self.healed.notify_waiters();
+        }
     }
 
     pub fn rates(&self) -> Chaos {
@@ -903,10 +1162,120 @@ impl ChaosNet {
         hung.iter().map(|(id, h)| (*id, h.clone())).collect()
     }
 
+    /// Arms a fault aimed at one request (a scripted schedule's).
+    pub fn aim(&self, aim: Aim) {
+        self.aims.lock().unwrap().push(aim);
+    }
+
+    /// The fault aimed at this request, if any (disarmed).
+    fn aimed(&self, process: u64, operation: &str, key: &str) -> Option<Aimed> {
+        let mut aims = self.aims.lock().unwrap();
+        let at = aims.iter().position(|aim| {
+            aim.process.is_none_or(|p| p == process)
+                && aim.operation == operation
+                && aim.key.as_deref().is_none_or(|k| k == key)
+        })?;
+        Some(aims.remove(at).fault)
+    }
+
+    /// How many item versions the replicas' history holds (for the growth check).
+    pub fn versions(&self) -> usize {
+        let replica = self.replica.lock().unwrap();
+        replica.versions.values().map(VecDeque::len).sum()
+    }
+
     fn hang(&self, hung: Hung) -> HungGuard<'_> {
         let id = self.next_hung.fetch_add(1, Ordering::Relaxed);
         self.hung.lock().unwrap().insert(id, hung);
         HungGuard { chaos: self, id }
+    }
+
+    fn replica_before(&self, table: &InMemoryStore, target: Target<'_>) {
+        let mut replica = self.replica.lock().unwrap();
+        if replica.on {
+            replica.before(target.key(), Instant::now(), target.read(table));
+        }
+    }
+
+    fn replica_after(&self, table: &InMemoryStore, target: Target<'_>) {
+        let mut replica = self.replica.lock().unwrap();
+        if replica.on {
+            replica.after(&target.key(), Instant::now(), target.read(table));
+        }
+    }
+
+    /// `worker`'s record as a replica `lag` behind the table holds it.
+    fn member_as_of(
+        &self,
+        table: &InMemoryStore,
+        worker: &WorkerId,
+        lag: Duration,
+    ) -> Option<Member> {
+        if !lag.is_zero() {
+            let replica = self.replica.lock().unwrap();
+            if let Some(versions) = replica.versions.get(&member_key(worker)) {
+                return match version_at(versions, Instant::now().checked_sub(lag)) {
+                    Some(Version::Member(member)) => Some(member),
+                    _ => None,
+                };
+            }
+        }
+        flat(now_or_never(table.get_member(worker, true, far())))
+    }
+
+    /// One page of a scan from `from`, each partition `p` read from a replica `lags[p]`
+    /// behind the table: the same keys' range as the live page, each item as it was then
+    /// (absent if it did not exist then, present if it existed then and is gone now).
+    fn page_as_of(
+        &self,
+        table: &InMemoryStore,
+        from: Option<PageToken>,
+        lags: [Duration; PARTITIONS],
+    ) -> Page {
+        use std::ops::Bound::{Excluded, Included, Unbounded};
+        let live = flat(now_or_never(table.list_page(from.clone(), far())));
+        if lags.iter().all(Duration::is_zero) {
+            return live;
+        }
+        let replica = self.replica.lock().unwrap();
+        if replica.versions.is_empty() {
+            return live;
+        }
+        let mut items: BTreeMap<String, Version> = BTreeMap::new();
+        for lease in live.leases {
+            items.insert(lease.key.to_string(), Version::Lease(lease));
+        }
+        for member in live.members {
+            items.insert(member_key(&member.worker), Version::Member(member));
+        }
+        let lower = from.map_or(Unbounded, |t| Excluded(t.as_str().to_owned()));
+        let upper = live
+            .next
+            .as_ref()
+            .map_or(Unbounded, |t| Included(t.as_str().to_owned()));
+        let now = Instant::now();
+        for (key, versions) in replica.versions.range::<String, _>((lower, upper)) {
+            let lag = lags[partition(key)];
+            if lag.is_zero() {
+                continue;
+            }
+            match version_at(versions, now.checked_sub(lag)) {
+                Some(version) => items.insert(key.clone(), version),
+                None => items.remove(key),
+            };
+        }
+        let mut page = Page {
+            malformed: live.malformed,
+            next: live.next,
+            ..Page::default()
+        };
+        for version in items.into_values() {
+            match version {
+                Version::Lease(lease) => page.leases.push(lease),
+                Version::Member(member) => page.members.push(member),
+            }
+        }
+        page
     }
 }
 
@@ -971,12 +1340,67 @@ fn injected_fault(operation: &'static str, key: &str, ambiguous: bool) -> StoreE
     }
 }
 
+/// Bills one request.
+fn bill(net: &Net, kind: Kind, size: usize) {
+    net.count(|u| match kind {
+        Kind::Read | Kind::StaleRead | Kind::Scan | Kind::StaleScan => {
+            u.reads += 1;
+            u.rcu += read_units(kind, size);
+        }
+        Kind::Write => {
+            u.writes += 1;
+            u.wcu += size.div_ceil(1024).max(1) as u64;
+        }
+    });
+}
+
+/// A request as the campaign's network runs it: what it does to the table, and what a retry
+/// that finds it landed answers.
+struct Request<T, F> {
+    apply: Arc<F>,
+    landed: Arc<Mutex<Option<T>>>,
+    /// An aimed `Unanswered` hit it: no attempt of this call is answered.
+    doomed: AtomicBool,
+}
+
 impl SimStore {
     /// The connection of campaign process `process`, whose worker reads `clock`.
     pub fn for_process(net: Arc<Net>, process: u64, clock: SimClock) -> (Self, Link) {
         let (mut store, link) = Self::new(net, process);
         store.clock = Some(clock);
         (store, link)
+    }
+
+    /// The connection of an operator's tool (process `process`), on tokio's clock.
+    pub fn for_operator(net: Arc<Net>, process: u64) -> Self {
+        Self::new(net, process).0
+    }
+
+    /// How far behind the table the replica serving an eventually consistent read is: with
+    /// the `stale` rate's probability a lagging one, whose lag is under a second for 80 % of
+    /// reads, 1-10 s for 15 %, and 10-15 s (beyond a lease duration) for 5 %; otherwise 0.
+    /// Draws nothing while no stale reads are injected.
+    fn stale_lag(&self) -> Duration {
+        let rate = self.net.chaos.rates().stale;
+        if rate <= 0.0 || self.draw() >= rate {
+            return Duration::ZERO;
+        }
+        let (kind, within) = (self.draw(), self.draw());
+        let (low, high) = if kind < 0.8 {
+            (0.0, 1.0)
+        } else if kind < 0.95 {
+            (1.0, 10.0)
+        } else {
+            (10.0, MAX_LAG.as_secs_f64())
+        };
+        let lag = Duration::from_secs_f64(low + (high - low) * within);
+        self.net.chaos.count(|i| {
+            i.stale += 1;
+            if lag > LEASE_DURATION {
+                i.stale_long += 1;
+            }
+        });
+        lag
     }
 
     /// Waits while the process is frozen; forever once it is killed.
@@ -1014,30 +1438,27 @@ impl SimStore {
     }
 
     fn bill(&self, kind: Kind, size: usize) {
-        self.net.count(|u| match kind {
-            Kind::Read | Kind::StaleRead | Kind::Scan | Kind::StaleScan => {
-                u.reads += 1;
-                u.rcu += read_units(kind, size);
-            }
-            Kind::Write => {
-                u.writes += 1;
-                u.wcu += size.div_ceil(1024).max(1) as u64;
-            }
-        });
+        bill(&self.net, kind, size);
     }
 
     /// One call under the campaign's faults; retried as [`call`](Self::call) is.
-    async fn call_chaos<T: Clone + Send>(
+    async fn call_chaos<T: Clone + Send + 'static>(
         &self,
         operation: &'static str,
         key: &str,
         kind: Kind,
         deadline: Instant,
-        apply: impl Fn() -> (T, usize) + Send + Sync,
+        apply: impl Fn() -> (T, usize) + Send + Sync + 'static,
     ) -> StoreResult<T> {
         // The worker computes its deadlines on its own clock; the network runs on tokio's.
         let deadline = self.clock.as_ref().map_or(deadline, |c| c.real(deadline));
-        let landed: Mutex<Option<T>> = Mutex::new(None);
+        let request = Request {
+            apply: Arc::new(apply),
+            landed: Arc::default(),
+            doomed: AtomicBool::new(false),
+        };
+        let apply = &request.apply;
+        let landed = &request.landed;
         self.retry
             .run(operation, key, deadline, |_| async {
                 self.until_running().await;
@@ -1065,6 +1486,11 @@ impl SimStore {
                     self.deliver(sent + latency, deadline).await;
                     return Err(injected_fault(operation, key, false));
                 }
+                if request.doomed.load(Ordering::SeqCst) {
+                    return self
+                        .unanswered(operation, key, sent, deadline, async {})
+                        .await;
+                }
                 let earlier = landed.lock().unwrap().clone();
                 if let Some(earlier) = earlier {
                     // The retry of a write that landed: the backend sees its own token.
@@ -1073,22 +1499,50 @@ impl SimStore {
                     }
                     return Err(injected_fault(operation, key, true));
                 }
+                let aimed = match kind {
+                    Kind::Write => self.net.chaos.aimed(self.process, operation, key),
+                    _ => None,
+                };
+                if aimed == Some(Aimed::Unanswered) {
+                    self.net.chaos.count(|i| i.never += 1);
+                    request.doomed.store(true, Ordering::SeqCst);
+                    let arrives = async {
+                        tokio::time::sleep_until(sent + latency / 2).await;
+                        let (answer, size) = apply();
+                        self.bill(kind, size);
+                        *landed.lock().unwrap() = Some(answer);
+                    };
+                    return self
+                        .unanswered(operation, key, sent, deadline, arrives)
+                        .await;
+                }
+                if kind == Kind::Write && rates.late > 0.0 && self.draw() < rates.late {
+                    self.net.count(|u| u.failed += 1);
+                    let at = sent + LATE_WITHIN.mul_f64(self.draw()).max(latency / 2);
+                    self.land_late(operation, key, kind, sent, at, &request);
+                    if self.draw() < 0.5 {
+                        // The connection reset after the request left.
+                        self.deliver(sent + latency, deadline).await;
+                        return Err(injected_fault(operation, key, true));
+                    }
+                    let now = Instant::now();
+                    return self
+                        .unanswered(operation, key, now, deadline, async {})
+                        .await;
+                }
                 if rates.never > 0.0 && self.draw() < rates.never {
                     return self
-                        .never_answer(
-                            operation,
-                            key,
-                            kind,
-                            sent + latency / 2,
-                            deadline,
-                            &apply,
-                            &landed,
-                        )
+                        .never_answer(operation, key, kind, sent, latency, deadline, &request)
                         .await;
                 }
                 tokio::time::sleep_until((sent + latency / 2).min(deadline)).await;
                 if Instant::now() >= deadline {
                     self.net.count(|u| u.failed += 1);
+                    // The caller gave up before the request arrived: it may arrive all the same.
+                    if kind == Kind::Write && rates.late > 0.0 && self.draw() < 0.5 {
+                        let at = sent + LATE_WITHIN.mul_f64(self.draw()).max(latency / 2);
+                        self.land_late(operation, key, kind, sent, at, &request);
+                    }
                     return Err(injected_fault(operation, key, kind == Kind::Write));
                 }
                 let (answer, size) = apply();
@@ -1110,23 +1564,54 @@ impl SimStore {
             .await
     }
 
-    /// A request whose answer never comes: applied at `arrives` or not at all (at random),
-    /// then nothing, until the caller drops the call (or the store's own attempt timeout, if
-    /// it has one, fails it as ambiguous).
-    #[allow(clippy::too_many_arguments)]
-    async fn never_answer<T: Clone + Send>(
+    /// Lands an attempt `sent` then, which its caller lost, at `at` (drawn up to
+    /// [`LATE_WITHIN`] after it was sent, never before it could arrive), or at the heal if that
+    /// comes first; once. A retry still running after it landed recognises it, as the backend
+    /// does by its token.
+    fn land_late<T, F>(
         &self,
         operation: &'static str,
         key: &str,
         kind: Kind,
-        arrives: Instant,
+        sent: Instant,
+        at: Instant,
+        request: &Request<T, F>,
+    ) where
+        T: Clone + Send + 'static,
+        F: Fn() -> (T, usize) + Send + Sync + 'static,
+    {
+        let (apply, landed) = (Arc::clone(&request.apply), Arc::clone(&request.landed));
+        let (net, process, key) = (Arc::clone(&self.net), self.process, key.to_owned());
+        tokio::spawn(async move {
+            let healed = net.chaos.healed.notified();
+            tokio::pin!(healed);
+            healed.as_mut().enable();
+            tokio::select! {
+                biased;
+                _ = tokio::time::sleep_until(at) => {}
+                _ = healed => {}
+            }
+            let (answer, size) = apply();
+            bill(&net, kind, size);
+            net.chaos.count(|i| i.late += 1);
+            landed.lock().unwrap().get_or_insert(answer);
+            if let Some(audit) = net.chaos.audit() {
+                audit.landed_late(process, operation, &key, Instant::now() - sent);
+            }
+        });
+    }
+
+    /// No answer comes to the attempt `sent` then: the caller waits until it gives up (or
+    /// the store's own attempt timeout, if it has one, fails the attempt as ambiguous).
+    /// `meanwhile` runs first (the request arriving, or not).
+    async fn unanswered<T>(
+        &self,
+        operation: &'static str,
+        key: &str,
+        sent: Instant,
         deadline: Instant,
-        apply: &(impl Fn() -> (T, usize) + Send + Sync),
-        landed: &Mutex<Option<T>>,
+        meanwhile: impl std::future::Future<Output = ()>,
     ) -> StoreResult<T> {
-        self.net.chaos.count(|i| i.never += 1);
-        let sent = Instant::now();
-        let applied = self.draw() < 0.5;
         let _waiting = self.net.chaos.hang(Hung {
             process: self.process,
             operation,
@@ -1134,14 +1619,7 @@ impl SimStore {
             since: sent,
             deadline,
         });
-        if applied {
-            tokio::time::sleep_until(arrives).await;
-            let (answer, size) = apply();
-            self.bill(kind, size);
-            if kind == Kind::Write {
-                *landed.lock().unwrap() = Some(answer);
-            }
-        }
+        meanwhile.await;
         let timeout = *self.net.chaos.attempt_timeout.lock().unwrap();
         match timeout {
             Some(timeout) => {
@@ -1153,15 +1631,77 @@ impl SimStore {
         }
     }
 
-    fn audit_write(&self, answer: &Outcome<Lease>) {
-        if let (Outcome::Done(lease), Some(audit)) = (answer, self.net.chaos.audit()) {
-            audit.written(self.process, lease);
+    /// A request whose answer never comes: applied when it arrives or not at all (at random;
+    /// with late writes on, half of those not applied land late), then nothing, until the
+    /// caller drops the call (or the store's own attempt timeout, if it has one, fails it as
+    /// ambiguous).
+    #[allow(clippy::too_many_arguments)]
+    async fn never_answer<T, F>(
+        &self,
+        operation: &'static str,
+        key: &str,
+        kind: Kind,
+        sent: Instant,
+        latency: Duration,
+        deadline: Instant,
+        request: &Request<T, F>,
+    ) -> StoreResult<T>
+    where
+        T: Clone + Send + 'static,
+        F: Fn() -> (T, usize) + Send + Sync + 'static,
+    {
+        self.net.chaos.count(|i| i.never += 1);
+        let applied = self.draw() < 0.5;
+        if !applied && kind == Kind::Write && self.net.chaos.rates().late > 0.0 && self.draw() < 0.5
+        {
+            let at = sent + LATE_WITHIN.mul_f64(self.draw()).max(latency / 2);
+            self.land_late(operation, key, kind, sent, at, request);
         }
+        let arrives = async {
+            if applied {
+                tokio::time::sleep_until(sent + latency / 2).await;
+                let (answer, size) = (request.apply)();
+                self.bill(kind, size);
+                if kind == Kind::Write {
+                    *request.landed.lock().unwrap() = Some(answer);
+                }
+            }
+        };
+        self.unanswered(operation, key, Instant::now(), deadline, arrives)
+            .await
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn version(counter: u64) -> Option<Version> {
+        let key = LeaseKey::new("a").unwrap();
+        let lease = Lease {
+            counter,
+            ..NewLease::new(key).into_lease()
+        };
+        Some(Version::Lease(lease))
     }
 
-    fn audit_delete(&self, key: &LeaseKey) {
-        if let Some(audit) = self.net.chaos.audit() {
-            audit.deleted(key);
-        }
+    #[tokio::test(start_paused = true)]
+    async fn a_lagging_replica_shows_items_as_they_were_and_forgets_what_no_read_reaches() {
+        let mut replica = Replica::default();
+        let created = Instant::now();
+        replica.before("a".into(), created, None);
+        replica.after("a", created, version(1));
+        tokio::time::advance(Duration::from_secs(5)).await;
+        replica.after("a", Instant::now(), version(2));
+        let at =
+            |replica: &Replica, instant: Instant| version_at(&replica.versions["a"], Some(instant));
+        assert_eq!(at(&replica, created - Duration::from_millis(1)), None);
+        assert_eq!(at(&replica, created + Duration::from_secs(1)), version(1));
+        assert_eq!(at(&replica, Instant::now()), version(2));
+        tokio::time::advance(Duration::from_secs(20)).await;
+        replica.after("a", Instant::now(), version(3));
+        // Kept: the newest version older than the longest lag, and the ones since.
+        assert_eq!(replica.versions["a"].len(), 2);
+        assert_eq!(at(&replica, Instant::now() - MAX_LAG), version(2));
     }
 }

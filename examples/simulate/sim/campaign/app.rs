@@ -9,7 +9,7 @@ use std::time::Duration;
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
 use shardlease::clock::Clock;
-use shardlease::worker::{LeaseEvent, LeaseGrant, StopReason};
+use shardlease::worker::{Checkpointer, LeaseEvent, LeaseGrant, StopReason};
 use shardlease::LeaseKey;
 use tokio::sync::{mpsc, Notify};
 
@@ -30,6 +30,8 @@ pub struct AppControl {
     /// Handoffs are finished late (up to [`LATE_FINISH`]); back to `false`, a late finish
     /// in progress ends at once (the faults healed).
     pub late: Arc<Flag>,
+    /// Every lease reports a load of 1 (the fleet balances by load).
+    pub report_load: bool,
 }
 
 /// A flag tasks wait on. Not a `watch` channel, whose receivers wake in an order drawn from
@@ -70,6 +72,21 @@ struct Processing {
     ledger: Arc<Mutex<Ledger>>,
     process: u64,
     key: LeaseKey,
+    /// The item (`leaseNonce`) the grant is of, named in every checkpoint written (0: unknown).
+    item: u64,
+    /// Report a load of 1 (the fleet balances by load).
+    report_load: bool,
+}
+
+impl Processing {
+    /// Writes checkpoint `value`; records it in the ledger once the store acknowledged it.
+    async fn checkpoint(&self, checkpointer: &Checkpointer, value: u64) {
+        let text = checkpoint_text(value, self.item);
+        if checkpointer.checkpoint(&text).await.is_ok() {
+            let mut ledger = self.ledger.lock().unwrap_or_else(|e| e.into_inner());
+            ledger.acknowledged(self.process, &self.key, &text);
+        }
+    }
 }
 
 impl Drop for Processing {
@@ -98,15 +115,18 @@ pub async fn run(
             continue;
         };
         let key = grant.key().clone();
-        ledger.lock().unwrap_or_else(|e| e.into_inner()).start(
+        let item = ledger.lock().unwrap_or_else(|e| e.into_inner()).start(
             process,
             &key,
+            grant.tenure(),
             grant.initial_checkpoint(),
         );
         let processing = Processing {
             ledger: Arc::clone(&ledger),
             process,
             key,
+            item,
+            report_load: control.report_load,
         };
         let late = LATE_FINISH.mul_f64(rng.gen_range(0.0..=1.0));
         tasks.spawn(process_lease(
@@ -140,7 +160,10 @@ async fn process_lease(
             _ = control.panic.notified() => panic!("{PANIC}"),
             _ = clock.sleep_until(next) => {
                 value += 1;
-                let _ = checkpointer.checkpoint(&checkpoint_text(value)).await;
+                processing.checkpoint(&checkpointer, value).await;
+                if processing.report_load {
+                    let _ = grant.report_load(1.0);
+                }
             }
         }
     };
@@ -157,7 +180,7 @@ async fn process_lease(
     }
     if reason != StopReason::Lost && grant.stop_reason() != Some(StopReason::Lost) {
         value += 1;
-        let _ = checkpointer.checkpoint(&checkpoint_text(value)).await;
+        processing.checkpoint(&checkpointer, value).await;
     }
     drop(processing);
     grant.finish();

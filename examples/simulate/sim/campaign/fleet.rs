@@ -8,16 +8,18 @@ use std::time::Duration;
 use rand::rngs::StdRng;
 use rand::seq::SliceRandom;
 use rand::SeedableRng;
+use shardlease::admin::Admin;
+use shardlease::balance::KclBalance;
 use shardlease::clock::Clock;
 use shardlease::source::{Shard, StaticShardSource};
 use shardlease::worker::Worker;
-use shardlease::{LeaseKey, LeaseStore, NewLease, WorkerConfig, WorkerId};
+use shardlease::{Balance, LeaseKey, LeaseStore, NewLease, WorkerConfig, WorkerId};
 use tokio::task::JoinHandle;
 use tokio::time::Instant;
 
 use super::app::{self, AppControl};
-use super::ledger::Ledger;
-use super::schedule::{clock_rate, Schedule};
+use super::ledger::{checkpoint_text, Ledger, OPERATOR_PROCESS};
+use super::schedule::{clock_rate, Balancing, Event, Schedule};
 use crate::sim::clock::SimClock;
 use crate::sim::net::{Chaos, Link, Net, SimStore};
 
@@ -76,7 +78,20 @@ pub struct Fleet {
     checkpoint_every: Duration,
     /// Processes started with a skewed clock.
     pub skewed: u64,
+    /// The workers' balance policy.
+    pub balancing: Balancing,
+    /// The operator's tool, with a connection of its own.
+    operator: Admin<Arc<SimStore>>,
+    /// The operator's moves in progress.
+    tools: Vec<JoinHandle<()>>,
 }
+
+/// How long an operator's move waits for an owner's application (`--timeout` of the tool).
+const OPERATOR_WAIT: Duration = Duration::from_secs(30);
+/// How long a drained worker may take to notice the drain before it counts as hung: the
+/// notice waits for its next beat, at most a renew interval (4.5 s) plus the drain's own
+/// requests, each up to a store timeout under faults.
+const DRAIN_NOTICED: Duration = Duration::from_secs(60);
 
 impl Fleet {
     /// A fleet over `schedule.leases` unowned leases (none of its workers started yet).
@@ -87,6 +102,11 @@ impl Fleet {
             let created = net.table.create(NewLease::new(key.clone()), deadline).await;
             assert!(created.expect("in memory").is_done());
         }
+        let operator = Arc::new(SimStore::for_operator(Arc::clone(&net), OPERATOR_PROCESS));
+        let config = match schedule.balancing {
+            Balancing::Load => WorkerConfig::default().balance(Balance::Load),
+            Balancing::Count | Balancing::Kcl => WorkerConfig::default(),
+        };
         Self {
             source: StaticShardSource::from_keys(shards.clone()),
             next_shard: shards.len(),
@@ -94,7 +114,7 @@ impl Fleet {
             removed: Vec::new(),
             net,
             ledger,
-            config: WorkerConfig::default(),
+            config,
             procs: BTreeMap::new(),
             leaving: Vec::new(),
             next_process: 0,
@@ -103,6 +123,9 @@ impl Fleet {
             max_skew: schedule.max_skew,
             checkpoint_every: schedule.checkpoint_every,
             skewed: 0,
+            balancing: schedule.balancing,
+            operator: Admin::new(operator),
+            tools: Vec::new(),
         }
     }
 
@@ -136,10 +159,13 @@ impl Fleet {
         }
         let clock = SimClock::new(rate);
         let (store, link) = SimStore::for_process(Arc::clone(&self.net), process, clock.clone());
-        let builder = Worker::builder(Arc::new(store), worker_id(host))
+        let mut builder = Worker::builder(Arc::new(store), worker_id(host))
             .config(self.config.clone())
             .clock(clock.clone())
             .source(self.source.clone());
+        if self.balancing == Balancing::Kcl {
+            builder = builder.policy(KclBalance::default());
+        }
         let started = tokio::time::timeout(self.start_limit(), builder.start()).await;
         let mut worker = match started {
             Ok(Ok(worker)) => worker,
@@ -157,7 +183,10 @@ impl Fleet {
             }
         };
         let events = worker.take_events().expect("first call");
-        let control = AppControl::default();
+        let control = AppControl {
+            report_load: self.balancing == Balancing::Load,
+            ..AppControl::default()
+        };
         let app = tokio::spawn(app::run(
             process,
             events,
@@ -258,6 +287,93 @@ impl Fleet {
         }
         self.leaving = still;
         late
+    }
+
+    /// An operator drains `process`: the tool tells its session, and the process leaves by
+    /// itself once it hears (followed as a graceful leave; one that never hears is shut down
+    /// after [`DRAIN_NOTICED`]).
+    pub fn drain(&mut self, process: u64) {
+        let Some(p) = self.procs.remove(&process) else {
+            return;
+        };
+        let admin = self.operator.clone();
+        let worker = worker_id(p.host);
+        self.tools.push(tokio::spawn(async move {
+            let _ = admin.drain(&worker, OPERATOR_WAIT, |_| {}).await;
+        }));
+        let since = Instant::now();
+        let local = p.clock.now()
+            + DRAIN_NOTICED
+            + self.config.shutdown_timeout
+            + self.config.store_timeout;
+        let (worker, clock) = (p.worker, p.clock.clone());
+        let shutdown = tokio::spawn(async move {
+            {
+                let noticed = clock.sleep_until(clock.now() + DRAIN_NOTICED);
+                tokio::select! {
+                    biased;
+                    _ = worker.stopped() => {}
+                    _ = noticed => {}
+                }
+            }
+            worker.shutdown().await;
+        });
+        self.leaving.push(Leaving {
+            process,
+            host: p.host,
+            since,
+            limit: p.clock.real(local),
+            link: p.link,
+            app: p.app,
+            shutdown,
+        });
+    }
+
+    /// Starts an operator's move on the lease `pick` chooses (among the current shards), as
+    /// the `shardlease` tool makes it: it runs beside the fleet until it is done or fails.
+    pub fn operate(&mut self, event: &Event) {
+        let pick = match event {
+            Event::Release { pick }
+            | Event::SetCheckpoint { pick, .. }
+            | Event::ResetCheckpoint { pick }
+            | Event::Delete { pick } => *pick,
+            _ => return,
+        };
+        let Some(key) = (!self.shards.is_empty())
+            .then(|| self.shards[(pick % self.shards.len() as u64) as usize].clone())
+        else {
+            return;
+        };
+        let admin = self.operator.clone();
+        let event = event.clone();
+        let ledger = Arc::clone(&self.ledger);
+        self.tools.push(tokio::spawn(async move {
+            let outcome = match event {
+                Event::Release { .. } => {
+                    admin.release(&key, OPERATOR_WAIT, |_| {}).await.map(|_| ())
+                }
+                Event::SetCheckpoint { value, .. } => admin
+                    .set_checkpoint(
+                        &key,
+                        Some(&checkpoint_text(value, 0)),
+                        true,
+                        OPERATOR_WAIT,
+                        |_| {},
+                    )
+                    .await
+                    .map(|_| ()),
+                Event::ResetCheckpoint { .. } => admin
+                    .set_checkpoint(&key, None, true, OPERATOR_WAIT, |_| {})
+                    .await
+                    .map(|_| ()),
+                _ => admin
+                    .delete(&key, true, OPERATOR_WAIT, |_| {})
+                    .await
+                    .map(|_| ()),
+            };
+            let ledger = ledger.lock().unwrap_or_else(|e| e.into_inner());
+            ledger.trace(|| format!("operator {event:?} on {key}: {outcome:?}"));
+        }));
     }
 
     /// Freezes a process (SIGSTOP) until `until`: its clock, its connection, its application.
@@ -411,8 +527,11 @@ impl Fleet {
         snapshot.leases.len() + snapshot.members.len()
     }
 
-    /// Kills every process (the end of a schedule).
+    /// Kills every process and the operator's tool (the end of a schedule).
     pub fn stop_all(&mut self) {
+        for tool in self.tools.drain(..) {
+            tool.abort();
+        }
         for process in self.running() {
             self.crash(process);
         }

@@ -1,9 +1,10 @@
 //! The campaign's ledger: who processes what (the applications' view, with frozen processes
 //! not processing), the checkpoints the table accepted, and every invariant broken.
 
-use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::collections::{BTreeMap, BTreeSet};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Mutex;
+use std::time::Duration;
 
 use shardlease::{Lease, LeaseKey};
 use tokio::time::Instant;
@@ -14,7 +15,7 @@ use crate::sim::net::Audit;
 #[derive(Debug, Clone, PartialEq)]
 pub struct Violation {
     /// A short name: `overlap`, `checkpoint-ended-tenure`, `checkpoint-backwards`,
-    /// `checkpoint-lost`, `hang`, `shutdown-hang`, `start-hang`, `unprocessed`,
+    /// `checkpoint-lost`, `checkpoint-regressed`, `checkpoint-later-item`, `hang`, `shutdown-hang`, `start-hang`, `unprocessed`,
     /// `unbalanced`, `unsettled`, `not-retired`, `growth`, `setup`.
     pub invariant: &'static str,
     /// Simulated seconds since the schedule began.
@@ -34,9 +35,16 @@ pub struct Ledger {
     /// Leases a frozen process held when another process started them, and when the frozen
     /// one was thawed: it must stop them at that very instant, before doing anything.
     overtaken: BTreeMap<(u64, LeaseKey), Option<Instant>>,
-    /// The last checkpoint the table holds for each lease (deleted leases included: none may
-    /// come back with less).
-    checkpoints: HashMap<LeaseKey, u64>,
+    /// The last checkpoint the table holds for each lease, with the item's `leaseNonce`
+    /// (deleted leases included: none may come back with less, unless the item is another).
+    checkpoints: BTreeMap<LeaseKey, (u64, u64)>,
+    /// The newest checkpoint acknowledged for each lease (to an application, or the operator's
+    /// written), with the item's `leaseNonce`: no later write or read of that item may show
+    /// an older one.
+    acked: BTreeMap<LeaseKey, (u64, u64)>,
+    /// Each process's latest take of each lease: the tenure and the item's nonce (a grant of
+    /// that tenure is of that item).
+    taken: BTreeMap<(u64, LeaseKey), (u64, u64)>,
     /// Processing starts.
     pub starts: u64,
     /// From the heal on: when each lease was first processed.
@@ -45,14 +53,27 @@ pub struct Ledger {
     pub violations: Vec<Violation>,
 }
 
-/// A checkpoint written by the campaign's applications: a number.
+/// The process id the operator's tool writes as (no worker process has it).
+pub const OPERATOR_PROCESS: u64 = 999_999;
+
+/// A checkpoint written by the campaign's applications: a number, then `.` and the nonce of
+/// the item it is meant for (the operator writes the number alone).
 pub fn checkpoint_value(checkpoint: Option<&str>) -> Option<u64> {
-    checkpoint.and_then(|c| c.parse().ok())
+    checkpoint.and_then(|c| c.split('.').next()?.parse().ok())
 }
 
-/// The checkpoint the applications write for `value`.
-pub fn checkpoint_text(value: u64) -> String {
-    format!("{value:012}")
+/// The item (`leaseNonce`) a checkpoint was meant for, if it names one.
+pub fn checkpoint_item(checkpoint: Option<&str>) -> Option<u64> {
+    checkpoint.and_then(|c| c.split_once('.')?.1.parse().ok())
+}
+
+/// The checkpoint the applications write for `value` into item `item` (0: unknown).
+pub fn checkpoint_text(value: u64, item: u64) -> String {
+    if item == 0 {
+        format!("{value:012}")
+    } else {
+        format!("{value:012}.{item}")
+    }
 }
 
 /// Print every start, stop, freeze and thaw to stderr (`--trace`, for a replay).
@@ -73,7 +94,9 @@ impl Ledger {
             holder: BTreeMap::new(),
             frozen: BTreeSet::new(),
             overtaken: BTreeMap::new(),
-            checkpoints: HashMap::new(),
+            checkpoints: BTreeMap::new(),
+            acked: BTreeMap::new(),
+            taken: BTreeMap::new(),
             starts: 0,
             healed: None,
             processed: BTreeMap::new(),
@@ -90,16 +113,35 @@ impl Ledger {
         });
     }
 
-    /// Process `process`'s application starts on `key`, granted at `checkpoint`.
-    pub fn start(&mut self, process: u64, key: &LeaseKey, checkpoint: Option<&str>) {
-        self.trace(|| format!("p{process} starts {key} at {checkpoint:?}"));
+    /// Process `process`'s application starts on `key`, granted in `tenure` at `checkpoint`.
+    /// Returns the item's nonce (0 if no take of that tenure by this process was seen).
+    pub fn start(
+        &mut self,
+        process: u64,
+        key: &LeaseKey,
+        tenure: u64,
+        checkpoint: Option<&str>,
+    ) -> u64 {
+        self.trace(|| format!("p{process} starts {key} (tenure {tenure}) at {checkpoint:?}"));
         self.starts += 1;
+        let item = match self.taken.get(&(process, key.clone())) {
+            Some((taken, nonce)) if *taken == tenure => *nonce,
+            _ => 0,
+        };
         let granted = checkpoint_value(checkpoint).unwrap_or(0);
-        if let Some(last) = self.checkpoints.get(key).copied() {
-            if granted < last {
+        if let Some((nonce, last)) = self.checkpoints.get(key).copied() {
+            if granted < last && (item == 0 || item == nonce) {
                 self.violate(
                     "checkpoint-lost",
                     format!("p{process} was granted {key} at checkpoint {granted}; the table had accepted {last}"),
+                );
+            }
+        }
+        if let Some((nonce, acked)) = self.acked.get(key).copied() {
+            if granted < acked && item == nonce {
+                self.violate(
+                    "checkpoint-regressed",
+                    format!("p{process} was granted {key} (item {nonce}) at checkpoint {granted}; {acked} had been acknowledged"),
                 );
             }
         }
@@ -125,6 +167,28 @@ impl Ledger {
             self.processed
                 .entry(key.clone())
                 .or_insert_with(Instant::now);
+        }
+        item
+    }
+
+    /// The store acknowledged `checkpoint` to process `process`'s application (or to the
+    /// operator): from now on no write or read of that item may show an older one.
+    pub fn acknowledged(&mut self, process: u64, key: &LeaseKey, checkpoint: &str) {
+        let (Some(value), Some(item)) = (
+            checkpoint_value(Some(checkpoint)),
+            checkpoint_item(Some(checkpoint)),
+        ) else {
+            return;
+        };
+        self.trace(|| format!("p{process} acknowledged {key} at {checkpoint}"));
+        let current = self.checkpoints.get(key).map(|(nonce, _)| *nonce);
+        match self.acked.get_mut(key) {
+            Some((nonce, acked)) if *nonce == item => *acked = (*acked).max(value),
+            // An acknowledgement for an item since replaced binds nothing.
+            _ if current.is_some_and(|c| c != item) => {}
+            _ => {
+                self.acked.insert(key.clone(), (item, value));
+            }
         }
     }
 
@@ -180,6 +244,7 @@ impl Ledger {
     /// The process is gone (killed, or exited after its shutdown): it processes nothing.
     pub fn gone(&mut self, process: u64) {
         self.trace(|| format!("p{process} gone"));
+        self.taken.retain(|(p, _), _| *p != process);
         self.holder.retain(|_, (p, _)| *p != process);
         self.overtaken.retain(|(p, _), _| *p != process);
         self.frozen.remove(&process);
@@ -236,13 +301,60 @@ impl Ledger {
             + self.frozen.len()
             + self.overtaken.len()
             + self.checkpoints.len()
+            + self.acked.len()
+            + self.taken.len()
             + self.processed.len()
     }
 
-    fn written(&mut self, process: u64, lease: &Lease) {
+    fn written(&mut self, process: u64, operation: &'static str, lease: &Lease) {
         let key = &lease.key;
-        let last = self.checkpoints.get(key).copied();
-        let Some(value) = checkpoint_value(lease.checkpoint.as_deref()) else {
+        if operation == "take" && process != OPERATOR_PROCESS {
+            self.taken
+                .insert((process, key.clone()), (lease.tenure, lease.nonce));
+        }
+        let text = lease.checkpoint.as_deref();
+        let value = checkpoint_value(text);
+        if operation == "checkpoint" && process != OPERATOR_PROCESS {
+            if let Some(item) = checkpoint_item(text).filter(|i| *i != lease.nonce) {
+                self.violate(
+                    "checkpoint-later-item",
+                    format!("{key}: checkpoint {} of p{process}, meant for item {item}, accepted into item {} (tenure {})", value.unwrap_or(0), lease.nonce, lease.tenure),
+                );
+            }
+        }
+        if operation == "checkpoint" && process == OPERATOR_PROCESS {
+            // The operator's checkpoint replaces whatever was there, older or not.
+            if let Some(value) = value {
+                self.checkpoints.insert(key.clone(), (lease.nonce, value));
+                self.acked.insert(key.clone(), (lease.nonce, value));
+            }
+            return;
+        }
+        if let Some((nonce, acked)) = self.acked.get(key).copied() {
+            if nonce == lease.nonce && value.is_none_or(|v| v < acked) {
+                self.violate(
+                    "checkpoint-regressed",
+                    format!(
+                        "{key} (item {nonce}): a {operation} of p{process} left checkpoint {}; {acked} had been acknowledged",
+                        value.map_or("none".to_owned(), |v| v.to_string())
+                    ),
+                );
+                // Reported once: the item now holds the older one.
+                self.acked.remove(key);
+            }
+        }
+        let last = match self.checkpoints.get(key).copied() {
+            // Another item (deleted and created again): its checkpoints start afresh.
+            Some((nonce, _)) if nonce != lease.nonce => {
+                self.checkpoints.remove(key);
+                if self.acked.get(key).is_some_and(|(n, _)| *n != lease.nonce) {
+                    self.acked.remove(key);
+                }
+                None
+            }
+            last => last.map(|(_, value)| value),
+        };
+        let Some(value) = value else {
             if let Some(last) = last {
                 self.violate(
                     "checkpoint-lost",
@@ -267,7 +379,7 @@ impl Ledger {
                 format!("{key}: checkpoint {value} of p{process} (tenure {}) accepted while p{other} processes it", lease.tenure),
             );
         }
-        self.checkpoints.insert(key.clone(), value);
+        self.checkpoints.insert(key.clone(), (lease.nonce, value));
     }
 }
 
@@ -277,8 +389,17 @@ fn lock(ledger: &Mutex<Ledger>) -> std::sync::MutexGuard<'_, Ledger> {
 }
 
 impl Audit for Mutex<Ledger> {
-    fn written(&self, process: u64, lease: &Lease) {
-        lock(self).written(process, lease);
+    fn written(&self, process: u64, operation: &'static str, lease: &Lease) {
+        lock(self).written(process, operation, lease);
+    }
+
+    fn landed_late(&self, process: u64, operation: &'static str, key: &str, late: Duration) {
+        lock(self).trace(|| {
+            format!(
+                "late {operation} {key} of p{process} landed {:.3} s after it was sent",
+                late.as_secs_f64()
+            )
+        });
     }
 
     fn deleted(&self, _key: &LeaseKey) {
@@ -298,9 +419,9 @@ mod tests {
     #[tokio::test(start_paused = true)]
     async fn a_frozen_holder_is_overtaken_but_must_stop_at_its_thaw() {
         let mut ledger = Ledger::new(Instant::now());
-        ledger.start(1, &key("a"), None);
+        ledger.start(1, &key("a"), 1, None);
         ledger.freeze(1);
-        ledger.start(2, &key("a"), None);
+        ledger.start(2, &key("a"), 1, None);
         assert!(
             ledger.violations.is_empty(),
             "a frozen process processes nothing"
@@ -309,9 +430,9 @@ mod tests {
         ledger.stop(1, &key("a"));
         assert!(ledger.violations.is_empty(), "stopped at the thaw instant");
 
-        ledger.start(3, &key("b"), None);
+        ledger.start(3, &key("b"), 1, None);
         ledger.freeze(3);
-        ledger.start(2, &key("b"), None);
+        ledger.start(2, &key("b"), 1, None);
         ledger.thaw(3);
         tokio::time::sleep(Duration::from_millis(100)).await;
         ledger.poll();
@@ -323,16 +444,16 @@ mod tests {
     #[tokio::test(start_paused = true)]
     async fn two_live_processors_and_checkpoints_going_back_are_violations() {
         let mut ledger = Ledger::new(Instant::now());
-        ledger.start(1, &key("a"), None);
-        ledger.start(2, &key("a"), None);
+        ledger.start(1, &key("a"), 1, None);
+        ledger.start(2, &key("a"), 1, None);
         let mut lease = Lease {
-            checkpoint: Some(checkpoint_text(5)),
+            checkpoint: Some(checkpoint_text(5, 0)),
             ..shardlease::NewLease::new(key("a")).into_lease()
         };
-        ledger.written(2, &lease);
-        lease.checkpoint = Some(checkpoint_text(4));
-        ledger.written(2, &lease);
-        ledger.start(3, &key("a"), Some(&checkpoint_text(3)));
+        ledger.written(2, "checkpoint", &lease);
+        lease.checkpoint = Some(checkpoint_text(4, 0));
+        ledger.written(2, "checkpoint", &lease);
+        ledger.start(3, &key("a"), 1, Some(&checkpoint_text(3, 0)));
         let names: Vec<&str> = ledger.violations.iter().map(|v| v.invariant).collect();
         assert_eq!(
             names,
@@ -341,6 +462,38 @@ mod tests {
                 "checkpoint-backwards",
                 "checkpoint-lost",
                 "overlap"
+            ]
+        );
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn an_acknowledged_checkpoint_replaced_or_one_landing_in_another_item_is_a_violation() {
+        let mut ledger = Ledger::new(Instant::now());
+        let mut lease = Lease {
+            nonce: 7,
+            checkpoint: Some(checkpoint_text(5, 7)),
+            ..shardlease::NewLease::new(key("a")).into_lease()
+        };
+        ledger.written(1, "checkpoint", &lease);
+        ledger.acknowledged(1, &key("a"), &checkpoint_text(5, 7));
+        lease.checkpoint = Some(checkpoint_text(4, 7));
+        ledger.written(1, "checkpoint", &lease);
+        // Deleted and created again: its checkpoints start afresh, but none meant for the old
+        // item may land in it.
+        let mut again = Lease {
+            nonce: 8,
+            ..shardlease::NewLease::new(key("a")).into_lease()
+        };
+        ledger.written(OPERATOR_PROCESS, "create", &again);
+        again.checkpoint = Some(checkpoint_text(6, 7));
+        ledger.written(1, "checkpoint", &again);
+        let names: Vec<&str> = ledger.violations.iter().map(|v| v.invariant).collect();
+        assert_eq!(
+            names,
+            [
+                "checkpoint-regressed",
+                "checkpoint-backwards",
+                "checkpoint-later-item"
             ]
         );
     }

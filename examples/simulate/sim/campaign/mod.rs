@@ -20,7 +20,7 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::time::Duration;
 
 use self::run::{Knobs, Outcome};
-use self::schedule::{fault_list, schedule, schedule_seed, Fault};
+use self::schedule::{fault_list, schedule, schedule_seed, script, Fault};
 
 /// What the campaign runs.
 #[derive(Debug, Clone)]
@@ -31,6 +31,8 @@ pub struct Options {
     pub seed: u64,
     /// Run only the schedule of this seed (a replay).
     pub only: Option<u64>,
+    /// Run only this scripted schedule (`schedule::SCRIPTS`).
+    pub script: Option<String>,
     pub faults: BTreeSet<Fault>,
     /// Clock rates are drawn within `1 ± max_skew`.
     pub max_skew: f64,
@@ -48,7 +50,8 @@ impl Default for Options {
             schedules: 200,
             seed: 1,
             only: None,
-            faults: Fault::ALL.into_iter().collect(),
+            script: None,
+            faults: Fault::defaults(),
             max_skew: 0.01,
             knobs: Knobs::default(),
             day_every: 500,
@@ -64,6 +67,8 @@ pub struct Summary {
     /// Invariants broken, counted once per schedule.
     pub violations: u64,
     pub injected: BTreeMap<Fault, u64>,
+    /// Of the stale reads, those that lagged by more than a lease duration.
+    pub stale_long: u64,
     /// Per invariant: in how many schedules, and the first schedule's seed.
     pub by_invariant: BTreeMap<&'static str, (u64, u64)>,
     pub simulated: Duration,
@@ -72,8 +77,11 @@ pub struct Summary {
 impl Options {
     /// The command that replays the schedule of `seed` alone.
     pub fn replay(&self, seed: u64, day_rest: bool) -> String {
-        let mut command = format!("cargo run --release --example simulate -- --schedule {seed}");
-        if self.faults.len() != Fault::ALL.len() {
+        let mut command = match &self.script {
+            Some(name) => format!("cargo run --release --example simulate -- --script {name}"),
+            None => format!("cargo run --release --example simulate -- --schedule {seed}"),
+        };
+        if self.faults != Fault::defaults() {
             command += &format!(" --faults {}", fault_list(&self.faults));
         }
         if self.max_skew != Options::default().max_skew {
@@ -112,11 +120,12 @@ pub fn quiet_simulated_panics() {
 }
 
 /// Runs the campaign; `say` receives the report line by line, the last one being
-/// `campaign: N schedules, V violations`.
+/// `campaign: N schedules, V violations; injected: KIND COUNT, ...`.
 pub fn campaign(options: &Options, say: &mut dyn FnMut(&str)) -> Summary {
     quiet_simulated_panics();
     let mut summary = Summary::default();
     let seeds: Vec<(u64, u64, bool)> = match options.only {
+        _ if options.script.is_some() => vec![(0, 0, false)],
         Some(seed) => vec![(0, seed, options.day_every == 1)],
         None => (0..options.schedules)
             .map(|i| {
@@ -126,8 +135,17 @@ pub fn campaign(options: &Options, say: &mut dyn FnMut(&str)) -> Summary {
             .collect(),
     };
     for (index, seed, day_rest) in seeds {
-        let drawn = schedule(seed, &options.faults, options.max_skew, day_rest);
-        if options.only.is_some() && options.verbose {
+        let drawn = match &options.script {
+            Some(name) => match script(name) {
+                Some(scripted) => scripted,
+                None => {
+                    say(&format!("no scripted schedule {name:?}"));
+                    break;
+                }
+            },
+            None => schedule(seed, &options.faults, options.max_skew, day_rest),
+        };
+        if (options.only.is_some() || options.script.is_some()) && options.verbose {
             describe(&drawn, say);
         }
         let outcome = run::run(drawn, options.knobs);
@@ -136,16 +154,19 @@ pub fn campaign(options: &Options, say: &mut dyn FnMut(&str)) -> Summary {
         for (fault, n) in &outcome.injected {
             *summary.injected.entry(*fault).or_default() += n;
         }
+        summary.stale_long += outcome.stale_long;
         let broken: BTreeSet<&'static str> =
             outcome.violations.iter().map(|v| v.invariant).collect();
         for invariant in &broken {
-            let entry = summary.by_invariant.entry(invariant).or_insert((0, seed));
+            let first = outcome.schedule.seed;
+            let entry = summary.by_invariant.entry(invariant).or_insert((0, first));
             entry.0 += 1;
         }
         summary.violations += broken.len() as u64;
         if options.verbose {
             say(&format!(
-                "schedule {index} (seed {seed}): {} workers, {} leases, {:.0} s of faults, {} events, {:.0} s simulated: {}",
+                "schedule {index} (seed {}): {} workers, {} leases, {:.0} s of faults, {} events, {:.0} s simulated: {}",
+                outcome.schedule.seed,
                 outcome.schedule.workers,
                 outcome.schedule.leases,
                 outcome.schedule.faults_for.as_secs_f64(),
@@ -158,18 +179,6 @@ pub fn campaign(options: &Options, say: &mut dyn FnMut(&str)) -> Summary {
             report_failure(options, index, &outcome, say);
         }
     }
-    let injected: Vec<String> = Fault::ALL
-        .iter()
-        .filter(|f| options.faults.contains(f))
-        .map(|f| {
-            format!(
-                "{} {}",
-                f.name(),
-                summary.injected.get(f).copied().unwrap_or(0)
-            )
-        })
-        .collect();
-    say(&format!("faults injected: {}", injected.join(", ")));
     if !summary.by_invariant.is_empty() {
         let broken: Vec<String> = summary
             .by_invariant
@@ -185,10 +194,34 @@ pub fn campaign(options: &Options, say: &mut dyn FnMut(&str)) -> Summary {
         options.max_skew * 100.0
     ));
     say(&format!(
-        "campaign: {} schedules, {} violations",
-        summary.schedules, summary.violations
+        "campaign: {} schedules, {} violations; injected: {}",
+        summary.schedules,
+        summary.violations,
+        injected(options, &summary)
     ));
     summary
+}
+
+/// Each fault kind the campaign could inject, with how many it did: requests for the rates,
+/// schedules for the policies, processes for the skew, events for the rest.
+fn injected(options: &Options, summary: &Summary) -> String {
+    let kinds: Vec<String> = Fault::ALL
+        .iter()
+        .filter(|f| options.faults.contains(f))
+        .map(|f| {
+            let n = summary.injected.get(f).copied().unwrap_or(0);
+            match f {
+                Fault::StaleRead => {
+                    format!("{} {n} ({} beyond a lease)", f.name(), summary.stale_long)
+                }
+                _ => format!("{} {n}", f.name()),
+            }
+        })
+        .collect();
+    if kinds.is_empty() {
+        return "nothing".into();
+    }
+    kinds.join(", ")
 }
 
 /// How many details of one invariant a failing schedule prints.
@@ -218,9 +251,10 @@ fn report_failure(options: &Options, index: u64, outcome: &Outcome, say: &mut dy
 
 fn describe(s: &schedule::Schedule, say: &mut dyn FnMut(&str)) {
     say(&format!(
-        "schedule {}: {} workers, {} leases, checkpoints every {:.1} s, rates {:?}, max skew {}%, {:.0} s of faults",
+        "schedule {}: {} workers ({:?} balance), {} leases, checkpoints every {:.1} s, rates {:?}, max skew {}%, {:.0} s of faults",
         s.seed,
         s.workers,
+        s.balancing,
         s.leases,
         s.checkpoint_every.as_secs_f64(),
         s.rates,

@@ -20,6 +20,8 @@ pub struct Outcome {
     pub violations: Vec<Violation>,
     /// Faults injected, by kind: events, requests for the rates, skewed processes.
     pub injected: BTreeMap<Fault, u64>,
+    /// Of the stale reads, those that lagged by more than a lease duration.
+    pub stale_long: u64,
     pub simulated: Duration,
 }
 
@@ -194,6 +196,39 @@ impl Driver {
                 }
                 None
             }
+            Event::Drain { pick } => {
+                // A worker whose id one process alone has, and never the last one.
+                let single: Vec<u64> = running
+                    .iter()
+                    .copied()
+                    .filter(|p| {
+                        let host = self.fleet.procs[p].host;
+                        running
+                            .iter()
+                            .filter(|q| self.fleet.procs[*q].host == host)
+                            .count()
+                            == 1
+                    })
+                    .collect();
+                if running.len() < 2 {
+                    return None;
+                }
+                let p = Fleet::choose(&single, pick)?;
+                self.fleet.drain(p);
+                None
+            }
+            Event::Aim(aim) => {
+                // Counted by the network when it hits its request.
+                self.fleet.net.chaos.aim(aim);
+                return None;
+            }
+            Event::Release { .. }
+            | Event::SetCheckpoint { .. }
+            | Event::ResetCheckpoint { .. }
+            | Event::Delete { .. } => {
+                self.fleet.operate(&event);
+                None
+            }
         };
         self.count(fault);
         later
@@ -364,6 +399,10 @@ async fn drive(schedule: Schedule, knobs: Knobs) -> Outcome {
     }
 
     let mut injected = driver.injected.clone();
+    if let Some(policy) = schedule.balancing.fault() {
+        injected.insert(policy, 1);
+    }
+
     let counted = net.chaos.injected();
     for (fault, n) in [
         (Fault::Throttle, counted.throttle),
@@ -371,6 +410,8 @@ async fn drive(schedule: Schedule, knobs: Knobs) -> Outcome {
         (Fault::Lost, counted.lost),
         (Fault::Never, counted.never),
         (Fault::Skew, driver.fleet.skewed),
+        (Fault::LateWrite, counted.late),
+        (Fault::StaleRead, counted.stale),
     ] {
         if n > 0 {
             injected.insert(fault, n);
@@ -382,6 +423,7 @@ async fn drive(schedule: Schedule, knobs: Knobs) -> Outcome {
         schedule,
         violations,
         injected,
+        stale_long: counted.stale_long,
         simulated: begin.elapsed(),
     }
 }

@@ -7,7 +7,7 @@ use std::time::Duration;
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
 
-use crate::sim::net::Chaos;
+use crate::sim::net::{Aim, Aimed, Chaos};
 
 /// A kind of fault, as named on the command line (`--faults`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
@@ -44,10 +44,31 @@ pub enum Fault {
     Shards,
     /// Each worker's clock runs up to `--max-skew` fast or slow.
     Skew,
+    /// Writes lost to their caller (connection reset, no answer by the deadline) that land
+    /// anyway, up to a lease duration later: 1-5 % of write attempts.
+    LateWrite,
+    /// Eventually consistent reads (scans, watch reads) served by a lagging replica: 5-30 %
+    /// of them, lagging mostly under a second, 5 % of those beyond a lease duration.
+    StaleRead,
+    /// The schedule may balance by load (`Balance::Load`, every lease reporting a load of 1).
+    PolicyLoad,
+    /// The schedule may run `KclBalance`, whose rounds steal held leases, on the sessions.
+    PolicyKcl,
+    /// An operator moves a lease off its owner (`Admin::release`).
+    OpRelease,
+    /// An operator drains a worker (`Admin::drain`): it leaves.
+    OpDrain,
+    /// An operator writes a checkpoint into a lease (`Admin::set_checkpoint`, forced).
+    OpCheckpoint,
+    /// An operator resets a lease's checkpoint (`Admin::set_checkpoint` with none: the item
+    /// is deleted and created again).
+    OpReset,
+    /// An operator deletes a lease (`Admin::delete`, forced); the discoverer creates it again.
+    OpDelete,
 }
 
 impl Fault {
-    pub const ALL: [Fault; 16] = [
+    pub const ALL: [Fault; 25] = [
         Fault::Throttle,
         Fault::Transient,
         Fault::Lost,
@@ -64,6 +85,38 @@ impl Fault {
         Fault::Leave,
         Fault::Shards,
         Fault::Skew,
+        Fault::LateWrite,
+        Fault::StaleRead,
+        Fault::PolicyLoad,
+        Fault::PolicyKcl,
+        Fault::OpRelease,
+        Fault::OpDrain,
+        Fault::OpCheckpoint,
+        Fault::OpReset,
+        Fault::OpDelete,
+    ];
+
+    /// The kinds a campaign injects unless told otherwise (`--faults default`): every kind
+    /// but those that break today's library through a known hole (issue 34), until the hole
+    /// is closed. `--faults all` injects them too.
+    pub fn defaults() -> BTreeSet<Fault> {
+        Fault::ALL
+            .into_iter()
+            .filter(|f| !Fault::OFF_BY_DEFAULT.contains(f))
+            .collect()
+    }
+
+    /// What `--faults default` leaves out, and why (the holes of issue 34 they meet).
+    pub const OFF_BY_DEFAULT: [Fault; 9] = [
+        Fault::LateWrite,
+        Fault::StaleRead,
+        Fault::PolicyLoad,
+        Fault::PolicyKcl,
+        Fault::OpRelease,
+        Fault::OpDrain,
+        Fault::OpCheckpoint,
+        Fault::OpReset,
+        Fault::OpDelete,
     ];
 
     pub fn name(self) -> &'static str {
@@ -84,6 +137,15 @@ impl Fault {
             Fault::Leave => "leave",
             Fault::Shards => "shards",
             Fault::Skew => "skew",
+            Fault::LateWrite => "late-write",
+            Fault::StaleRead => "stale-read",
+            Fault::PolicyLoad => "policy-load",
+            Fault::PolicyKcl => "policy-kcl",
+            Fault::OpRelease => "op-release",
+            Fault::OpDrain => "op-drain",
+            Fault::OpCheckpoint => "op-checkpoint",
+            Fault::OpReset => "op-reset",
+            Fault::OpDelete => "op-delete",
         }
     }
 
@@ -95,15 +157,44 @@ impl Fault {
     fn is_rate(self) -> bool {
         matches!(
             self,
-            Fault::Throttle | Fault::Transient | Fault::Lost | Fault::Never | Fault::Skew
+            Fault::Throttle
+                | Fault::Transient
+                | Fault::Lost
+                | Fault::Never
+                | Fault::Skew
+                | Fault::LateWrite
+                | Fault::StaleRead
+                | Fault::PolicyLoad
+                | Fault::PolicyKcl
+        )
+    }
+
+    /// An operator's move, drawn apart from the other events.
+    fn is_operator(self) -> bool {
+        matches!(
+            self,
+            Fault::OpRelease
+                | Fault::OpDrain
+                | Fault::OpCheckpoint
+                | Fault::OpReset
+                | Fault::OpDelete
         )
     }
 }
 
-/// `all`, or a comma-separated list of fault names.
+/// `all`, `default`, `none`, or a comma-separated list of fault names (`default,NAME` adds
+/// to the defaults).
 pub fn parse_faults(list: &str) -> Result<BTreeSet<Fault>, String> {
     if list == "all" {
         return Ok(Fault::ALL.into_iter().collect());
+    }
+    if list == "default" {
+        return Ok(Fault::defaults());
+    }
+    if let Some(more) = list.strip_prefix("default,") {
+        let mut faults = Fault::defaults();
+        faults.extend(parse_faults(more)?);
+        return Ok(faults);
     }
     if list == "none" {
         return Ok(BTreeSet::new());
@@ -115,7 +206,7 @@ pub fn parse_faults(list: &str) -> Result<BTreeSet<Fault>, String> {
             Fault::parse(name).ok_or_else(|| {
                 let names: Vec<&str> = Fault::ALL.iter().map(|f| f.name()).collect();
                 format!(
-                    "unknown fault {name:?}; one of: {}, or all",
+                    "unknown fault {name:?}; one of: {}, or all, default, none",
                     names.join(", ")
                 )
             })
@@ -123,10 +214,18 @@ pub fn parse_faults(list: &str) -> Result<BTreeSet<Fault>, String> {
         .collect()
 }
 
-/// The comma-separated names of `faults` (`all` when every one).
+/// The comma-separated names of `faults` (`all` when every one, `default` for the defaults).
 pub fn fault_list(faults: &BTreeSet<Fault>) -> String {
     if faults.len() == Fault::ALL.len() {
         return "all".into();
+    }
+    let defaults = Fault::defaults();
+    if *faults == defaults {
+        return "default".into();
+    }
+    if faults.is_superset(&defaults) {
+        let more: Vec<&str> = faults.difference(&defaults).map(|f| f.name()).collect();
+        return format!("default,{}", more.join(","));
     }
     if faults.is_empty() {
         return "none".into();
@@ -139,18 +238,62 @@ pub fn fault_list(faults: &BTreeSet<Fault>) -> String {
 /// among those eligible when the event comes.
 #[derive(Debug, Clone, PartialEq)]
 pub enum Event {
-    Freeze { pick: u64, span: Duration },
-    CutOff { pick: u64, span: Duration },
-    Spike { pick: u64, span: Duration },
-    Crash { pick: u64 },
-    Restart { pick: u64, down: Duration },
-    Twin { pick: u64 },
-    Panic { pick: u64 },
-    Handoff { pick: u64 },
+    Freeze {
+        pick: u64,
+        span: Duration,
+    },
+    CutOff {
+        pick: u64,
+        span: Duration,
+    },
+    Spike {
+        pick: u64,
+        span: Duration,
+    },
+    Crash {
+        pick: u64,
+    },
+    Restart {
+        pick: u64,
+        down: Duration,
+    },
+    Twin {
+        pick: u64,
+    },
+    Panic {
+        pick: u64,
+    },
+    Handoff {
+        pick: u64,
+    },
     Join,
-    Leave { pick: u64 },
+    Leave {
+        pick: u64,
+    },
     AddShards(usize),
-    RemoveShards { n: usize, pick: u64 },
+    RemoveShards {
+        n: usize,
+        pick: u64,
+    },
+    /// The operator's moves: `pick` chooses the lease (or the worker, for a drain).
+    Release {
+        pick: u64,
+    },
+    Drain {
+        pick: u64,
+    },
+    SetCheckpoint {
+        pick: u64,
+        value: u64,
+    },
+    ResetCheckpoint {
+        pick: u64,
+    },
+    Delete {
+        pick: u64,
+    },
+    /// A fault aimed at one request (scripted schedules only).
+    Aim(Aim),
 }
 
 impl Event {
@@ -167,6 +310,14 @@ impl Event {
             Event::Join => Fault::Join,
             Event::Leave { .. } => Fault::Leave,
             Event::AddShards(_) | Event::RemoveShards { .. } => Fault::Shards,
+            Event::Release { .. } => Fault::OpRelease,
+            Event::Drain { .. } => Fault::OpDrain,
+            Event::SetCheckpoint { .. } => Fault::OpCheckpoint,
+            Event::ResetCheckpoint { .. } => Fault::OpReset,
+            Event::Delete { .. } => Fault::OpDelete,
+            Event::Aim(aim) => match aim.fault {
+                Aimed::Unanswered => Fault::Never,
+            },
         }
     }
 }
@@ -175,6 +326,28 @@ impl Event {
 pub const LEASE: Duration = Duration::from_secs(10);
 /// The extra latency of a request sent during a spike: between one lease duration and this.
 pub const SPIKE_MAX: Duration = Duration::from_millis(25_000);
+
+/// The balance policy a schedule's workers run.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Balancing {
+    /// `CountBalance`, the default.
+    Count,
+    /// `Balance::Load`, every lease reporting a load of 1.
+    Load,
+    /// `KclBalance` (steals held leases) on the session protocol.
+    Kcl,
+}
+
+impl Balancing {
+    /// The fault kind that lets a schedule draw it.
+    pub fn fault(self) -> Option<Fault> {
+        match self {
+            Balancing::Count => None,
+            Balancing::Load => Some(Fault::PolicyLoad),
+            Balancing::Kcl => Some(Fault::PolicyKcl),
+        }
+    }
+}
 
 /// One seeded schedule.
 #[derive(Debug, Clone)]
@@ -195,6 +368,8 @@ pub struct Schedule {
     pub events: Vec<(Duration, Event)>,
     /// Whether the fleet then rests a simulated day (task and memory growth).
     pub day_rest: bool,
+    /// The workers' balance policy.
+    pub balancing: Balancing,
 }
 
 /// The seed of schedule `index` of a campaign seeded `seed` (splitmix64 of both).
@@ -239,8 +414,13 @@ pub fn schedule(seed: u64, enabled: &BTreeSet<Fault>, max_skew: f64, day_rest: b
         },
         lost: if on(Fault::Lost) { 0.05 } else { 0.0 },
         never: if on(Fault::Never) { 0.01 } else { 0.0 },
+        ..Chaos::default()
     };
-    let kinds: Vec<Fault> = enabled.iter().copied().filter(|f| !f.is_rate()).collect();
+    let kinds: Vec<Fault> = enabled
+        .iter()
+        .copied()
+        .filter(|f| !f.is_rate() && !f.is_operator())
+        .collect();
     let mut events = Vec::new();
     if !kinds.is_empty() {
         let phase = faults_for.as_secs_f64();
@@ -289,15 +469,13 @@ pub fn schedule(seed: u64, enabled: &BTreeSet<Fault>, max_skew: f64, day_rest: b
                     events.push((at, Event::RemoveShards { n, pick }));
                     continue;
                 }
-                Fault::Throttle | Fault::Transient | Fault::Lost | Fault::Never | Fault::Skew => {
-                    unreachable!("rates are not events")
-                }
+                _ => unreachable!("rates and operators' moves are drawn apart"),
             };
             events.push((at, event));
         }
     }
     events.sort_by_key(|(at, _)| *at);
-    Schedule {
+    let mut schedule = Schedule {
         seed,
         workers,
         leases,
@@ -307,7 +485,132 @@ pub fn schedule(seed: u64, enabled: &BTreeSet<Fault>, max_skew: f64, day_rest: b
         faults_for,
         events,
         day_rest,
+        balancing: Balancing::Count,
+    };
+    draw_issue_34(seed, enabled, &mut schedule);
+    schedule
+}
+
+/// The faults issue 34 added (late writes, stale reads, policies that steal, operators),
+/// drawn from a stream of their own: with them off, a seed draws the schedule it drew before
+/// they existed (the seeds quoted in ARCHITECTURE.md and BENCHMARKS.md replay).
+fn draw_issue_34(seed: u64, enabled: &BTreeSet<Fault>, schedule: &mut Schedule) {
+    let mut rng = StdRng::seed_from_u64(seed ^ 0x34_34_34_34_34_34_34_34);
+    let on = |f: Fault| enabled.contains(&f);
+    if !enabled.iter().any(|f| Fault::OFF_BY_DEFAULT.contains(f)) {
+        return;
     }
+    if on(Fault::LateWrite) {
+        schedule.rates.late = rng.gen_range(0.01..=0.05);
+    }
+    if on(Fault::StaleRead) {
+        schedule.rates.stale = rng.gen_range(0.05..=0.3);
+    }
+    let mut policies = vec![Balancing::Count];
+    if on(Fault::PolicyLoad) {
+        policies.push(Balancing::Load);
+    }
+    if on(Fault::PolicyKcl) {
+        policies.push(Balancing::Kcl);
+    }
+    schedule.balancing = policies[rng.gen_range(0..policies.len())];
+    // An application that checkpoints rarely (KCL's own examples checkpoint once a minute)
+    // learns from no refused checkpoint that its lease was taken: a third of the schedules
+    // checkpoint every 10-60 s.
+    let rarely = rng.gen_bool(1.0 / 3.0);
+    let every = seconds(&mut rng, 10.0, 60.0);
+    if rarely {
+        schedule.checkpoint_every = every;
+    }
+    let moves: Vec<Fault> = enabled
+        .iter()
+        .copied()
+        .filter(|f| f.is_operator())
+        .collect();
+    if moves.is_empty() {
+        return;
+    }
+    // Early enough that a move waiting for an application (30 s at most) ends before the heal.
+    let phase = schedule.faults_for.as_secs_f64();
+    for _ in 0..rng.gen_range(1..=4) {
+        let at = seconds(&mut rng, 0.0, phase * 0.6);
+        let pick: u64 = rng.gen();
+        let event = match moves[rng.gen_range(0..moves.len())] {
+            Fault::OpRelease => Event::Release { pick },
+            Fault::OpDrain => Event::Drain { pick },
+            Fault::OpCheckpoint => Event::SetCheckpoint {
+                pick,
+                value: rng.gen_range(0..1000),
+            },
+            Fault::OpReset => Event::ResetCheckpoint { pick },
+            _ => Event::Delete { pick },
+        };
+        schedule.events.push((at, event));
+    }
+    schedule.events.sort_by_key(|(at, _)| *at);
+}
+
+/// The scripted schedules (`--script NAME`): a few faults aimed at single requests, for the
+/// holes of issue 34 that random schedules meet too rarely.
+pub const SCRIPTS: [&str; 1] = ["lost-steal"];
+
+/// A calm schedule of three workers over nine leases, no fault drawn: a script adds its own.
+fn calm(seed: u64) -> Schedule {
+    Schedule {
+        seed,
+        workers: 3,
+        leases: 9,
+        rates: Chaos::default(),
+        max_skew: 0.0,
+        checkpoint_every: Duration::from_secs(2),
+        faults_for: Duration::from_secs(90),
+        events: Vec::new(),
+        day_rest: false,
+        balancing: Balancing::Count,
+    }
+}
+
+fn aim_at(process: u64, operation: &'static str, key: &str, fault: Aimed) -> Event {
+    Event::Aim(Aim {
+        process: Some(process),
+        operation,
+        key: Some(key.to_owned()),
+        fault,
+    })
+}
+
+/// The scripted schedule `name` (one of [`SCRIPTS`]).
+pub fn script(name: &str) -> Option<Schedule> {
+    let secs = Duration::from_secs;
+    let mut s = calm(34);
+    match name {
+        // Hole 1: a worker joins a fleet balanced by `KclBalance`, whose rounds steal; its
+        // steal of shard-0000001 from p1 lands, and no answer comes to it or its retries. The
+        // next round resumes it as a forced take, reported a lease duration later; nobody
+        // tells p1, which goes on processing.
+        "lost-steal" => {
+            s.balancing = Balancing::Kcl;
+            // A refused checkpoint would tell the old owner: it checkpoints once a minute.
+            s.checkpoint_every = secs(60);
+            // p0, the worker doing the chores, which would tell the owner, is frozen meanwhile.
+            s.events = vec![
+                (
+                    secs(20),
+                    Event::Freeze {
+                        pick: 0,
+                        span: secs(12),
+                    },
+                ),
+                (
+                    secs(20),
+                    aim_at(3, "take", "shard-0000001", Aimed::Unanswered),
+                ),
+                (secs(20), Event::Join),
+            ];
+        }
+        _ => return None,
+    }
+    Some(s)
 }
 
 #[cfg(test)]
