@@ -1,8 +1,8 @@
-//! The holes of issue 34, each replayed from the fault campaign (examples/simulate): a seeded
-//! schedule the campaign found, or a scripted one where random schedules rarely meet the hole.
-//! Each test asserts that its schedule breaks no invariant. Today's library breaks one in each,
-//! so they are ignored until the hole is closed:
-//! `cargo test --release --test campaign_holes -- --ignored`.
+//! Schedules of the fault campaign (examples/simulate) that broke an invariant before the
+//! library was fixed for them: a seeded schedule the campaign found, or a scripted one where
+//! random schedules rarely meet the fault. Each test asserts that its schedule breaks no
+//! invariant; each doc says what the schedule showed before the fix. One still open is
+//! ignored: `cargo test --test campaign_holes -- --ignored` runs it.
 
 #[path = "../examples/simulate/sim/mod.rs"]
 mod sim;
@@ -49,12 +49,11 @@ fn a_steal_whose_answer_is_lost_is_not_processed_twice() {
     assert_none("--script lost-steal", &violations(scripted));
 }
 
-/// Hole 3: checkpoints whose callers gave up land late, after newer acknowledged ones, and
-/// replace them: today `checkpoint-regressed at 7.928 s: shard-0000015 (item
-/// 1977331614400998): a checkpoint of p4 left checkpoint 1; 2 had been acknowledged` (and
+/// Checkpoints whose callers gave up land late, after newer acknowledged ones, and replaced
+/// them until checkpoints were numbered (`checkpoint-regressed at 7.928 s: shard-0000015 (item
+/// 1977331614400998): a checkpoint of p4 left checkpoint 1; 2 had been acknowledged`, and
 /// `checkpoint-backwards` with it).
 #[test]
-#[ignore = "hole 3: fails until fixed"]
 fn a_late_checkpoint_never_replaces_a_newer_acknowledged_one() {
     let (seed, faults) = (10451216379200822465, "late-write");
     let replay = format!("--schedule {seed} --faults {faults}");
