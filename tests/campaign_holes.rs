@@ -37,13 +37,13 @@ fn assert_none(replay: &str, violations: &[String]) {
     );
 }
 
-/// Hole 1: a worker joining a fleet balanced by `KclBalance` steals from p1; the steal lands,
-/// no answer comes to it or its retries, and the next round resumes it as a forced take,
-/// reported a lease duration later. Nobody tells p1 (the worker doing the chores is frozen;
-/// p1 checkpoints once a minute), which goes on processing: today `overlap at 31.911 s:
-/// shard-0000001 started by p3 while p1 processes it`.
+/// A worker joining a fleet balanced by `KclBalance` steals from p1; the steal lands, no
+/// answer comes to it or its retries, and the next round resumed it as a forced take,
+/// reported a lease duration later, until a take recorded the acknowledgement it needs before
+/// it was sent. Nobody tells p1 (the worker doing the chores is frozen; p1 checkpoints once a
+/// minute), which goes on processing: `overlap at 31.911 s: shard-0000001 started by p3 while
+/// p1 processes it`.
 #[test]
-#[ignore = "hole 1: fails until fixed"]
 fn a_steal_whose_answer_is_lost_is_not_processed_twice() {
     let scripted = script("lost-steal").expect("a scripted schedule");
     assert_none("--script lost-steal", &violations(scripted));

@@ -193,6 +193,22 @@ pub(crate) async fn take(
         }
     }
     let incarnation = shared.incarnation();
+    // A take from a live session needs that session's acknowledgement before the lease is
+    // reported. It is recorded before the take is sent: should the answer be lost, the lease
+    // turns up as this process's own at a later round, and that round must wait for the same
+    // acknowledgement (the owner was never told, and its session keeps beating).
+    let needs_ack = match &report {
+        Report::Acknowledged { owner, incarnation } => {
+            let mut waiting = shared
+                .unacknowledged
+                .lock()
+                .unwrap_or_else(|e| e.into_inner());
+            waiting
+                .insert(lease.key.clone(), (owner.clone(), *incarnation))
+                .is_none()
+        }
+        _ => false,
+    };
     let outcome = shared
         .store
         .take(&lease.key, me, incarnation, lease.counter, deadline)
@@ -202,6 +218,21 @@ pub(crate) async fn take(
         state.taking.remove(&lease.key);
         state.took.get(&lease.key).copied()
     };
+    let landed_maybe = match &outcome {
+        Ok(Outcome::Done(_)) => true,
+        Ok(Outcome::LostRace { current }) => current
+            .as_ref()
+            .is_some_and(|c| c.is_owned_by_incarnation(me, incarnation)),
+        Err(err) => err.is_ambiguous(),
+    };
+    if needs_ack && !landed_maybe {
+        // Surely not applied: nothing waits on that session.
+        shared
+            .unacknowledged
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .remove(&lease.key);
+    }
     let taken = match outcome {
         Ok(Outcome::Done(taken)) => taken,
         // Our own take, read back as a lost race: its answer was lost, and a retry found the
