@@ -110,6 +110,24 @@ impl Taker {
             })
             .collect();
         self.ended.retain(|s| named.contains(s));
+        let confirmed_live = self.confirm_ended(&named, now).await;
+        let expiry: Vec<Instant> = if confirmed_live.is_empty() {
+            expiry
+        } else {
+            snapshot
+                .leases
+                .iter()
+                .zip(expiry)
+                .map(|(lease, at)| match &lease.owner {
+                    Some(owner)
+                        if confirmed_live.contains(&(owner.clone(), lease.owner_incarnation)) =>
+                    {
+                        far
+                    }
+                    _ => at,
+                })
+                .collect()
+        };
         // The sessions fenced here that the table no longer names: nothing can be started on
         // their account any more, so they are forgotten. Only those this round judged: a fence
         // made since it copied the set is kept for the next round. (Were one forgotten too
@@ -134,6 +152,52 @@ impl Taker {
             .map(|(l, at)| (l.key.clone(), *at))
             .collect();
         expiry
+    }
+
+    /// The sessions `named` without a record of their own whose leases this round would
+    /// start or place (a lease duration since this worker first saw them so) are read again,
+    /// consistently: the scan that showed no record may have been served by a replica that
+    /// had not seen it yet (a session just opened), and a live session's leases must never
+    /// be taken for orphans. A record that is there, of that session, means the session lives:
+    /// it is forgotten here. A record that is gone, or another session's, is a
+    /// fact: that session can never beat again, and its validity has ended (a record is
+    /// removed by its owner leaving, by a fence after it expired, or replaced after it was
+    /// seen unchanged for a lease duration). A failed read keeps the session waiting. Returns
+    /// the sessions whose leases wait this round.
+    async fn confirm_ended(
+        &mut self,
+        named: &HashSet<(WorkerId, Option<Incarnation>)>,
+        now: Instant,
+    ) -> HashSet<(WorkerId, Option<Incarnation>)> {
+        let due: Vec<(WorkerId, Option<Incarnation>)> = {
+            let mut due: Vec<_> = named
+                .iter()
+                .filter(|s| self.ended.is_expired(s, now))
+                .cloned()
+                .collect();
+            due.sort();
+            due
+        };
+        let (mut live, mut waiting) = (HashSet::new(), HashSet::new());
+        let deadline = now + self.shared.config.store_timeout;
+        for session in due {
+            let (worker, incarnation) = &session;
+            let read = self.shared.store.get_member(worker, true, deadline).await;
+            match read {
+                Ok(Some(record)) if incarnation.is_some() && record.incarnation == *incarnation => {
+                    tracing::info!(worker = %worker, "a scan showed no record of a live session: its leases stay");
+                    live.insert(session);
+                }
+                Ok(_) => {}
+                Err(err) => {
+                    tracing::debug!(worker = %worker, error = %err, "could not read a session's record; its leases wait");
+                    waiting.insert(session);
+                }
+            }
+        }
+        self.ended.retain(|s| !live.contains(s));
+        waiting.extend(live);
+        waiting
     }
 
     pub(super) fn fenced(&self) -> std::sync::MutexGuard<'_, Fenced> {
