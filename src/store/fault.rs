@@ -25,6 +25,7 @@ pub struct Faults {
     hang: Arc<Mutex<Hang>>,
     hung: Arc<AtomicU64>,
     lose_take_answer: Arc<AtomicBool>,
+    lose_open_answer: Arc<AtomicBool>,
     lost_answers: Arc<AtomicU64>,
 }
 
@@ -94,7 +95,15 @@ impl Faults {
         self.lose_take_answer.store(true, Ordering::SeqCst);
     }
 
-    /// How many answers [`lose_next_take_answer`](Self::lose_next_take_answer) lost.
+    /// As [`lose_next_take_answer`](Self::lose_next_take_answer), for the next
+    /// `open_session` that lands: the session's record is written, and its process is not
+    /// told.
+    pub fn lose_next_open_answer(&self) {
+        self.lose_open_answer.store(true, Ordering::SeqCst);
+    }
+
+    /// How many answers [`lose_next_take_answer`](Self::lose_next_take_answer) and
+    /// [`lose_next_open_answer`](Self::lose_next_open_answer) lost.
     pub fn lost_answers(&self) -> u64 {
         self.lost_answers.load(Ordering::SeqCst)
     }
@@ -419,14 +428,24 @@ impl<S: LeaseStore> LeaseStore for FaultyStore<S> {
         deadline: Instant,
     ) -> StoreResult<Outcome<Member>> {
         self.gate("open_session", worker.as_str(), deadline).await?;
-        let worker = worker.clone();
-        let replacing = replacing.cloned();
-        self.land(move |inner| async move {
-            inner
-                .open_session(&worker, incarnation, capacity, replacing.as_ref(), deadline)
-                .await
-        })
-        .await
+        let (id, replacing) = (worker.clone(), replacing.cloned());
+        let outcome = self
+            .land(move |inner| async move {
+                inner
+                    .open_session(&id, incarnation, capacity, replacing.as_ref(), deadline)
+                    .await
+            })
+            .await?;
+        if outcome.is_done() && self.faults.lose_open_answer.swap(false, Ordering::SeqCst) {
+            self.faults.lost_answers.fetch_add(1, Ordering::SeqCst);
+            return Err(StoreError::Transient {
+                operation: "open_session",
+                key: worker.as_str().to_owned(),
+                ambiguous: true,
+                source: "the session was opened and the answer was lost (injected fault)".into(),
+            });
+        }
+        Ok(outcome)
     }
 
     async fn beat(

@@ -277,9 +277,20 @@ async fn reopen(
     };
     let replacing = match current {
         None => None,
+        // This process's own session, opened by an attempt whose answer was lost: taken up
+        // with a beat, never counted from this read.
         Some(member) if member.incarnation == Some(shared.incarnation()) => {
-            shared.beaten(start, member.heartbeat);
-            shared.rescan.notify_one();
+            match adopt(shared, deadline).await {
+                Ok(true) => {
+                    *unseen_open = false;
+                    tracing::info!("session taken up again from its record");
+                    shared.rescan.notify_one();
+                }
+                Ok(false) => {}
+                Err(err) => {
+                    tracing::warn!(error = %err, "could not beat this process's own record to take its session up again");
+                }
+            }
             return;
         }
         Some(member) => {
