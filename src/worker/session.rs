@@ -25,6 +25,7 @@ use super::metrics;
 use super::state::{notice_text, Finish, Phase, Shared, EXPECT_NOTICE, REVOKE_PREFIX};
 use super::stop::StopReason;
 use super::take::{take, Answer, Report};
+use crate::clock::timeout_at;
 use crate::expiry::ExpiryTracker;
 use crate::lease::{Incarnation, Lease, LeaseKey, Member, RESERVED_PREFIX};
 use crate::notice::DRAIN_PREFIX;
@@ -605,7 +606,19 @@ async fn look(shared: &Arc<Shared>, key: LeaseKey, lease: Option<Lease>, start: 
             lease.owner.as_ref().map(|o| o.as_str()),
             lease.tenure
         );
-        shared.lose(&key, None, &why);
+        if let Some(wait) = shared.lose(&key, None, &why) {
+            // Taken from this session (a steal, another process of this id): the taker reports
+            // the lease once this notice is named seen, so it is named once the application has
+            // let go of the grant (it may still be inside a checkpoint or a read), as a
+            // revoked lease is handed over; at most a handoff timeout later.
+            let until = shared.now() + shared.config.handoff_timeout;
+            if timeout_at(&*shared.clock, until, wait.let_go())
+                .await
+                .is_err()
+            {
+                tracing::warn!(lease_key = %key, "the application did not let go of a lease taken from this session within the handoff timeout");
+            }
+        }
     }
     true
 }

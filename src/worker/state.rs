@@ -79,6 +79,16 @@ pub(crate) struct Held {
     pub stop: watch::Sender<Option<StopReason>>,
 }
 
+/// Resolves once the application has let go of a lease lost here (its grant finished or
+/// dropped; at once when it was never given one).
+pub(crate) struct LetGoWait(watch::Sender<Option<StopReason>>);
+
+impl LetGoWait {
+    pub async fn let_go(&self) {
+        self.0.closed().await;
+    }
+}
+
 /// A handoff this worker asked for and waits on.
 #[derive(Debug, Clone)]
 pub(crate) struct Pending {
@@ -920,13 +930,11 @@ impl Shared {
     }
 
     /// Forgets `key` (in `tenure`, if given) and tells the application it is lost.
-    pub fn lose(&self, key: &LeaseKey, tenure: Option<u64>, why: &str) {
+    pub fn lose(&self, key: &LeaseKey, tenure: Option<u64>, why: &str) -> Option<LetGoWait> {
         let mut state = self.lock();
-        let Some(held) = state.held.get(key) else {
-            return;
-        };
+        let held = state.held.get(key)?;
         if tenure.is_some_and(|t| t != held.tenure) {
-            return;
+            return None;
         }
         let held = state.held.remove(key).expect("present");
         self.released.notify_waiters();
@@ -937,10 +945,11 @@ impl Shared {
         metrics::held(&self.id, count);
         if matches!(held.phase, Phase::Waiting { .. }) {
             tracing::info!(lease_key = %key, why, "lease lost before it was reported");
-            return;
+        } else {
+            tracing::warn!(lease_key = %key, owner = %self.id, tenure = held.tenure, why, "lease lost");
+            self.emit(LeaseEvent::Lost { key: key.clone() });
         }
-        tracing::warn!(lease_key = %key, owner = %self.id, tenure = held.tenure, why, "lease lost");
-        self.emit(LeaseEvent::Lost { key: key.clone() });
+        Some(LetGoWait(held.stop))
     }
 
     /// `key`'s validity here ended in `tenure` without a successful renewal: its renewals
