@@ -119,6 +119,27 @@ impl Faults {
         self.hung.load(Ordering::SeqCst)
     }
 
+    /// The answer of a write that landed: `outcome`, or, when `lose` is armed (it is disarmed
+    /// here), an ambiguous transient error as if the answer was lost.
+    fn answer<T>(
+        &self,
+        outcome: Outcome<T>,
+        lose: &AtomicBool,
+        operation: &'static str,
+        key: &str,
+    ) -> StoreResult<Outcome<T>> {
+        if outcome.is_done() && lose.swap(false, Ordering::SeqCst) {
+            self.lost_answers.fetch_add(1, Ordering::SeqCst);
+            return Err(StoreError::Transient {
+                operation,
+                key: key.to_owned(),
+                ambiguous: true,
+                source: "the write landed and its answer was lost (injected fault)".into(),
+            });
+        }
+        Ok(outcome)
+    }
+
     fn lock_hang(&self) -> std::sync::MutexGuard<'_, Hang> {
         self.hang.lock().unwrap_or_else(|e| e.into_inner())
     }
@@ -257,16 +278,8 @@ impl<S: LeaseStore> LeaseStore for FaultyStore<S> {
                     .await
             })
             .await?;
-        if outcome.is_done() && self.faults.lose_take_answer.swap(false, Ordering::SeqCst) {
-            self.faults.lost_answers.fetch_add(1, Ordering::SeqCst);
-            return Err(StoreError::Transient {
-                operation: "take",
-                key: key.as_str().to_owned(),
-                ambiguous: true,
-                source: "the take landed and its answer was lost (injected fault)".into(),
-            });
-        }
-        Ok(outcome)
+        self.faults
+            .answer(outcome, &self.faults.lose_take_answer, "take", key.as_str())
     }
 
     async fn request_handoff(
@@ -436,16 +449,12 @@ impl<S: LeaseStore> LeaseStore for FaultyStore<S> {
                     .await
             })
             .await?;
-        if outcome.is_done() && self.faults.lose_open_answer.swap(false, Ordering::SeqCst) {
-            self.faults.lost_answers.fetch_add(1, Ordering::SeqCst);
-            return Err(StoreError::Transient {
-                operation: "open_session",
-                key: worker.as_str().to_owned(),
-                ambiguous: true,
-                source: "the session was opened and the answer was lost (injected fault)".into(),
-            });
-        }
-        Ok(outcome)
+        self.faults.answer(
+            outcome,
+            &self.faults.lose_open_answer,
+            "open_session",
+            worker.as_str(),
+        )
     }
 
     async fn beat(
