@@ -138,7 +138,23 @@ pub struct Discovery {
 #[derive(Debug, Clone)]
 struct Known {
     checkpoint: Option<String>,
+    /// The item the checkpoint was read from (its `leaseNonce`) and the write that stored it.
+    version: (u64, Option<(u64, u64)>),
+    /// Items of this key seen before `version`'s: deleted since, so a view that shows one is
+    /// stale.
+    replaced: Vec<u64>,
     seen: Instant,
+}
+
+/// How many replaced items of one key [`Known`] keeps.
+const REPLACED_KEPT: usize = 4;
+
+/// Where a lease's checkpoint stands: the item and the write that stored it.
+fn version_of(lease: &Lease) -> (u64, Option<(u64, u64)>) {
+    (
+        lease.nonce,
+        lease.checkpoint_write.map(|w| (w.tenure, w.seq)),
+    )
 }
 
 /// A shard missing from the source: since the first listing that missed it, and how many
@@ -177,14 +193,32 @@ impl Discovery {
         for lease in leases {
             match self.known.get_mut(&lease.key) {
                 Some(known) => {
-                    if known.checkpoint != lease.checkpoint {
+                    known.seen = now;
+                    let version = version_of(lease);
+                    let (nonce, write) = version;
+                    // A view read from a lagging replica may show an older write of the item,
+                    // or an item deleted since: it never moves what is remembered back.
+                    let newer = if nonce == known.version.0 {
+                        write > known.version.1
+                    } else if known.replaced.contains(&nonce) {
+                        false
+                    } else {
+                        known.replaced.push(known.version.0);
+                        if known.replaced.len() > REPLACED_KEPT {
+                            known.replaced.remove(0);
+                        }
+                        true
+                    };
+                    if newer {
+                        known.version = version;
                         known.checkpoint.clone_from(&lease.checkpoint);
                     }
-                    known.seen = now;
                 }
                 None => {
                     let known = Known {
                         checkpoint: lease.checkpoint.clone(),
+                        version: version_of(lease),
+                        replaced: Vec::new(),
                         seen: now,
                     };
                     self.known.insert(lease.key.clone(), known);
@@ -753,6 +787,55 @@ mod tests {
         discovery.observe(&[], at(2030));
         let plan = discovery.plan(&shards, table(&[], &none), at(2030));
         assert_eq!(plan.creates[0][0].checkpoint.as_deref(), Some("7"));
+    }
+
+    /// Views read from a lagging replica (the rounds' scans are eventually consistent) may
+    /// show an older checkpoint of the item, or the item as it was before it was deleted and
+    /// created again: neither moves the remembered checkpoint back.
+    #[test]
+    fn a_stale_view_never_moves_a_remembered_checkpoint_back() {
+        use crate::lease::CheckpointWrite;
+        let mut discovery = Discovery::new(Duration::from_secs(60));
+        let at = Instant::now();
+        let checkpointed = |nonce: u64, tenure: u64, seq: u64, value: &str| {
+            let mut lease = owned(lease("s", &[]), "a");
+            lease.nonce = nonce;
+            lease.tenure = tenure;
+            lease.checkpoint = Some(value.into());
+            lease.checkpoint_write = Some(CheckpointWrite { tenure, seq });
+            lease
+        };
+        discovery.observe(&[checkpointed(5, 1, 2, "20")], at);
+        discovery.observe(&[checkpointed(5, 1, 1, "10")], at);
+        assert_eq!(
+            discovery.known_checkpoint(&key("s")),
+            Some("20"),
+            "an older write"
+        );
+        discovery.observe(&[checkpointed(5, 2, 1, "30")], at);
+        discovery.observe(&[checkpointed(5, 1, 2, "20")], at);
+        assert_eq!(
+            discovery.known_checkpoint(&key("s")),
+            Some("30"),
+            "an older tenure"
+        );
+        // Deleted and created again (another nonce), then a stale view of the deleted item.
+        let mut again = owned(lease("s", &[]), "a");
+        again.nonce = 7;
+        again.checkpoint = Some("30".into());
+        discovery.observe(&[again], at);
+        discovery.observe(&[checkpointed(5, 1, 2, "20")], at);
+        assert_eq!(
+            discovery.known_checkpoint(&key("s")),
+            Some("30"),
+            "a deleted item"
+        );
+        discovery.observe(&[checkpointed(7, 1, 1, "40")], at);
+        assert_eq!(
+            discovery.known_checkpoint(&key("s")),
+            Some("40"),
+            "the new item moves on"
+        );
     }
 
     #[test]
