@@ -7,7 +7,7 @@ use async_trait::async_trait;
 
 use super::finish::spawn_finish;
 use super::grant::{CheckpointError, Ledger};
-use super::state::Shared;
+use super::state::{CheckpointSlot, Shared};
 use crate::lease::LeaseKey;
 use crate::store::Outcome;
 
@@ -19,14 +19,10 @@ impl Ledger for Arc<Shared> {
             worker: self.id.clone(),
             tenure,
         };
-        let Some((valid_until, ended)) = self.valid_until(key, tenure) else {
-            return Err(not_held());
-        };
-        if ended {
-            return Err(CheckpointError::ShardEnded { key: key.clone() });
-        }
-        let Some(seq) = self.next_checkpoint_seq(key, tenure) else {
-            return Err(not_held());
+        let (valid_until, seq) = match self.checkpoint_slot(key, tenure) {
+            CheckpointSlot::Open { valid_until, seq } => (valid_until, seq),
+            CheckpointSlot::Ended => return Err(CheckpointError::ShardEnded { key: key.clone() }),
+            CheckpointSlot::NotHeld => return Err(not_held()),
         };
         let deadline = valid_until.min(self.now() + self.config.store_timeout);
         let outcome = self

@@ -89,6 +89,16 @@ impl LetGoWait {
     }
 }
 
+/// What [`Shared::checkpoint_slot`] found.
+pub(crate) enum CheckpointSlot {
+    /// Held in the tenure: write by `valid_until`, numbered `seq`.
+    Open { valid_until: Instant, seq: u64 },
+    /// Checkpointed at the end of its shard already.
+    Ended,
+    /// Not held here in the tenure (or not yet reported, or its validity passed).
+    NotHeld,
+}
+
 /// A handoff this worker asked for and waits on.
 #[derive(Debug, Clone)]
 pub(crate) struct Pending {
@@ -689,26 +699,29 @@ impl Shared {
         keys
     }
 
-    /// The local validity of `key` in `tenure`, and whether its shard was checkpointed at its
-    /// end, if this worker still holds it then.
-    pub fn valid_until(&self, key: &LeaseKey, tenure: u64) -> Option<(Instant, bool)> {
+    /// Whether a checkpoint of `key` in `tenure` may be written now, and if so until when
+    /// (the lease's local validity) and under which number: one more than the last checkpoint
+    /// write of the tenure started here (1 for the first). Numbers are drawn in the order the
+    /// application's calls reach this point, so the later of two calls wins in the table.
+    pub fn checkpoint_slot(&self, key: &LeaseKey, tenure: u64) -> CheckpointSlot {
         let now = self.now();
-        self.lock()
+        let mut state = self.lock();
+        let Some(held) = state
             .held
-            .get(key)
+            .get_mut(key)
             .filter(|h| h.tenure == tenure && h.valid_until > now)
             .filter(|h| !matches!(h.phase, Phase::Waiting { .. }))
-            .map(|h| (h.valid_until, h.ended))
-    }
-
-    /// The number of the next checkpoint write of `key` in `tenure` (1 for the first), if the
-    /// lease is still held here in that tenure. Numbers are drawn in the order the
-    /// application's calls reach this point, so the later of two calls wins in the table.
-    pub fn next_checkpoint_seq(&self, key: &LeaseKey, tenure: u64) -> Option<u64> {
-        let mut state = self.lock();
-        let held = state.held.get_mut(key).filter(|h| h.tenure == tenure)?;
+        else {
+            return CheckpointSlot::NotHeld;
+        };
+        if held.ended {
+            return CheckpointSlot::Ended;
+        }
         held.checkpoints += 1;
-        Some(held.checkpoints)
+        CheckpointSlot::Open {
+            valid_until: held.valid_until,
+            seq: held.checkpoints,
+        }
     }
 
     /// Starts holding `lease` (just taken or received by this worker), valid until
