@@ -17,6 +17,11 @@
 //!   unowned lease (conditioned on its counter), or first moves a held one off its owner as
 //!   above (`force`), writes, and gives the lease back.
 //!
+//! - **A reset** (a checkpoint of `None`) deletes the lease and creates it again with no
+//!   checkpoint. **A delete** removes the lease; while the source lists its shard, the
+//!   discoverer creates it again from the last checkpoint a worker read (see
+//!   [`Admin::delete`]).
+//!
 //! Each step is one conditional write; a step whose condition fails (somebody else moved the
 //! lease meanwhile) ends with [`AdminError::Changed`] and nothing half-done that the fleet
 //! would not recover from: a lease left owned by the operator (a tool killed between two
@@ -25,6 +30,10 @@
 use std::time::Duration;
 
 use tokio::time::Instant;
+
+/// How many times a reset deletes a lease that a discoverer created again from an old
+/// checkpoint meanwhile, before it gives up with [`AdminError::Recreated`].
+const START_OVER_ATTEMPTS: usize = 3;
 
 use crate::lease::{Incarnation, Lease, LeaseKey, Member, NewLease, WorkerId};
 use crate::lifecycle::LeaseStatus;
@@ -71,6 +80,17 @@ pub enum AdminError {
     /// look again and retry.
     #[error("worker {0}'s record changed (another process of the id) while this request was in progress; nothing was written, look again and retry")]
     WorkerChanged(WorkerId),
+    /// A reset deleted the lease, and a worker created it again from an older checkpoint (the
+    /// last one a worker read; `None`: none) before it could be created without one; or the
+    /// fleet took it meanwhile. Something was written: look at the lease and run the reset
+    /// again.
+    #[error("lease {key} was deleted, but the fleet created it again (checkpoint {checkpoint:?}) before the reset could create it without one; look at it and run the reset again")]
+    Recreated {
+        /// The lease.
+        key: LeaseKey,
+        /// The checkpoint it was created again with.
+        checkpoint: Option<String>,
+    },
     /// A checkpoint value the library reserves for itself.
     #[error("checkpoint {0:?} starts with the reserved prefix \"shardlease#\"")]
     ReservedCheckpoint(String),
@@ -185,7 +205,14 @@ impl<S: LeaseStore> Admin<S> {
         let operator = WorkerId::operator();
         let outcome = self
             .store
-            .request_handoff(&lease.key, owner, lease.tenure, &operator, self.deadline())
+            .request_handoff(
+                &lease.key,
+                lease.nonce,
+                owner,
+                lease.tenure,
+                &operator,
+                self.deadline(),
+            )
             .await?;
         if !outcome.is_done() {
             return Ok(outcome);
@@ -272,6 +299,7 @@ impl<S: LeaseStore> Admin<S> {
             .store
             .take(
                 key,
+                lease.nonce,
                 &operator,
                 Incarnation::random(),
                 lease.counter,
@@ -294,7 +322,13 @@ impl<S: LeaseStore> Admin<S> {
         if let Some(receiver) = receiver {
             match self
                 .store
-                .give(&lease.key, &receiver.worker, lease.counter, self.deadline())
+                .give(
+                    &lease.key,
+                    lease.nonce,
+                    &receiver.worker,
+                    lease.counter,
+                    self.deadline(),
+                )
                 .await?
             {
                 Outcome::Done(_) => {}
@@ -313,7 +347,13 @@ impl<S: LeaseStore> Admin<S> {
         if lease.owner.as_ref() == Some(&operator) {
             match self
                 .store
-                .release(&lease.key, &operator, lease.tenure, self.deadline())
+                .release(
+                    &lease.key,
+                    lease.nonce,
+                    &operator,
+                    lease.tenure,
+                    self.deadline(),
+                )
                 .await?
             {
                 Outcome::Done(_) => {}
@@ -359,40 +399,112 @@ impl<S: LeaseStore> Admin<S> {
         let written = match checkpoint {
             Some(value) => match self
                 .store
-                .checkpoint(key, &operator, held.tenure, 1, value, self.deadline())
+                .checkpoint(
+                    key,
+                    held.nonce,
+                    &operator,
+                    held.tenure,
+                    1,
+                    value,
+                    self.deadline(),
+                )
                 .await?
             {
                 Outcome::Done(lease) => lease,
                 Outcome::LostRace { .. } => return Err(AdminError::Changed(key.clone())),
             },
-            // No write removes a checkpoint: the lease is created again without one, with its
-            // parents (deleted conditioned on what the operator's take made of it).
-            None => {
-                match self
-                    .store
-                    .delete(key, held.counter, held.tenure, self.deadline())
-                    .await?
-                {
-                    Outcome::Done(_) => {}
-                    Outcome::LostRace { .. } => return Err(AdminError::Changed(key.clone())),
-                }
-                let fresh = NewLease::new(key.clone()).with_parents(held.parents.clone());
-                match self.store.create(fresh, self.deadline()).await? {
-                    Outcome::Done(lease) => lease,
-                    // The discoverer created it again first, with no checkpoint either.
-                    Outcome::LostRace {
-                        current: Some(lease),
-                    } if lease.checkpoint.is_none() && lease.owner.is_none() => lease,
-                    Outcome::LostRace { .. } => return Err(AdminError::Changed(key.clone())),
-                }
-            }
+            // No write removes a checkpoint: the lease is created again without one.
+            None => self.start_over(key, held).await?,
         };
         self.give_back(&written).await
     }
 
+    /// Deletes `held` (a lease the operator holds) and creates it again, with its parents and
+    /// no checkpoint: the lease starts over from its initial position.
+    ///
+    /// A discoverer that reads the table between the two writes creates the lease again
+    /// first, from the last checkpoint it saw (see [`delete`](Self::delete)): that item is
+    /// taken and deleted in turn, up to [`START_OVER_ATTEMPTS`] times. Once a delete has
+    /// landed, a failure is [`AdminError::Recreated`], never [`AdminError::Changed`]:
+    /// something was written.
+    async fn start_over(&self, key: &LeaseKey, mut held: Lease) -> Result<Lease, AdminError> {
+        let operator = WorkerId::operator();
+        for attempt in 0..START_OVER_ATTEMPTS {
+            match self
+                .store
+                .delete(key, held.nonce, held.counter, held.tenure, self.deadline())
+                .await?
+            {
+                Outcome::Done(_) => {}
+                Outcome::LostRace { .. } if attempt == 0 => {
+                    return Err(AdminError::Changed(key.clone()))
+                }
+                Outcome::LostRace { current } => {
+                    return Err(AdminError::Recreated {
+                        key: key.clone(),
+                        checkpoint: current.and_then(|l| l.checkpoint),
+                    })
+                }
+            }
+            let fresh = NewLease::new(key.clone()).with_parents(held.parents.clone());
+            let current = match self.store.create(fresh, self.deadline()).await? {
+                Outcome::Done(lease) => return Ok(lease),
+                Outcome::LostRace { current: None } => continue,
+                Outcome::LostRace {
+                    current: Some(current),
+                } => current,
+            };
+            if current.owner.is_some() {
+                // Created again and already taken by a worker: it is the fleet's now.
+                return Err(AdminError::Recreated {
+                    key: key.clone(),
+                    checkpoint: current.checkpoint,
+                });
+            }
+            if current.checkpoint.is_none() {
+                // Created again with no checkpoint either: what the reset was for.
+                return Ok(current);
+            }
+            // Created again from the checkpoint a discoverer remembered: take it and start over.
+            tracing::info!(lease_key = %key, checkpoint = ?current.checkpoint, "the lease was created again from an old checkpoint meanwhile; deleting it again");
+            held = match self
+                .store
+                .take(
+                    key,
+                    current.nonce,
+                    &operator,
+                    Incarnation::random(),
+                    current.counter,
+                    self.deadline(),
+                )
+                .await?
+            {
+                Outcome::Done(taken) => taken,
+                Outcome::LostRace { current } => {
+                    return Err(AdminError::Recreated {
+                        key: key.clone(),
+                        checkpoint: current.and_then(|l| l.checkpoint),
+                    })
+                }
+            };
+        }
+        let checkpoint = self.store.get(key, self.deadline()).await?;
+        Err(AdminError::Recreated {
+            key: key.clone(),
+            checkpoint: checkpoint.and_then(|l| l.checkpoint),
+        })
+    }
+
     /// Deletes `key`. Refused while a worker holds the lease, unless `force`: then the owner
-    /// hands it over first (waiting at most `timeout`). A shard still listed by the source is
-    /// created again by the discoverer, with no checkpoint.
+    /// hands it over first (waiting at most `timeout`).
+    ///
+    /// A delete forgets nothing the fleet remembers: while the source lists the lease's shard,
+    /// the discoverer creates the lease again at its next listing, from the last checkpoint a
+    /// worker read in the table (each worker remembers the checkpoints its rounds read, so
+    /// that a lease deleted by hand comes back where it was). That checkpoint is as new as the
+    /// last round that read the lease, up to a slow scan old, so records after it may be
+    /// processed again. To start a lease over from its initial position, use
+    /// [`set_checkpoint`](Self::set_checkpoint) with `None`; to move it, [`release`](Self::release).
     pub async fn delete(
         &self,
         key: &LeaseKey,
@@ -408,7 +520,13 @@ impl<S: LeaseStore> Admin<S> {
         };
         match self
             .store
-            .delete(key, lease.counter, lease.tenure, self.deadline())
+            .delete(
+                key,
+                lease.nonce,
+                lease.counter,
+                lease.tenure,
+                self.deadline(),
+            )
             .await?
         {
             Outcome::Done(deleted) => Ok(deleted),

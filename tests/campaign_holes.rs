@@ -1,8 +1,7 @@
 //! Schedules of the fault campaign (examples/simulate) that broke an invariant before the
 //! library was fixed for them: a seeded schedule the campaign found, or a scripted one where
 //! random schedules rarely meet the fault. Each test asserts that its schedule breaks no
-//! invariant; each doc says what the schedule showed before the fix. One still open is
-//! ignored: `cargo test --test campaign_holes -- --ignored` runs it.
+//! invariant; each doc says what the schedule showed before the fix.
 
 #[path = "../examples/simulate/sim/mod.rs"]
 mod sim;
@@ -61,11 +60,11 @@ fn a_late_checkpoint_never_replaces_a_newer_acknowledged_one() {
 }
 
 /// An operator resets or deletes a lease; the item is created again and walks through the same
-/// owner and tenure, and a checkpoint meant for the old item lands in the new one (still open:
+/// owner and tenure, and a checkpoint meant for the old item landed in the new one, until every
+/// lease write named the item it is meant for (`leaseNonce`):
 /// `checkpoint-later-item at 45.995 s: shard-0000000: checkpoint 1 of p0, meant for
-/// item 1555325008952136, accepted into item 4947063501185682 (tenure 2)`.
+/// item 1555325008952136, accepted into item 4947063501185682 (tenure 2)`).
 #[test]
-#[ignore = "open: a write meant for a deleted item still lands in its successor"]
 fn a_write_meant_for_a_deleted_item_never_lands_in_its_successor() {
     let (seed, faults) = (
         10862503357064539219,

@@ -175,7 +175,14 @@ async fn a_take_whose_answer_was_lost_is_recognised_by_its_token() {
     proxy.armed.store(true, Ordering::SeqCst);
     let me = worker("a");
     let taken = store
-        .take(&lease.key, &me, PROCESS, lease.counter, deadline())
+        .take(
+            &lease.key,
+            lease.nonce,
+            &me,
+            PROCESS,
+            lease.counter,
+            deadline(),
+        )
         .await
         .unwrap();
     assert_eq!(
@@ -208,7 +215,7 @@ async fn a_take_whose_answer_was_lost_is_recognised_by_its_token() {
                 tokio::time::sleep(Duration::from_millis(1)).await;
             }
             store2
-                .take(&key, &thief, PROCESS, counter, deadline())
+                .take(&key, taken.nonce, &thief, PROCESS, counter, deadline())
                 .await
                 .unwrap()
         }
@@ -224,7 +231,7 @@ async fn a_take_whose_answer_was_lost_is_recognised_by_its_token() {
     let slow = connect(slow_retries).await;
     proxy.armed.store(true, Ordering::SeqCst);
     let (released, stolen) = tokio::join!(
-        slow.release(&taken.key, &me, taken.tenure, deadline()),
+        slow.release(&taken.key, taken.nonce, &me, taken.tenure, deadline()),
         racing
     );
     assert!(stolen.is_done(), "{stolen:?}");
@@ -257,7 +264,14 @@ async fn scripts_flushed_from_the_server_are_loaded_again() {
         .await
         .unwrap();
     let taken = store
-        .take(&lease.key, &me, PROCESS, lease.counter, deadline())
+        .take(
+            &lease.key,
+            lease.nonce,
+            &me,
+            PROCESS,
+            lease.counter,
+            deadline(),
+        )
         .await
         .unwrap();
     assert!(taken.is_done(), "{taken:?}");
@@ -267,7 +281,7 @@ async fn scripts_flushed_from_the_server_are_loaded_again() {
         .await
         .unwrap();
     let renewed = store
-        .renew(&lease.key, &me, 1, None, deadline())
+        .renew(&lease.key, lease.nonce, &me, 1, None, deadline())
         .await
         .unwrap();
     assert_eq!(renewed.done().unwrap().counter, 2);
@@ -369,7 +383,7 @@ async fn a_malformed_hash_is_skipped_in_listings_and_never_written() {
     assert_eq!(
         malformed_field(
             store
-                .take(&key("shard-2"), &me, PROCESS, 0, deadline())
+                .take(&key("shard-2"), 0, &me, PROCESS, 0, deadline())
                 .await
                 .map(|_| ())
         ),
@@ -378,7 +392,7 @@ async fn a_malformed_hash_is_skipped_in_listings_and_never_written() {
     assert_eq!(
         malformed_field(
             store
-                .take(&key("shard-4"), &me, PROCESS, 0, deadline())
+                .take(&key("shard-4"), 0, &me, PROCESS, 0, deadline())
                 .await
                 .map(|_| ())
         ),
@@ -387,7 +401,7 @@ async fn a_malformed_hash_is_skipped_in_listings_and_never_written() {
     assert_eq!(
         malformed_field(
             store
-                .give(&key("shard-4"), &me, 0, deadline())
+                .give(&key("shard-4"), 0, &me, 0, deadline())
                 .await
                 .map(|_| ())
         ),
@@ -396,7 +410,7 @@ async fn a_malformed_hash_is_skipped_in_listings_and_never_written() {
     assert_eq!(
         malformed_field(
             store
-                .delete(&key("shard-4"), 0, 0, deadline())
+                .delete(&key("shard-4"), 0, 0, 0, deadline())
                 .await
                 .map(|_| ())
         ),
@@ -516,7 +530,14 @@ async fn tables_under_different_prefixes_do_not_see_each_other() {
         "the same key in another table is another lease"
     );
     assert!(first
-        .take(&lease.key, &worker("a"), PROCESS, 0, deadline())
+        .take(
+            &lease.key,
+            lease.nonce,
+            &worker("a"),
+            PROCESS,
+            0,
+            deadline()
+        )
         .await
         .unwrap()
         .is_done());

@@ -53,10 +53,17 @@ async fn earlier_build_worker(store: &InMemoryStore, name: &str, keys: &[&str]) 
     for name in keys {
         let current = store.get(&key(name), far()).await.unwrap().unwrap();
         let taken = store
-            .take(&key(name), &worker, incarnation, current.counter, far())
+            .take(
+                &key(name),
+                current.nonce,
+                &worker,
+                incarnation,
+                current.counter,
+                far(),
+            )
             .await
             .unwrap();
-        tenures.push((key(name), taken.done().unwrap().tenure));
+        tenures.push((key(name), current.nonce, taken.done().unwrap().tenure));
     }
     let _ = store
         .heartbeat(&worker, incarnation, None, None, far())
@@ -70,8 +77,10 @@ async fn earlier_build_worker(store: &InMemoryStore, name: &str, keys: &[&str]) 
                 .heartbeat(&worker, incarnation, None, None, far())
                 .await
                 .unwrap();
-            for (key, tenure) in &tenures {
-                let renewed = store.renew(key, &worker, *tenure, None, far()).await;
+            for (key, nonce, tenure) in &tenures {
+                let renewed = store
+                    .renew(key, *nonce, &worker, *tenure, None, far())
+                    .await;
                 assert!(matches!(renewed, Ok(Outcome::Done(_))), "{renewed:?}");
             }
         }

@@ -54,7 +54,14 @@ async fn a_store_over_tls_trusting_the_servers_ca_does_what_a_plain_one_does() {
         .unwrap();
     let me = WorkerId::new("a").unwrap();
     let taken = store
-        .take(&key, &me, Incarnation::new(1), lease.counter, deadline())
+        .take(
+            &key,
+            lease.nonce,
+            &me,
+            Incarnation::new(1),
+            lease.counter,
+            deadline(),
+        )
         .await
         .unwrap()
         .done()

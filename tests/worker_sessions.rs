@@ -87,6 +87,7 @@ async fn take_by_hand(store: &InMemoryStore, victim: &Lease) {
     let taken = store
         .take(
             &victim.key,
+            victim.nonce,
             &WorkerId::new("operator").unwrap(),
             Incarnation::new(7),
             victim.counter,
@@ -107,6 +108,7 @@ async fn a_lease_deleted_by_hand_is_dropped_by_its_holder_within_the_slow_scan()
     let deleted = store
         .delete(
             &victim.key,
+            victim.nonce,
             victim.counter,
             victim.tenure,
             Instant::now() + Duration::from_secs(5),
@@ -166,6 +168,7 @@ async fn a_lease_given_without_a_notice_is_taken_by_its_receiver() {
     let given = store
         .give(
             &victim.key,
+            victim.nonce,
             &WorkerId::new("b").unwrap(),
             victim.counter,
             Instant::now() + Duration::from_secs(5),
@@ -246,6 +249,7 @@ async fn a_lease_given_back_in_a_new_tenure_is_dropped_and_taken_anew() {
     let twin = store
         .take(
             &victim.key,
+            victim.nonce,
             &a,
             Incarnation::new(7),
             victim.counter,
@@ -256,7 +260,7 @@ async fn a_lease_given_back_in_a_new_tenure_is_dropped_and_taken_anew() {
         .done()
         .expect("taken by a twin");
     let given = store
-        .give(&victim.key, &a, twin.counter, deadline)
+        .give(&victim.key, victim.nonce, &a, twin.counter, deadline)
         .await
         .unwrap()
         .done()

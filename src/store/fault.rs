@@ -27,6 +27,9 @@ pub struct Faults {
     lose_take_answer: Arc<AtomicBool>,
     lose_open_answer: Arc<AtomicBool>,
     lost_answers: Arc<AtomicU64>,
+    /// Created just before the next `create` call is sent (see
+    /// [`Faults::create_before_next_create`]).
+    racing_create: Arc<Mutex<Option<NewLease>>>,
 }
 
 /// Which requests are never answered.
@@ -38,6 +41,13 @@ struct Hang {
 }
 
 impl Faults {
+    /// Makes the next `create` call meet `lease` created just before it (as by a discoverer
+    /// that re-created a lease a moment earlier): `lease` is created on the wrapped store,
+    /// then the call is sent.
+    pub fn create_before_next_create(&self, lease: NewLease) {
+        *self.racing_create.lock().unwrap_or_else(|e| e.into_inner()) = Some(lease);
+    }
+
     /// Cuts the store off (every call fails as a connection error would) or reconnects it.
     pub fn set_cut_off(&self, cut_off: bool) {
         self.cut_off.store(cut_off, Ordering::SeqCst);
@@ -218,6 +228,12 @@ impl<S: LeaseStore> FaultyStore<S> {
 impl<S: LeaseStore> LeaseStore for FaultyStore<S> {
     async fn create(&self, lease: NewLease, deadline: Instant) -> StoreResult<Outcome<Lease>> {
         self.gate("create", lease.key.as_str(), deadline).await?;
+        let racing = (self.faults.racing_create.lock())
+            .unwrap_or_else(|e| e.into_inner())
+            .take();
+        if let Some(racing) = racing {
+            let _ = self.inner.create(racing, deadline).await?;
+        }
         self.land(move |inner| async move { inner.create(lease, deadline).await })
             .await
     }
@@ -248,6 +264,7 @@ impl<S: LeaseStore> LeaseStore for FaultyStore<S> {
     async fn renew(
         &self,
         key: &LeaseKey,
+        nonce: u64,
         owner: &WorkerId,
         tenure: u64,
         load: Option<f64>,
@@ -255,15 +272,18 @@ impl<S: LeaseStore> LeaseStore for FaultyStore<S> {
     ) -> StoreResult<Outcome<Lease>> {
         self.gate("renew", key.as_str(), deadline).await?;
         let (key, owner) = (key.clone(), owner.clone());
-        self.land(
-            move |inner| async move { inner.renew(&key, &owner, tenure, load, deadline).await },
-        )
+        self.land(move |inner| async move {
+            inner
+                .renew(&key, nonce, &owner, tenure, load, deadline)
+                .await
+        })
         .await
     }
 
     async fn take(
         &self,
         key: &LeaseKey,
+        nonce: u64,
         taker: &WorkerId,
         incarnation: Incarnation,
         observed_counter: u64,
@@ -274,7 +294,14 @@ impl<S: LeaseStore> LeaseStore for FaultyStore<S> {
         let outcome = self
             .land(move |inner| async move {
                 inner
-                    .take(&owned_key, &taker, incarnation, observed_counter, deadline)
+                    .take(
+                        &owned_key,
+                        nonce,
+                        &taker,
+                        incarnation,
+                        observed_counter,
+                        deadline,
+                    )
                     .await
             })
             .await?;
@@ -285,6 +312,7 @@ impl<S: LeaseStore> LeaseStore for FaultyStore<S> {
     async fn request_handoff(
         &self,
         key: &LeaseKey,
+        nonce: u64,
         owner: &WorkerId,
         tenure: u64,
         requester: &WorkerId,
@@ -294,7 +322,7 @@ impl<S: LeaseStore> LeaseStore for FaultyStore<S> {
         let (key, owner, requester) = (key.clone(), owner.clone(), requester.clone());
         self.land(move |inner| async move {
             inner
-                .request_handoff(&key, &owner, tenure, &requester, deadline)
+                .request_handoff(&key, nonce, &owner, tenure, &requester, deadline)
                 .await
         })
         .await
@@ -303,6 +331,7 @@ impl<S: LeaseStore> LeaseStore for FaultyStore<S> {
     async fn complete_handoff(
         &self,
         key: &LeaseKey,
+        nonce: u64,
         owner: &WorkerId,
         tenure: u64,
         to: &WorkerId,
@@ -313,7 +342,7 @@ impl<S: LeaseStore> LeaseStore for FaultyStore<S> {
         let (key, owner, to) = (key.clone(), owner.clone(), to.clone());
         self.land(move |inner| async move {
             inner
-                .complete_handoff(&key, &owner, tenure, &to, deadline)
+                .complete_handoff(&key, nonce, &owner, tenure, &to, deadline)
                 .await
         })
         .await
@@ -322,19 +351,23 @@ impl<S: LeaseStore> LeaseStore for FaultyStore<S> {
     async fn release(
         &self,
         key: &LeaseKey,
+        nonce: u64,
         owner: &WorkerId,
         tenure: u64,
         deadline: Instant,
     ) -> StoreResult<Outcome<Lease>> {
         self.gate("release", key.as_str(), deadline).await?;
         let (key, owner) = (key.clone(), owner.clone());
-        self.land(move |inner| async move { inner.release(&key, &owner, tenure, deadline).await })
-            .await
+        self.land(
+            move |inner| async move { inner.release(&key, nonce, &owner, tenure, deadline).await },
+        )
+        .await
     }
 
     async fn checkpoint(
         &self,
         key: &LeaseKey,
+        nonce: u64,
         owner: &WorkerId,
         tenure: u64,
         seq: u64,
@@ -345,7 +378,7 @@ impl<S: LeaseStore> LeaseStore for FaultyStore<S> {
         let (key, owner, checkpoint) = (key.clone(), owner.clone(), checkpoint.to_owned());
         self.land(move |inner| async move {
             inner
-                .checkpoint(&key, &owner, tenure, seq, &checkpoint, deadline)
+                .checkpoint(&key, nonce, &owner, tenure, seq, &checkpoint, deadline)
                 .await
         })
         .await
@@ -354,6 +387,7 @@ impl<S: LeaseStore> LeaseStore for FaultyStore<S> {
     async fn delete(
         &self,
         key: &LeaseKey,
+        nonce: u64,
         observed_counter: u64,
         observed_tenure: u64,
         deadline: Instant,
@@ -362,7 +396,7 @@ impl<S: LeaseStore> LeaseStore for FaultyStore<S> {
         let key = key.clone();
         self.land(move |inner| async move {
             inner
-                .delete(&key, observed_counter, observed_tenure, deadline)
+                .delete(&key, nonce, observed_counter, observed_tenure, deadline)
                 .await
         })
         .await
@@ -407,6 +441,7 @@ impl<S: LeaseStore> LeaseStore for FaultyStore<S> {
     async fn give(
         &self,
         key: &LeaseKey,
+        nonce: u64,
         to: &WorkerId,
         observed_counter: u64,
         deadline: Instant,
@@ -414,9 +449,11 @@ impl<S: LeaseStore> LeaseStore for FaultyStore<S> {
         self.gate("give", key.as_str(), deadline).await?;
         let key = key.clone();
         let to = to.clone();
-        self.land(
-            move |inner| async move { inner.give(&key, &to, observed_counter, deadline).await },
-        )
+        self.land(move |inner| async move {
+            inner
+                .give(&key, nonce, &to, observed_counter, deadline)
+                .await
+        })
         .await
     }
 

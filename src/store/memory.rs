@@ -99,16 +99,18 @@ impl InMemoryStore {
         self.items.lock().unwrap_or_else(|e| e.into_inner())
     }
 
-    /// Applies `change` to the lease at `key` if `condition` holds for it.
+    /// Applies `change` to the lease at `key` if it is the item `nonce` and `condition` holds
+    /// for it.
     fn update_lease(
         &self,
         key: &LeaseKey,
+        nonce: u64,
         condition: impl FnOnce(&Lease) -> bool,
         change: impl FnOnce(&mut Lease),
     ) -> Outcome<Lease> {
         let mut items = self.lock();
         match items.get_mut(key.as_str()) {
-            Some(Item::Lease(lease)) if condition(lease) => {
+            Some(Item::Lease(lease)) if lease.nonce == nonce && condition(lease) => {
                 change(lease);
                 Outcome::Done(lease.clone())
             }
@@ -225,6 +227,7 @@ impl LeaseStore for InMemoryStore {
     async fn renew(
         &self,
         key: &LeaseKey,
+        nonce: u64,
         owner: &WorkerId,
         tenure: u64,
         load: Option<f64>,
@@ -232,6 +235,7 @@ impl LeaseStore for InMemoryStore {
     ) -> StoreResult<Outcome<Lease>> {
         Ok(self.update_lease(
             key,
+            nonce,
             |l| held(l, owner, tenure),
             |l| {
                 l.counter += 1;
@@ -245,6 +249,7 @@ impl LeaseStore for InMemoryStore {
     async fn take(
         &self,
         key: &LeaseKey,
+        nonce: u64,
         taker: &WorkerId,
         incarnation: Incarnation,
         observed_counter: u64,
@@ -252,6 +257,7 @@ impl LeaseStore for InMemoryStore {
     ) -> StoreResult<Outcome<Lease>> {
         Ok(self.update_lease(
             key,
+            nonce,
             |l| l.counter == observed_counter,
             |l| change_owner(l, Some(taker.clone()), Some(incarnation)),
         ))
@@ -260,6 +266,7 @@ impl LeaseStore for InMemoryStore {
     async fn request_handoff(
         &self,
         key: &LeaseKey,
+        nonce: u64,
         owner: &WorkerId,
         tenure: u64,
         requester: &WorkerId,
@@ -267,6 +274,7 @@ impl LeaseStore for InMemoryStore {
     ) -> StoreResult<Outcome<Lease>> {
         Ok(self.update_lease(
             key,
+            nonce,
             |l| held(l, owner, tenure) && l.handoff_to.as_ref().is_none_or(|to| to == requester),
             |l| l.handoff_to = Some(requester.clone()),
         ))
@@ -275,6 +283,7 @@ impl LeaseStore for InMemoryStore {
     async fn complete_handoff(
         &self,
         key: &LeaseKey,
+        nonce: u64,
         owner: &WorkerId,
         tenure: u64,
         to: &WorkerId,
@@ -282,6 +291,7 @@ impl LeaseStore for InMemoryStore {
     ) -> StoreResult<Outcome<Lease>> {
         Ok(self.update_lease(
             key,
+            nonce,
             |l| held(l, owner, tenure) && l.handoff_to.as_ref() == Some(to),
             |l| change_owner(l, Some(to.clone()), None),
         ))
@@ -290,12 +300,14 @@ impl LeaseStore for InMemoryStore {
     async fn release(
         &self,
         key: &LeaseKey,
+        nonce: u64,
         owner: &WorkerId,
         tenure: u64,
         _deadline: Instant,
     ) -> StoreResult<Outcome<Lease>> {
         Ok(self.update_lease(
             key,
+            nonce,
             |l| held(l, owner, tenure),
             |l| change_owner(l, None, None),
         ))
@@ -304,6 +316,7 @@ impl LeaseStore for InMemoryStore {
     async fn checkpoint(
         &self,
         key: &LeaseKey,
+        nonce: u64,
         owner: &WorkerId,
         tenure: u64,
         seq: u64,
@@ -312,6 +325,7 @@ impl LeaseStore for InMemoryStore {
     ) -> StoreResult<Outcome<Lease>> {
         Ok(self.update_lease(
             key,
+            nonce,
             |l| held(l, owner, tenure) && l.checkpoint_write.is_none_or(|w| w.accepts(tenure, seq)),
             |l| {
                 l.checkpoint = Some(checkpoint.to_owned());
@@ -325,6 +339,7 @@ impl LeaseStore for InMemoryStore {
     async fn delete(
         &self,
         key: &LeaseKey,
+        nonce: u64,
         observed_counter: u64,
         observed_tenure: u64,
         _deadline: Instant,
@@ -332,7 +347,9 @@ impl LeaseStore for InMemoryStore {
         let mut items = self.lock();
         Ok(match items.get(key.as_str()) {
             Some(Item::Lease(l))
-                if l.counter == observed_counter && l.tenure == observed_tenure =>
+                if l.nonce == nonce
+                    && l.counter == observed_counter
+                    && l.tenure == observed_tenure =>
             {
                 match items.remove(key.as_str()) {
                     Some(Item::Lease(lease)) => Outcome::Done(lease),
@@ -407,12 +424,14 @@ impl LeaseStore for InMemoryStore {
     async fn give(
         &self,
         key: &LeaseKey,
+        nonce: u64,
         to: &WorkerId,
         observed_counter: u64,
         _deadline: Instant,
     ) -> StoreResult<Outcome<Lease>> {
         Ok(self.update_lease(
             key,
+            nonce,
             |lease| lease.counter == observed_counter,
             |lease| change_owner(lease, Some(to.clone()), None),
         ))

@@ -21,10 +21,11 @@
 //! let process = Incarnation::random(); // tells this process from others with the same id
 //!
 //! let lease = store.create(NewLease::new(key.clone()), deadline).await?.done().unwrap();
-//! let Outcome::Done(mine) = store.take(&key, &me, process, lease.counter, deadline).await? else {
+//! let Outcome::Done(mine) = store.take(&key, lease.nonce, &me, process, lease.counter, deadline).await?
+//! else {
 //!     panic!("somebody else took it first");
 //! };
-//! store.checkpoint(&key, &me, mine.tenure, 1, "seq-42", deadline).await?;
+//! store.checkpoint(&key, mine.nonce, &me, mine.tenure, 1, "seq-42", deadline).await?;
 //! assert_eq!(store.get(&key, deadline).await?.unwrap().checkpoint.as_deref(), Some("seq-42"));
 //! # Ok(())
 //! # }
@@ -35,20 +36,29 @@
 //! | operation | condition | effect |
 //! |---|---|---|
 //! | [`create`](LeaseStore::create) | key absent | lease at counter 0, tenure 0, unowned, a fresh random [`nonce`](Lease::nonce) |
-//! | [`renew`](LeaseStore::renew) | owner = me, tenure = mine | counter + 1 |
-//! | [`take`](LeaseStore::take) | counter = observed | owner := me, owner incarnation := mine, counter + 1, tenure + 1, switches + 1, no handoff |
-//! | [`request_handoff`](LeaseStore::request_handoff) | owner and tenure as observed, no other handoff pending | handoff_to := requester |
-//! | [`complete_handoff`](LeaseStore::complete_handoff) | owner = me, tenure = mine, handoff_to = to | owner := to, no owner incarnation, counter + 1, tenure + 1, switches + 1, no handoff |
-//! | [`release`](LeaseStore::release) | owner = me, tenure = mine | unowned, no owner incarnation, counter + 1, no handoff |
-//! | [`checkpoint`](LeaseStore::checkpoint) | owner = me, tenure = mine, no checkpoint of this tenure numbered as high or higher stored | checkpoint := value, its tenure and number stored, switches := 0, counter + 1 |
-//! | [`delete`](LeaseStore::delete) | counter and tenure as observed | item removed |
+//! | [`renew`](LeaseStore::renew) | the item observed, owner = me, tenure = mine | counter + 1 |
+//! | [`take`](LeaseStore::take) | the item observed, counter = observed | owner := me, owner incarnation := mine, counter + 1, tenure + 1, switches + 1, no handoff |
+//! | [`request_handoff`](LeaseStore::request_handoff) | the item observed, owner and tenure as observed, no other handoff pending | handoff_to := requester |
+//! | [`complete_handoff`](LeaseStore::complete_handoff) | the item observed, owner = me, tenure = mine, handoff_to = to | owner := to, no owner incarnation, counter + 1, tenure + 1, switches + 1, no handoff |
+//! | [`release`](LeaseStore::release) | the item observed, owner = me, tenure = mine | unowned, no owner incarnation, counter + 1, no handoff |
+//! | [`checkpoint`](LeaseStore::checkpoint) | the item observed, owner = me, tenure = mine, no checkpoint of this tenure numbered as high or higher stored | checkpoint := value, its tenure and number stored, switches := 0, counter + 1 |
+//! | [`delete`](LeaseStore::delete) | the item observed, counter and tenure as observed | item removed |
 //! | [`heartbeat`](LeaseStore::heartbeat) | absent or a membership record | heartbeat + 1, incarnation and capacity set; with a [`LoadReport`], weight, utilisation (`load`) and lease loads set (each absent one removed); without, all three left as they are |
 //! | [`remove_member`](LeaseStore::remove_member) | a membership record (with the observed heartbeat, if given) | item removed |
-//! | [`give`](LeaseStore::give) | counter = observed | owner := to, no owner incarnation, counter + 1, tenure + 1, switches + 1, no handoff |
+//! | [`give`](LeaseStore::give) | the item observed, counter = observed | owner := to, no owner incarnation, counter + 1, tenure + 1, switches + 1, no handoff |
 //! | [`open_session`](LeaseStore::open_session) | no item, or the record as observed (incarnation and heartbeat) | a fresh record: incarnation := mine, heartbeat + 1, no notices, no weight, utilisation or lease loads |
 //! | [`beat`](LeaseStore::beat) | a membership record of my incarnation | heartbeat + 1, capacity set, the notices seen removed; a [`LoadReport`] as for `heartbeat` |
 //! | [`end_session`](LeaseStore::end_session) | a membership record of that incarnation at the observed heartbeat | item removed |
 //! | [`notify`](LeaseStore::notify) | a membership record of that incarnation | notices added |
+//!
+//! "The item observed" is the `nonce` argument every lease write takes: the
+//! [`nonce`](Lease::nonce) of the item the caller read, drawn at random when the item was
+//! created. A lease deleted (by an operator, or when its shard is gone) and created again is a
+//! new item at counter 0 and tenure 0, which walks through the same owners and tenures again;
+//! without the nonce a write meant for the old item (a checkpoint that lands late, a take
+//! decided on an old view) would find its counter or tenure matching in the new one. An item
+//! stored without a nonce (written before nonces existed) is observed as nonce 0, and a write
+//! naming 0 applies only to an item without one.
 //!
 //! A [`LoadReport`] is checked ([`LoadReport::validate`]) before anything is sent: a report
 //! with a figure that is not finite, is negative, or a weight of 0 is refused with
@@ -242,7 +252,11 @@ pub struct Page {
 ///
 /// Every operation takes a `deadline` (tokio monotonic time): retries of throttled and
 /// transient failures stop there, and the last error is returned. Reads are strongly
-/// consistent.
+/// consistent, but for the `_eventually` ones.
+///
+/// Every write to a lease names the item it is meant for by `nonce`, the
+/// [`Lease::nonce`] the caller read: it applies to that item only, never to one created
+/// later under the same key (see the module's conditions).
 #[async_trait]
 pub trait LeaseStore: Send + Sync + 'static {
     /// Creates `lease` if no item has its key.
@@ -258,6 +272,7 @@ pub trait LeaseStore: Send + Sync + 'static {
     async fn renew(
         &self,
         key: &LeaseKey,
+        nonce: u64,
         owner: &WorkerId,
         tenure: u64,
         load: Option<f64>,
@@ -269,6 +284,7 @@ pub trait LeaseStore: Send + Sync + 'static {
     async fn take(
         &self,
         key: &LeaseKey,
+        nonce: u64,
         taker: &WorkerId,
         incarnation: Incarnation,
         observed_counter: u64,
@@ -279,6 +295,7 @@ pub trait LeaseStore: Send + Sync + 'static {
     async fn request_handoff(
         &self,
         key: &LeaseKey,
+        nonce: u64,
         owner: &WorkerId,
         tenure: u64,
         requester: &WorkerId,
@@ -290,6 +307,7 @@ pub trait LeaseStore: Send + Sync + 'static {
     async fn complete_handoff(
         &self,
         key: &LeaseKey,
+        nonce: u64,
         owner: &WorkerId,
         tenure: u64,
         to: &WorkerId,
@@ -300,6 +318,7 @@ pub trait LeaseStore: Send + Sync + 'static {
     async fn release(
         &self,
         key: &LeaseKey,
+        nonce: u64,
         owner: &WorkerId,
         tenure: u64,
         deadline: Instant,
@@ -313,6 +332,7 @@ pub trait LeaseStore: Send + Sync + 'static {
     async fn checkpoint(
         &self,
         key: &LeaseKey,
+        nonce: u64,
         owner: &WorkerId,
         tenure: u64,
         seq: u64,
@@ -325,6 +345,7 @@ pub trait LeaseStore: Send + Sync + 'static {
     async fn delete(
         &self,
         key: &LeaseKey,
+        nonce: u64,
         observed_counter: u64,
         observed_tenure: u64,
         deadline: Instant,
@@ -360,6 +381,7 @@ pub trait LeaseStore: Send + Sync + 'static {
     async fn give(
         &self,
         key: &LeaseKey,
+        nonce: u64,
         to: &WorkerId,
         observed_counter: u64,
         deadline: Instant,

@@ -27,66 +27,74 @@ impl<S: LeaseStore + ?Sized> LeaseStore for Arc<S> {
     async fn renew(
         &self,
         key: &LeaseKey,
+        nonce: u64,
         owner: &WorkerId,
         tenure: u64,
         load: Option<f64>,
         deadline: Instant,
     ) -> StoreResult<Outcome<Lease>> {
-        (**self).renew(key, owner, tenure, load, deadline).await
+        (**self)
+            .renew(key, nonce, owner, tenure, load, deadline)
+            .await
     }
 
     async fn take(
         &self,
         key: &LeaseKey,
+        nonce: u64,
         taker: &WorkerId,
         incarnation: Incarnation,
         observed_counter: u64,
         deadline: Instant,
     ) -> StoreResult<Outcome<Lease>> {
         (**self)
-            .take(key, taker, incarnation, observed_counter, deadline)
+            .take(key, nonce, taker, incarnation, observed_counter, deadline)
             .await
     }
 
     async fn request_handoff(
         &self,
         key: &LeaseKey,
+        nonce: u64,
         owner: &WorkerId,
         tenure: u64,
         requester: &WorkerId,
         deadline: Instant,
     ) -> StoreResult<Outcome<Lease>> {
         (**self)
-            .request_handoff(key, owner, tenure, requester, deadline)
+            .request_handoff(key, nonce, owner, tenure, requester, deadline)
             .await
     }
 
     async fn complete_handoff(
         &self,
         key: &LeaseKey,
+        nonce: u64,
         owner: &WorkerId,
         tenure: u64,
         to: &WorkerId,
         deadline: Instant,
     ) -> StoreResult<Outcome<Lease>> {
         (**self)
-            .complete_handoff(key, owner, tenure, to, deadline)
+            .complete_handoff(key, nonce, owner, tenure, to, deadline)
             .await
     }
 
     async fn release(
         &self,
         key: &LeaseKey,
+        nonce: u64,
         owner: &WorkerId,
         tenure: u64,
         deadline: Instant,
     ) -> StoreResult<Outcome<Lease>> {
-        (**self).release(key, owner, tenure, deadline).await
+        (**self).release(key, nonce, owner, tenure, deadline).await
     }
 
     async fn checkpoint(
         &self,
         key: &LeaseKey,
+        nonce: u64,
         owner: &WorkerId,
         tenure: u64,
         seq: u64,
@@ -94,19 +102,20 @@ impl<S: LeaseStore + ?Sized> LeaseStore for Arc<S> {
         deadline: Instant,
     ) -> StoreResult<Outcome<Lease>> {
         (**self)
-            .checkpoint(key, owner, tenure, seq, checkpoint, deadline)
+            .checkpoint(key, nonce, owner, tenure, seq, checkpoint, deadline)
             .await
     }
 
     async fn delete(
         &self,
         key: &LeaseKey,
+        nonce: u64,
         observed_counter: u64,
         observed_tenure: u64,
         deadline: Instant,
     ) -> StoreResult<Outcome<Lease>> {
         (**self)
-            .delete(key, observed_counter, observed_tenure, deadline)
+            .delete(key, nonce, observed_counter, observed_tenure, deadline)
             .await
     }
 
@@ -137,11 +146,14 @@ impl<S: LeaseStore + ?Sized> LeaseStore for Arc<S> {
     async fn give(
         &self,
         key: &LeaseKey,
+        nonce: u64,
         to: &WorkerId,
         observed_counter: u64,
         deadline: Instant,
     ) -> StoreResult<Outcome<Lease>> {
-        (**self).give(key, to, observed_counter, deadline).await
+        (**self)
+            .give(key, nonce, to, observed_counter, deadline)
+            .await
     }
 
     async fn get_member(

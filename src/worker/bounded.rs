@@ -69,18 +69,20 @@ impl LeaseStore for Bounded {
     async fn renew(
         &self,
         key: &LeaseKey,
+        nonce: u64,
         owner: &WorkerId,
         tenure: u64,
         load: Option<f64>,
         deadline: Instant,
     ) -> StoreResult<Outcome<Lease>> {
-        let call = self.inner.renew(key, owner, tenure, load, deadline);
+        let call = self.inner.renew(key, nonce, owner, tenure, load, deadline);
         self.bound("renew", key.as_str(), deadline, call).await
     }
 
     async fn take(
         &self,
         key: &LeaseKey,
+        nonce: u64,
         taker: &WorkerId,
         incarnation: Incarnation,
         observed_counter: u64,
@@ -88,13 +90,14 @@ impl LeaseStore for Bounded {
     ) -> StoreResult<Outcome<Lease>> {
         let call = self
             .inner
-            .take(key, taker, incarnation, observed_counter, deadline);
+            .take(key, nonce, taker, incarnation, observed_counter, deadline);
         self.bound("take", key.as_str(), deadline, call).await
     }
 
     async fn request_handoff(
         &self,
         key: &LeaseKey,
+        nonce: u64,
         owner: &WorkerId,
         tenure: u64,
         requester: &WorkerId,
@@ -102,7 +105,7 @@ impl LeaseStore for Bounded {
     ) -> StoreResult<Outcome<Lease>> {
         let call = self
             .inner
-            .request_handoff(key, owner, tenure, requester, deadline);
+            .request_handoff(key, nonce, owner, tenure, requester, deadline);
         self.bound("request_handoff", key.as_str(), deadline, call)
             .await
     }
@@ -110,6 +113,7 @@ impl LeaseStore for Bounded {
     async fn complete_handoff(
         &self,
         key: &LeaseKey,
+        nonce: u64,
         owner: &WorkerId,
         tenure: u64,
         to: &WorkerId,
@@ -117,7 +121,7 @@ impl LeaseStore for Bounded {
     ) -> StoreResult<Outcome<Lease>> {
         let call = self
             .inner
-            .complete_handoff(key, owner, tenure, to, deadline);
+            .complete_handoff(key, nonce, owner, tenure, to, deadline);
         self.bound("complete_handoff", key.as_str(), deadline, call)
             .await
     }
@@ -125,17 +129,19 @@ impl LeaseStore for Bounded {
     async fn release(
         &self,
         key: &LeaseKey,
+        nonce: u64,
         owner: &WorkerId,
         tenure: u64,
         deadline: Instant,
     ) -> StoreResult<Outcome<Lease>> {
-        let call = self.inner.release(key, owner, tenure, deadline);
+        let call = self.inner.release(key, nonce, owner, tenure, deadline);
         self.bound("release", key.as_str(), deadline, call).await
     }
 
     async fn checkpoint(
         &self,
         key: &LeaseKey,
+        nonce: u64,
         owner: &WorkerId,
         tenure: u64,
         seq: u64,
@@ -144,20 +150,21 @@ impl LeaseStore for Bounded {
     ) -> StoreResult<Outcome<Lease>> {
         let call = self
             .inner
-            .checkpoint(key, owner, tenure, seq, checkpoint, deadline);
+            .checkpoint(key, nonce, owner, tenure, seq, checkpoint, deadline);
         self.bound("checkpoint", key.as_str(), deadline, call).await
     }
 
     async fn delete(
         &self,
         key: &LeaseKey,
+        nonce: u64,
         observed_counter: u64,
         observed_tenure: u64,
         deadline: Instant,
     ) -> StoreResult<Outcome<Lease>> {
         let call = self
             .inner
-            .delete(key, observed_counter, observed_tenure, deadline);
+            .delete(key, nonce, observed_counter, observed_tenure, deadline);
         self.bound("delete", key.as_str(), deadline, call).await
     }
 
@@ -192,11 +199,12 @@ impl LeaseStore for Bounded {
     async fn give(
         &self,
         key: &LeaseKey,
+        nonce: u64,
         to: &WorkerId,
         observed_counter: u64,
         deadline: Instant,
     ) -> StoreResult<Outcome<Lease>> {
-        let call = self.inner.give(key, to, observed_counter, deadline);
+        let call = self.inner.give(key, nonce, to, observed_counter, deadline);
         self.bound("give", key.as_str(), deadline, call).await
     }
 
@@ -311,7 +319,7 @@ mod tests {
         let key = LeaseKey::new("shard-1").unwrap();
         let me = WorkerId::new("me").unwrap();
         let err = bounded
-            .renew(&key, &me, 1, None, deadline)
+            .renew(&key, 1, &me, 1, None, deadline)
             .await
             .unwrap_err();
         assert!(

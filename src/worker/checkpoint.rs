@@ -19,15 +19,19 @@ impl Ledger for Arc<Shared> {
             worker: self.id.clone(),
             tenure,
         };
-        let (valid_until, seq) = match self.checkpoint_slot(key, tenure) {
-            CheckpointSlot::Open { valid_until, seq } => (valid_until, seq),
+        let (nonce, valid_until, seq) = match self.checkpoint_slot(key, tenure) {
+            CheckpointSlot::Open {
+                nonce,
+                valid_until,
+                seq,
+            } => (nonce, valid_until, seq),
             CheckpointSlot::Ended => return Err(CheckpointError::ShardEnded { key: key.clone() }),
             CheckpointSlot::NotHeld => return Err(not_held()),
         };
         let deadline = valid_until.min(self.now() + self.config.store_timeout);
         let outcome = self
             .store
-            .checkpoint(key, &self.id, tenure, seq, value, deadline)
+            .checkpoint(key, nonce, &self.id, tenure, seq, value, deadline)
             .await
             .map_err(|source| CheckpointError::Store {
                 key: key.clone(),
@@ -42,7 +46,8 @@ impl Ledger for Arc<Shared> {
             // application made two at once, or this one's first attempt was lost and retried).
             Outcome::LostRace {
                 current: Some(current),
-            } if current.is_owned_by(&self.id)
+            } if current.nonce == nonce
+                && current.is_owned_by(&self.id)
                 && current.tenure == tenure
                 && current
                     .checkpoint_write

@@ -34,7 +34,7 @@ pub(crate) async fn control(
                 Phase::Waiting { report_at } if report_at <= now => due.push(key.clone()),
                 Phase::Waiting { report_at } => wake = wake.min(report_at),
                 Phase::Stopping(StopReason::Retired { deadline }) if deadline <= now => {
-                    overdue.push((key.clone(), held.tenure));
+                    overdue.push((key.clone(), held.nonce, held.tenure));
                 }
                 Phase::Stopping(StopReason::Retired { deadline }) => wake = wake.min(deadline),
                 _ => {}
@@ -47,13 +47,13 @@ pub(crate) async fn control(
         for key in due {
             shared.report(&key);
         }
-        for (key, tenure) in overdue {
+        for (key, nonce, tenure) in overdue {
             shared.lose(
                 &key,
                 Some(tenure),
                 "the application did not finish a retired lease in time",
             );
-            spawn_finish(&shared, key, Finish::Retire { tenure });
+            spawn_finish(&shared, key, Finish::Retire { nonce, tenure });
         }
         let sleep = async {
             match next {

@@ -243,7 +243,13 @@ async fn apply(shared: &Arc<Shared>, discovery: &mut Discovery, plan: DiscoveryP
             DiscoveryAction::Delete { lease, reason } => {
                 let outcome = shared
                     .store
-                    .delete(&lease.key, lease.counter, lease.tenure, deadline)
+                    .delete(
+                        &lease.key,
+                        lease.nonce,
+                        lease.counter,
+                        lease.tenure,
+                        deadline,
+                    )
                     .await;
                 let (label, why) = match reason {
                     DeleteReason::ParentDone => {
@@ -272,6 +278,7 @@ async fn apply(shared: &Arc<Shared>, discovery: &mut Discovery, plan: DiscoveryP
                     .store
                     .request_handoff(
                         &lease.key,
+                        lease.nonce,
                         owner,
                         lease.tenure,
                         &WorkerId::retire_marker(),

@@ -12,6 +12,9 @@ use super::state::{Finish, Shared};
 use crate::lease::{Lease, LeaseKey, WorkerId};
 use crate::store::Outcome;
 
+/// A tenure of an item: its [`Lease::nonce`] and the tenure's number.
+type Tenure = (u64, u64);
+
 /// Hands a finished lease over, or releases it, in a tracked task.
 pub(crate) fn spawn_finish(shared: &Arc<Shared>, key: LeaseKey, finish: Finish) {
     let task_shared = Arc::clone(shared);
@@ -36,10 +39,10 @@ async fn finish_now(shared: &Arc<Shared>, key: LeaseKey, finish: Finish) {
         // last round: a round long past, which is all the taker's judgement rests on when
         // rounds are rare, saw a requester between two sessions as gone, and the lease went
         // elsewhere while the requester waited for the slow scan.
-        Finish::HandOff { tenure, to } => {
+        Finish::HandOff { nonce, tenure, to } => {
             match shared
                 .store
-                .complete_handoff(&key, me, tenure, &to, deadline)
+                .complete_handoff(&key, nonce, me, tenure, &to, deadline)
                 .await
             {
                 Ok(Outcome::Done(handed)) => {
@@ -83,19 +86,27 @@ async fn finish_now(shared: &Arc<Shared>, key: LeaseKey, finish: Finish) {
                 }
             }
         }
-        Finish::Release { tenure, ended } => release(shared, key, tenure, ended, deadline).await,
-        Finish::Retire { tenure } => retire(shared, &key, tenure, deadline).await,
-        Finish::GiveUp { tenure } => give_up(shared, key, tenure, deadline).await,
+        Finish::Release {
+            nonce,
+            tenure,
+            ended,
+        } => release(shared, key, (nonce, tenure), ended, deadline).await,
+        Finish::Retire { nonce, tenure } => retire(shared, &key, (nonce, tenure), deadline).await,
+        Finish::GiveUp { nonce, tenure } => give_up(shared, key, (nonce, tenure), deadline).await,
     }
 }
 
 /// Releases a lease lost here because its validity ended unrenewed, once the application let
 /// go of it: its peers take it at their next round instead of after its expiry, which late
-/// renewals may push back. Conditional on this owner and tenure, so it never touches the lease
-/// once somebody else has taken it.
-async fn give_up(shared: &Shared, key: LeaseKey, tenure: u64, deadline: Instant) {
+/// renewals may push back. Conditional on this item, owner and tenure, so it never touches the
+/// lease once somebody else has taken it.
+async fn give_up(shared: &Shared, key: LeaseKey, (nonce, tenure): Tenure, deadline: Instant) {
     let me = &shared.id;
-    match shared.store.release(&key, me, tenure, deadline).await {
+    match shared
+        .store
+        .release(&key, nonce, me, tenure, deadline)
+        .await
+    {
         Ok(Outcome::Done(lease)) => {
             tracing::info!(lease_key = %key, tenure, "lease lost here given up in the table");
             place(shared, lease, deadline).await;
@@ -112,9 +123,18 @@ async fn give_up(shared: &Shared, key: LeaseKey, tenure: u64, deadline: Instant)
 
 /// Gives up a lease this worker owns in `tenure`; `ended`: because its shard was processed to
 /// the end.
-async fn release(shared: &Shared, key: LeaseKey, tenure: u64, ended: bool, deadline: Instant) {
+async fn release(
+    shared: &Shared,
+    key: LeaseKey,
+    (nonce, tenure): Tenure,
+    ended: bool,
+    deadline: Instant,
+) {
     let me = &shared.id;
-    let outcome = shared.store.release(&key, me, tenure, deadline).await;
+    let outcome = shared
+        .store
+        .release(&key, nonce, me, tenure, deadline)
+        .await;
     if outcome.is_ok() {
         // An abandoned lease is no longer held here by nobody.
         shared.release_answered(&key);
@@ -186,7 +206,16 @@ async fn follow(shared: &Shared, to: &WorkerId, handed: Lease) {
         };
         let record = match shared.store.get_member(to, true, deadline).await {
             Ok(record) => record.map(|m| (m.incarnation, m.heartbeat)),
-            Err(_) => seen,
+            // A read that failed tells nothing of the receiver: taken as "unchanged", it
+            // would fence a live session after one failed read. Read again soon.
+            Err(err) => {
+                tracing::debug!(to = %to, error = %err, "could not read the receiver of a lease handed over; reading again");
+                shared
+                    .clock
+                    .sleep_until(shared.now() + config.renew_interval)
+                    .await;
+                continue;
+            }
         };
         match record {
             Some((Some(incarnation), heartbeat)) if seen == record => {
@@ -255,7 +284,7 @@ pub(crate) async fn place(shared: &Shared, lease: Lease, deadline: Instant) {
         };
         match shared
             .store
-            .give(&lease.key, &receiver.worker, counter, deadline)
+            .give(&lease.key, lease.nonce, &receiver.worker, counter, deadline)
             .await
         {
             Ok(Outcome::Done(given)) => {
@@ -295,11 +324,15 @@ const RETIRE_ATTEMPTS: usize = 3;
 /// Deletes a lease this worker owns in `tenure`, whose shard left the source. The delete is
 /// conditioned on the counter just read, so it never removes a lease somebody else has taken
 /// or re-created; if it keeps missing, the lease expires and the discoverer deletes it.
-async fn retire(shared: &Shared, key: &LeaseKey, tenure: u64, deadline: Instant) {
+async fn retire(shared: &Shared, key: &LeaseKey, (nonce, tenure): Tenure, deadline: Instant) {
     let me = &shared.id;
     for _ in 0..RETIRE_ATTEMPTS {
         let lease = match shared.store.get(key, deadline).await {
-            Ok(Some(lease)) if lease.is_owned_by(me) && lease.tenure == tenure => lease,
+            Ok(Some(lease))
+                if lease.nonce == nonce && lease.is_owned_by(me) && lease.tenure == tenure =>
+            {
+                lease
+            }
             Ok(_) => {
                 tracing::info!(lease_key = %key, "retirement overtaken: the lease had moved on or is gone");
                 return;
@@ -312,7 +345,7 @@ async fn retire(shared: &Shared, key: &LeaseKey, tenure: u64, deadline: Instant)
         };
         match shared
             .store
-            .delete(key, lease.counter, tenure, deadline)
+            .delete(key, nonce, lease.counter, tenure, deadline)
             .await
         {
             Ok(Outcome::Done(_)) => {

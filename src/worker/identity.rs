@@ -12,7 +12,9 @@
 //!   still working; when the lease turns up as ours later, it is reported as a forced take
 //!   from the moment the first unanswered attempt started.
 
+use std::collections::hash_map::Entry;
 use std::collections::HashMap;
+use std::time::Duration;
 
 use tokio::time::Instant;
 
@@ -33,8 +35,17 @@ pub(crate) enum Ownership {
 pub(crate) struct Identity {
     me: WorkerId,
     incarnation: Incarnation,
-    /// Takes whose answer this process did not see: when the first such attempt started.
-    unanswered: HashMap<LeaseKey, Instant>,
+    /// Takes whose answer this process did not see, one per key: the one that may still land.
+    unanswered: HashMap<LeaseKey, Unanswered>,
+}
+
+/// A take whose answer this process did not see: the item (its nonce) and the counter it was
+/// conditioned on, and when the first attempt from that observation started.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+struct Unanswered {
+    nonce: u64,
+    counter: u64,
+    since: Instant,
 }
 
 impl Identity {
@@ -67,15 +78,70 @@ impl Identity {
         }
     }
 
-    /// A take of `key` started at `since` went unanswered (the earliest such start is kept).
-    pub fn unanswered(&mut self, key: LeaseKey, since: Instant) {
-        let first = self.unanswered.entry(key).or_insert(since);
-        *first = (*first).min(since);
+    /// A take of `observed` started at `since` went unanswered. Attempts from one observation
+    /// count from the first. Of two observations of one item, only the take of the later one
+    /// (the higher counter) can still land: the table was past the other's counter when it
+    /// was read. Of two items of the key, one was deleted and its take can never land; not
+    /// knowing which, the later start is kept, which reports later (the safe side). So a take
+    /// never inherits the start of an older one that can no longer land.
+    pub fn unanswered(&mut self, observed: &Lease, since: Instant) {
+        let new = Unanswered {
+            nonce: observed.nonce,
+            counter: observed.counter,
+            since,
+        };
+        match self.unanswered.entry(observed.key.clone()) {
+            Entry::Vacant(entry) => {
+                entry.insert(new);
+            }
+            Entry::Occupied(mut entry) => {
+                let old = entry.get_mut();
+                let replace = if old.nonce != new.nonce {
+                    new.since > old.since
+                } else if new.counter == old.counter {
+                    old.since = old.since.min(new.since);
+                    false
+                } else {
+                    new.counter > old.counter
+                };
+                if replace {
+                    *old = new;
+                }
+            }
+        }
     }
 
-    /// When the first unanswered take of `key` started, if one may still matter.
-    pub fn unanswered_since(&self, key: &LeaseKey) -> Option<Instant> {
-        self.unanswered.get(key).copied()
+    /// When the unanswered take of `key` that may have landed on the item `nonce` started.
+    pub fn unanswered_since(&self, key: &LeaseKey, nonce: u64) -> Option<Instant> {
+        self.unanswered
+            .get(key)
+            .filter(|u| u.nonce == nonce)
+            .map(|u| u.since)
+    }
+
+    /// Forgets the unanswered takes that `leases` (a view read after they were sent) shows
+    /// can no longer matter: the same item, past the counter observed and not this process's
+    /// (had the take landed and stayed ours, the lease would show as ours, and its next take
+    /// answers it). A take of an item the view does not show (deleted, or not listed yet) is
+    /// forgotten once it is `horizon` old.
+    pub fn settle(&mut self, leases: &[Lease], now: Instant, horizon: Duration) {
+        if self.unanswered.is_empty() {
+            return;
+        }
+        let by_key: HashMap<&LeaseKey, &Lease> = leases.iter().map(|l| (&l.key, l)).collect();
+        let ours = |lease: &Lease| self.ownership(lease) == Ownership::Ours;
+        let settled: Vec<LeaseKey> = self
+            .unanswered
+            .iter()
+            .filter(|(key, u)| match by_key.get(key) {
+                Some(lease) if lease.nonce == u.nonce => lease.counter > u.counter && !ours(lease),
+                _ => now.saturating_duration_since(u.since) >= horizon,
+            })
+            .map(|(key, _)| key.clone())
+            .collect();
+        for key in settled {
+            self.unanswered.remove(&key);
+        }
     }
 
     /// A take of `key` was answered: earlier unanswered attempts no longer matter.
@@ -144,11 +210,92 @@ mod tests {
         let mut id = identity();
         let t0 = Instant::now();
         let key = LeaseKey::new("k").unwrap();
-        id.unanswered(key.clone(), t0 + 2 * second);
-        id.unanswered(key.clone(), t0);
-        id.unanswered(key.clone(), t0 + 3 * second);
-        assert_eq!(id.unanswered_since(&key), Some(t0));
+        let observed = lease("k", None, 1, 1);
+        id.unanswered(&observed, t0 + 2 * second);
+        id.unanswered(&observed, t0);
+        id.unanswered(&observed, t0 + 3 * second);
+        assert_eq!(id.unanswered_since(&key, observed.nonce), Some(t0));
+        assert_eq!(
+            id.unanswered_since(&key, observed.nonce + 1),
+            None,
+            "another item"
+        );
         id.answered(&key);
-        assert_eq!(id.unanswered_since(&key), None);
+        assert_eq!(id.unanswered_since(&key, observed.nonce), None);
+    }
+
+    #[test]
+    fn a_later_unanswered_take_never_inherits_the_start_of_one_that_can_no_longer_land() {
+        let second = std::time::Duration::from_secs(1);
+        let mut id = identity();
+        let t0 = Instant::now();
+        let key = LeaseKey::new("k").unwrap();
+        let first = lease("k", Some(("b", Some(TWIN))), 1, 1);
+        id.unanswered(&first, t0);
+        // Read again later: the item moved on (another worker took it), and a take of that
+        // observation went unanswered too. The first can no longer land.
+        let mut later = first.clone();
+        later.counter += 2;
+        id.unanswered(&later, t0 + 600 * second);
+        assert_eq!(
+            id.unanswered_since(&key, first.nonce),
+            Some(t0 + 600 * second)
+        );
+        // A take from an older view than one already sent cannot land either.
+        id.unanswered(&first, t0 + 700 * second);
+        assert_eq!(
+            id.unanswered_since(&key, first.nonce),
+            Some(t0 + 600 * second)
+        );
+        // Another item of the key: the later start is kept.
+        let mut other = later.clone();
+        other.nonce += 1;
+        id.unanswered(&other, t0 + 800 * second);
+        assert_eq!(
+            id.unanswered_since(&key, other.nonce),
+            Some(t0 + 800 * second)
+        );
+        assert_eq!(id.unanswered_since(&key, first.nonce), None);
+    }
+
+    #[test]
+    fn unanswered_takes_are_forgotten_once_a_view_shows_they_no_longer_matter() {
+        let second = std::time::Duration::from_secs(1);
+        let horizon = 60 * second;
+        let mut id = identity();
+        let t0 = Instant::now();
+        let taken_away = lease("a", None, 1, 1);
+        let landed = lease("b", None, 1, 1);
+        let gone = lease("c", None, 1, 1);
+        for observed in [&taken_away, &landed, &gone] {
+            id.unanswered(observed, t0);
+        }
+        let mut moved = taken_away.clone();
+        moved.counter += 2;
+        moved.owner = Some(WorkerId::new("other").unwrap());
+        let mut ours = landed.clone();
+        ours.counter += 1;
+        ours.owner = Some(me());
+        ours.owner_incarnation = Some(MINE);
+        let view = [moved, ours.clone()];
+        id.settle(&view, t0 + second, horizon);
+        assert_eq!(id.unanswered_since(&taken_away.key, taken_away.nonce), None);
+        assert_eq!(
+            id.unanswered_since(&landed.key, landed.nonce),
+            Some(t0),
+            "ours: still to answer"
+        );
+        assert_eq!(
+            id.unanswered_since(&gone.key, gone.nonce),
+            Some(t0),
+            "not listed: kept a while"
+        );
+        id.settle(&view, t0 + horizon, horizon);
+        assert_eq!(
+            id.unanswered_since(&gone.key, gone.nonce),
+            None,
+            "not listed for the horizon"
+        );
+        assert_eq!(id.unanswered_since(&landed.key, landed.nonce), Some(t0));
     }
 }

@@ -659,7 +659,7 @@ async fn leave(shared: &Arc<Shared>, leaving: &Leaving) {
     leaving.taker_cancel.cancel();
     let deadline = shared.now() + shared.config.shutdown_timeout;
     let asking;
-    let leases: Vec<(LeaseKey, u64, Phase)> = {
+    let leases: Vec<(LeaseKey, u64, u64, Phase)> = {
         let mut state = shared.lock();
         state.shutting_down = true;
         state.pending.clear();
@@ -667,7 +667,7 @@ async fn leave(shared: &Arc<Shared>, leaving: &Leaving) {
         state
             .held
             .iter()
-            .map(|(k, h)| (k.clone(), h.tenure, h.phase.clone()))
+            .map(|(k, h)| (k.clone(), h.nonce, h.tenure, h.phase.clone()))
             .collect()
     };
     tracing::info!(worker = %shared.id, leases = leases.len(), "shutting down");
@@ -685,7 +685,7 @@ async fn leave(shared: &Arc<Shared>, leaving: &Leaving) {
     // the middle): told now, they are done (and given on) at once, not when the chores
     // find them long after the fleet settled (seed 10985549997839306136).
     tell_owners(shared, asking, deadline).await;
-    for (key, tenure, phase) in leases {
+    for (key, nonce, tenure, phase) in leases {
         let finish = match phase {
             // Never reported: nothing to finish here. Released at once only when its
             // report time has come (a quiet period): a forced take (a handoff timeout, a
@@ -697,6 +697,7 @@ async fn leave(shared: &Arc<Shared>, leaving: &Leaving) {
                 shared.lock().held.remove(&key);
                 if report_at <= shared.now() {
                     Some(state::Finish::Release {
+                        nonce,
                         tenure,
                         ended: false,
                     })

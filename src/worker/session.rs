@@ -456,7 +456,7 @@ async fn revoke(shared: &Arc<Shared>, key: LeaseKey) -> bool {
     let Some(to) = lease.handoff_to.clone().filter(|to| *to != shared.id) else {
         return true;
     };
-    let tenure = lease.tenure;
+    let (nonce, tenure) = (lease.nonce, lease.tenure);
     let (held, waiting) = {
         let state = shared.lock();
         if state.taking.contains(&key) {
@@ -476,7 +476,7 @@ async fn revoke(shared: &Arc<Shared>, key: LeaseKey) -> bool {
         // Nothing here works on it (never reported to the application): at once.
         tracing::warn!(lease_key = %key, to = %to, "a handoff not done in time: handing the lease over");
         shared.lose(&key, Some(tenure), "a handoff was not finished in time");
-        spawn_finish(shared, key, Finish::handing_over(tenure, to));
+        spawn_finish(shared, key, Finish::handing_over(nonce, tenure, to));
         return true;
     }
     // The application is told the lease is lost, and the lease handed over once it let go
@@ -487,7 +487,7 @@ async fn revoke(shared: &Arc<Shared>, key: LeaseKey) -> bool {
     shared
         .lock()
         .revoked
-        .insert(key.clone(), (tenure, to.clone()));
+        .insert(key.clone(), (tenure, nonce, to.clone()));
     shared.lose(&key, Some(tenure), "a handoff was not finished in time");
     let task_shared = Arc::clone(shared);
     let limit = shared.now() + shared.config.handoff_timeout;
@@ -497,13 +497,13 @@ async fn revoke(shared: &Arc<Shared>, key: LeaseKey) -> bool {
             let late = {
                 let mut state = task_shared.lock();
                 match state.revoked.get(&key) {
-                    Some((t, _)) if *t == tenure => state.revoked.remove(&key),
+                    Some((t, _, _)) if *t == tenure => state.revoked.remove(&key),
                     _ => None,
                 }
             };
-            if let Some((_, to)) = late {
+            if let Some((_, nonce, to)) = late {
                 tracing::warn!(lease_key = %key, "the application did not let go of a revoked lease in time: handing it over anyway");
-                spawn_finish(&task_shared, key, Finish::handing_over(tenure, to));
+                spawn_finish(&task_shared, key, Finish::handing_over(nonce, tenure, to));
             }
         }
         .in_current_span(),
@@ -558,7 +558,11 @@ async fn look(shared: &Arc<Shared>, key: LeaseKey, lease: Option<Lease>, start: 
                     return true;
                 }
                 tracing::info!(lease_key = %key, to = %to, "a lease of this session not held here was asked for: handing it over");
-                spawn_finish(shared, key, Finish::handing_over(lease.tenure, to.clone()));
+                spawn_finish(
+                    shared,
+                    key,
+                    Finish::handing_over(lease.nonce, lease.tenure, to.clone()),
+                );
             }
             // Ours in the table and not held here: the next placement round resumes it.
             (None, _) => shared.rescan.notify_one(),

@@ -8,6 +8,7 @@
 use std::collections::{BTreeMap, HashMap, HashSet};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
+use std::time::Duration;
 
 use tokio::sync::{mpsc, watch, Notify};
 use tokio::time::Instant;
@@ -61,6 +62,8 @@ pub(crate) enum Phase {
 
 #[derive(Debug)]
 pub(crate) struct Held {
+    /// The item held (its [`Lease::nonce`]): every write of the tenure names it.
+    pub nonce: u64,
     pub tenure: u64,
     pub valid_until: Instant,
     pub phase: Phase,
@@ -91,8 +94,12 @@ impl LetGoWait {
 
 /// What [`Shared::checkpoint_slot`] found.
 pub(crate) enum CheckpointSlot {
-    /// Held in the tenure: write by `valid_until`, numbered `seq`.
-    Open { valid_until: Instant, seq: u64 },
+    /// Held in the tenure of item `nonce`: write by `valid_until`, numbered `seq`.
+    Open {
+        nonce: u64,
+        valid_until: Instant,
+        seq: u64,
+    },
     /// Checkpointed at the end of its shard already.
     Ended,
     /// Not held here in the tenure (or not yet reported, or its validity passed).
@@ -115,13 +122,13 @@ pub(crate) struct State {
     /// Leases whose grant was abandoned, until their release is answered (or, if it fails,
     /// until the validity they had here ends), by that validity.
     pub abandoned: BTreeMap<LeaseKey, Instant>,
-    /// Leases lost here because their validity ended unrenewed (not refused), by tenure:
-    /// given up in the table once the application lets go of the grant (see
+    /// Leases lost here because their validity ended unrenewed (not refused), by tenure and
+    /// item: given up in the table once the application lets go of the grant (see
     /// [`Shared::expire`]).
-    pub unrenewed: BTreeMap<LeaseKey, u64>,
-    /// Leases revoked here (a handoff not done in time), by tenure, with the
+    pub unrenewed: BTreeMap<LeaseKey, (u64, u64)>,
+    /// Leases revoked here (a handoff not done in time), by tenure and item, with the
     /// worker they go to: handed over once the application lets go of the grant.
-    pub revoked: BTreeMap<LeaseKey, (u64, WorkerId)>,
+    pub revoked: BTreeMap<LeaseKey, (u64, u64, WorkerId)>,
     pub shutting_down: bool,
     /// Leases a take of this worker is in flight for.
     pub taking: HashSet<LeaseKey>,
@@ -130,9 +137,18 @@ pub(crate) struct State {
     /// A worker that leaves tells those owners, so that no request of a worker gone waits for
     /// the chores to be told, long after the fleet settled (seed 10985549997839306136).
     pub asking: BTreeMap<LeaseKey, (WorkerId, Incarnation)>,
-    /// The tenure each lease was last taken in by this process: a later take that finds the
-    /// lease in that tenure under this incarnation met this earlier take, not its own.
-    pub took: HashMap<LeaseKey, u64>,
+    /// The item and tenure each lease was last taken in by this process: a later take that
+    /// finds the lease in that tenure under this incarnation met this earlier take, not its
+    /// own. Pruned by [`Shared::forget_takes`].
+    pub took: HashMap<LeaseKey, Took>,
+}
+
+/// A take of this process: the item, the tenure it made, and when its answer came.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Took {
+    pub nonce: u64,
+    pub tenure: u64,
+    pub at: Instant,
 }
 
 pub(crate) use crate::notice::{
@@ -233,36 +249,35 @@ pub(crate) struct Shared {
     pub expecting: Mutex<Option<Instant>>,
 }
 
-/// What to do after the application finished with a lease.
+/// What to do after the application finished with a lease: each write names the item
+/// (`nonce`) and the tenure it ends.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub(crate) enum Finish {
     HandOff {
+        nonce: u64,
         tenure: u64,
         to: WorkerId,
     },
     /// Give the lease up; `ended`: because its shard was processed to the end.
     Release {
+        nonce: u64,
         tenure: u64,
         ended: bool,
     },
     /// Delete the lease: its shard left the source.
-    Retire {
-        tenure: u64,
-    },
+    Retire { nonce: u64, tenure: u64 },
     /// Release the lease, lost here because its validity ended unrenewed: the application
     /// was told it is lost and has let go.
-    GiveUp {
-        tenure: u64,
-    },
+    GiveUp { nonce: u64, tenure: u64 },
 }
 
 impl Finish {
     /// Hand the lease over to `to` (retire it, if `to` is the retirement marker).
-    pub(crate) fn handing_over(tenure: u64, to: WorkerId) -> Self {
+    pub(crate) fn handing_over(nonce: u64, tenure: u64, to: WorkerId) -> Self {
         if to.is_retire_marker() {
-            Finish::Retire { tenure }
+            Finish::Retire { nonce, tenure }
         } else {
-            Finish::HandOff { tenure, to }
+            Finish::HandOff { nonce, tenure, to }
         }
     }
 }
@@ -675,6 +690,32 @@ impl Shared {
         }
     }
 
+    /// Forgets the takes of this process that no take can meet any more: those `leases` (a
+    /// view read now) shows the item of in a later tenure (tenures only grow), and, once
+    /// `horizon` old, those of leases neither held nor being taken here (a take is decided on
+    /// a view at most a round old). So `took` holds no more than the leases in the table and
+    /// those taken within the horizon, however many keys come and go.
+    pub fn forget_takes(&self, leases: &[Lease], horizon: Duration) {
+        let now = self.now();
+        let mut state = self.lock();
+        if state.took.is_empty() {
+            return;
+        }
+        let by_key: HashMap<&LeaseKey, &Lease> = leases.iter().map(|l| (&l.key, l)).collect();
+        let State {
+            took, held, taking, ..
+        } = &mut *state;
+        took.retain(|key, t| {
+            let moved_on = by_key
+                .get(key)
+                .is_some_and(|l| l.nonce == t.nonce && l.tenure > t.tenure);
+            let old = now.saturating_duration_since(t.at) >= horizon
+                && !held.contains_key(key)
+                && !taking.contains(key);
+            !moved_on && !old
+        });
+    }
+
     /// The release of an abandoned lease was answered: it is no longer stalled here.
     pub fn release_answered(&self, key: &LeaseKey) {
         self.lock().abandoned.remove(key);
@@ -719,6 +760,7 @@ impl Shared {
         }
         held.checkpoints += 1;
         CheckpointSlot::Open {
+            nonce: held.nonce,
             valid_until: held.valid_until,
             seq: held.checkpoints,
         }
@@ -737,6 +779,7 @@ impl Shared {
     ) -> Option<Finish> {
         let Lease {
             key,
+            nonce,
             tenure,
             checkpoint,
             parents,
@@ -748,6 +791,7 @@ impl Shared {
             tracing::info!(lease_key = %key, tenure, "lease of a finished shard received; releasing it");
             self.lock().pending.remove(&key);
             return Some(Finish::Release {
+                nonce,
                 tenure,
                 ended: true,
             });
@@ -777,6 +821,7 @@ impl Shared {
         state.held.insert(
             key.clone(),
             Held {
+                nonce,
                 tenure,
                 valid_until,
                 phase: Phase::Waiting { report_at },
@@ -876,31 +921,34 @@ impl Shared {
     /// reported, counted and logged).
     pub fn finish(&self, key: &LeaseKey, tenure: u64, how: LetGo) -> Option<Finish> {
         let mut state = self.lock();
-        if state.revoked.get(key).is_some_and(|(t, _)| *t == tenure) {
-            let (_, to) = state.revoked.remove(key).expect("present");
-            return Some(Finish::handing_over(tenure, to));
+        if state.revoked.get(key).is_some_and(|(t, _, _)| *t == tenure) {
+            let (_, nonce, to) = state.revoked.remove(key).expect("present");
+            return Some(Finish::handing_over(nonce, tenure, to));
         }
-        if state.unrenewed.get(key) == Some(&tenure) {
+        if let Some(&(_, nonce)) = state.unrenewed.get(key).filter(|(t, _)| *t == tenure) {
             state.unrenewed.remove(key);
-            return Some(Finish::GiveUp { tenure });
+            return Some(Finish::GiveUp { nonce, tenure });
         }
         let held = state.held.get_mut(key).filter(|h| h.tenure == tenure)?;
         held.app_done = true;
         let abandoned =
             matches!(held.phase, Phase::Active) && !held.ended && how != LetGo::Finished;
-        let valid_until = held.valid_until;
+        let (valid_until, nonce) = (held.valid_until, held.nonce);
         let finish = match (&held.phase, held.ended) {
-            (Phase::Stopping(StopReason::Retired { .. }), _) => Finish::Retire { tenure },
+            (Phase::Stopping(StopReason::Retired { .. }), _) => Finish::Retire { nonce, tenure },
             (Phase::Active | Phase::Stopping(_), true) => Finish::Release {
+                nonce,
                 tenure,
                 ended: true,
             },
             (Phase::Stopping(StopReason::Handoff { to, .. }), false) => Finish::HandOff {
+                nonce,
                 tenure,
                 to: to.clone(),
             },
             (Phase::Stopping(StopReason::Shutdown { .. }) | Phase::Active, false) => {
                 Finish::Release {
+                    nonce,
                     tenure,
                     ended: false,
                 }
@@ -973,8 +1021,10 @@ impl Shared {
     /// lets go of its grant. A lease never reported is left to expire instead: it may be a
     /// forced take whose previous holder is still processing it.
     pub fn expire(&self, key: &LeaseKey, tenure: u64) {
-        let reported = match self.lock().held.get(key) {
-            Some(held) if held.tenure == tenure => !matches!(held.phase, Phase::Waiting { .. }),
+        let (reported, nonce) = match self.lock().held.get(key) {
+            Some(held) if held.tenure == tenure => {
+                (!matches!(held.phase, Phase::Waiting { .. }), held.nonce)
+            }
             _ => return,
         };
         self.lose(
@@ -983,7 +1033,7 @@ impl Shared {
             "validity ended without a successful renewal",
         );
         if reported {
-            self.lock().unrenewed.insert(key.clone(), tenure);
+            self.lock().unrenewed.insert(key.clone(), (tenure, nonce));
         }
     }
 

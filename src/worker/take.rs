@@ -9,7 +9,7 @@ use tracing::Instrument;
 
 use super::finish::spawn_finish;
 use super::metrics;
-use super::state::{notice_text, Pending, Shared};
+use super::state::{notice_text, Pending, Shared, Took};
 use crate::config::WorkerConfig;
 use crate::expiry::ExpiryTracker;
 use crate::lease::{Incarnation, Lease, LeaseKey, WorkerId};
@@ -93,9 +93,9 @@ pub(crate) enum Job {
 pub(crate) enum Answer {
     /// The lease was taken (its answer seen).
     Taken(LeaseKey),
-    /// The take may have landed, but its answer was lost; `since`: when the first unanswered
-    /// attempt started.
-    Unanswered { key: LeaseKey, since: Instant },
+    /// The take may have landed, but its answer was lost; `observed`: the lease as the take
+    /// read it, `since`: when the first unanswered attempt started.
+    Unanswered { observed: Lease, since: Instant },
     /// Somebody else changed the lease first.
     LostRace,
     /// No take landed, or no take was made.
@@ -125,10 +125,14 @@ impl Job {
                         .asking
                         .insert(lease.key.clone(), (from.clone(), incarnation));
                 }
-                let request =
-                    shared
-                        .store
-                        .request_handoff(&lease.key, &from, lease.tenure, me, deadline);
+                let request = shared.store.request_handoff(
+                    &lease.key,
+                    lease.nonce,
+                    &from,
+                    lease.tenure,
+                    me,
+                    deadline,
+                );
                 let tell = match request.await {
                     Ok(Outcome::Done(_)) => {
                         metrics::handoff_requested(me);
@@ -211,12 +215,19 @@ pub(crate) async fn take(
     };
     let outcome = shared
         .store
-        .take(&lease.key, me, incarnation, lease.counter, deadline)
+        .take(
+            &lease.key,
+            lease.nonce,
+            me,
+            incarnation,
+            lease.counter,
+            deadline,
+        )
         .await;
     let took_before = {
         let mut state = shared.lock();
         state.taking.remove(&lease.key);
-        state.took.get(&lease.key).copied()
+        state.took.get(&lease.key).map(|t| (t.nonce, t.tenure))
     };
     let landed_maybe = match &outcome {
         Ok(Outcome::Done(_)) => true,
@@ -244,7 +255,7 @@ pub(crate) async fn take(
             current: Some(current),
         }) if current.is_owned_by_incarnation(me, incarnation)
             && current.tenure == lease.tenure + 1
-            && took_before != Some(current.tenure) =>
+            && took_before != Some((current.nonce, current.tenure)) =>
         {
             current
         }
@@ -266,7 +277,7 @@ pub(crate) async fn take(
                 Report::Quiet | Report::Acknowledged { .. } => start,
             };
             return Answer::Unanswered {
-                key: lease.key,
+                observed: lease,
                 since,
             };
         }
@@ -290,7 +301,12 @@ pub(crate) async fn take(
     tracing::info!(lease_key = %taken.key, previous = ?lease.owner, previous_incarnation = ?lease.owner_incarnation, forced, tenure = taken.tenure, "lease taken");
     let key = taken.key.clone();
     let tenure = taken.tenure;
-    shared.lock().took.insert(key.clone(), tenure);
+    let took = Took {
+        nonce: taken.nonce,
+        tenure,
+        at: shared.now(),
+    };
+    shared.lock().took.insert(key.clone(), took);
     if let Some(release) = shared.hold(taken, shared.validity_from(start), report_at) {
         spawn_finish(shared, key.clone(), release);
     }

@@ -245,7 +245,7 @@ async fn a_lease_deleted_by_hand_is_recreated_from_its_last_checkpoint() {
         let lease = fleet.store.get(&s0, deadline).await.unwrap().unwrap();
         let deleted = fleet
             .store
-            .delete(&s0, lease.counter, lease.tenure, deadline)
+            .delete(&s0, lease.nonce, lease.counter, lease.tenure, deadline)
             .await
             .unwrap();
         if let Outcome::Done(_) = deleted {

@@ -57,7 +57,14 @@ async fn held_by<S: LeaseStore>(store: &S, name: &str, owner: &WorkerId) -> Leas
     let lease = created(store, name).await;
     done(
         store
-            .take(&lease.key, owner, PROCESS, lease.counter, deadline())
+            .take(
+                &lease.key,
+                lease.nonce,
+                owner,
+                PROCESS,
+                lease.counter,
+                deadline(),
+            )
             .await
             .unwrap(),
         "take",
@@ -110,7 +117,14 @@ pub async fn renew_needs_owner_and_tenure<T: Target>(target: &T, test: &str) {
     let lease = held_by(&store, "shard-1", &a).await;
     let renewed = done(
         store
-            .renew(&lease.key, &a, lease.tenure, Some(2.5), deadline())
+            .renew(
+                &lease.key,
+                lease.nonce,
+                &a,
+                lease.tenure,
+                Some(2.5),
+                deadline(),
+            )
             .await
             .unwrap(),
         "renew",
@@ -119,7 +133,7 @@ pub async fn renew_needs_owner_and_tenure<T: Target>(target: &T, test: &str) {
     assert_eq!((renewed.tenure, renewed.load), (lease.tenure, Some(2.5)));
     let again = done(
         store
-            .renew(&lease.key, &a, lease.tenure, None, deadline())
+            .renew(&lease.key, lease.nonce, &a, lease.tenure, None, deadline())
             .await
             .unwrap(),
         "renew without load",
@@ -132,7 +146,7 @@ pub async fn renew_needs_owner_and_tenure<T: Target>(target: &T, test: &str) {
 
     let current = lost(
         store
-            .renew(&lease.key, &b, lease.tenure, None, deadline())
+            .renew(&lease.key, lease.nonce, &b, lease.tenure, None, deadline())
             .await
             .unwrap(),
         "renew by a non-owner",
@@ -140,7 +154,14 @@ pub async fn renew_needs_owner_and_tenure<T: Target>(target: &T, test: &str) {
     assert_eq!(current, Some(again.clone()));
     let current = lost(
         store
-            .renew(&lease.key, &a, lease.tenure + 1, None, deadline())
+            .renew(
+                &lease.key,
+                lease.nonce,
+                &a,
+                lease.tenure + 1,
+                None,
+                deadline(),
+            )
             .await
             .unwrap(),
         "renew in another tenure",
@@ -148,7 +169,7 @@ pub async fn renew_needs_owner_and_tenure<T: Target>(target: &T, test: &str) {
     assert_eq!(current, Some(again));
     let current = lost(
         store
-            .renew(&key("missing"), &a, 1, None, deadline())
+            .renew(&key("missing"), 1, &a, 1, None, deadline())
             .await
             .unwrap(),
         "renew of a missing lease",
@@ -162,7 +183,14 @@ pub async fn take_is_conditional_on_the_observed_counter<T: Target>(target: &T, 
     let lease = created(&store, "shard-1").await;
     let taken = done(
         store
-            .take(&lease.key, &a, PROCESS, lease.counter, deadline())
+            .take(
+                &lease.key,
+                lease.nonce,
+                &a,
+                PROCESS,
+                lease.counter,
+                deadline(),
+            )
             .await
             .unwrap(),
         "take unowned",
@@ -173,7 +201,14 @@ pub async fn take_is_conditional_on_the_observed_counter<T: Target>(target: &T, 
 
     let current = lost(
         store
-            .take(&lease.key, &b, PROCESS, lease.counter, deadline())
+            .take(
+                &lease.key,
+                lease.nonce,
+                &b,
+                PROCESS,
+                lease.counter,
+                deadline(),
+            )
             .await
             .unwrap(),
         "take with a stale counter",
@@ -182,7 +217,14 @@ pub async fn take_is_conditional_on_the_observed_counter<T: Target>(target: &T, 
 
     let stolen = done(
         store
-            .take(&lease.key, &b, PROCESS, taken.counter, deadline())
+            .take(
+                &lease.key,
+                lease.nonce,
+                &b,
+                PROCESS,
+                taken.counter,
+                deadline(),
+            )
             .await
             .unwrap(),
         "steal with the current counter",
@@ -192,7 +234,7 @@ pub async fn take_is_conditional_on_the_observed_counter<T: Target>(target: &T, 
     assert_eq!(stolen.owner_switches_since_checkpoint, 2);
     let current = lost(
         store
-            .take(&key("missing"), &a, PROCESS, 0, deadline())
+            .take(&key("missing"), 1, &a, PROCESS, 0, deadline())
             .await
             .unwrap(),
         "take of a missing lease",
@@ -206,7 +248,7 @@ pub async fn request_handoff_names_one_requester<T: Target>(target: &T, test: &s
     let lease = held_by(&store, "shard-1", &a).await;
     let requested = done(
         store
-            .request_handoff(&lease.key, &a, lease.tenure, &b, deadline())
+            .request_handoff(&lease.key, lease.nonce, &a, lease.tenure, &b, deadline())
             .await
             .unwrap(),
         "request",
@@ -218,7 +260,7 @@ pub async fn request_handoff_names_one_requester<T: Target>(target: &T, test: &s
     );
     let again = done(
         store
-            .request_handoff(&lease.key, &a, lease.tenure, &b, deadline())
+            .request_handoff(&lease.key, lease.nonce, &a, lease.tenure, &b, deadline())
             .await
             .unwrap(),
         "the same request again",
@@ -226,7 +268,7 @@ pub async fn request_handoff_names_one_requester<T: Target>(target: &T, test: &s
     assert_eq!(again.handoff_to, Some(b.clone()));
     let current = lost(
         store
-            .request_handoff(&lease.key, &a, lease.tenure, &c, deadline())
+            .request_handoff(&lease.key, lease.nonce, &a, lease.tenure, &c, deadline())
             .await
             .unwrap(),
         "a second requester",
@@ -234,7 +276,7 @@ pub async fn request_handoff_names_one_requester<T: Target>(target: &T, test: &s
     assert_eq!(current.unwrap().handoff_to, Some(b.clone()));
     let current = lost(
         store
-            .request_handoff(&lease.key, &c, lease.tenure, &b, deadline())
+            .request_handoff(&lease.key, lease.nonce, &c, lease.tenure, &b, deadline())
             .await
             .unwrap(),
         "a request naming the wrong owner",
@@ -251,7 +293,7 @@ pub async fn complete_handoff_moves_to_the_requester_in_a_new_tenure<T: Target>(
     let lease = held_by(&store, "shard-1", &a).await;
     let current = lost(
         store
-            .complete_handoff(&lease.key, &a, lease.tenure, &b, deadline())
+            .complete_handoff(&lease.key, lease.nonce, &a, lease.tenure, &b, deadline())
             .await
             .unwrap(),
         "complete without a request",
@@ -259,14 +301,14 @@ pub async fn complete_handoff_moves_to_the_requester_in_a_new_tenure<T: Target>(
     assert_eq!(current.unwrap().owner, Some(a.clone()));
     done(
         store
-            .request_handoff(&lease.key, &a, lease.tenure, &b, deadline())
+            .request_handoff(&lease.key, lease.nonce, &a, lease.tenure, &b, deadline())
             .await
             .unwrap(),
         "request",
     );
     let current = lost(
         store
-            .complete_handoff(&lease.key, &a, lease.tenure, &c, deadline())
+            .complete_handoff(&lease.key, lease.nonce, &a, lease.tenure, &c, deadline())
             .await
             .unwrap(),
         "complete to somebody who did not ask",
@@ -274,7 +316,7 @@ pub async fn complete_handoff_moves_to_the_requester_in_a_new_tenure<T: Target>(
     assert_eq!(current.unwrap().handoff_to, Some(b.clone()));
     let moved = done(
         store
-            .complete_handoff(&lease.key, &a, lease.tenure, &b, deadline())
+            .complete_handoff(&lease.key, lease.nonce, &a, lease.tenure, &b, deadline())
             .await
             .unwrap(),
         "complete",
@@ -288,14 +330,14 @@ pub async fn complete_handoff_moves_to_the_requester_in_a_new_tenure<T: Target>(
     assert_eq!(moved.owner_switches_since_checkpoint, 2);
     done(
         store
-            .renew(&lease.key, &b, moved.tenure, None, deadline())
+            .renew(&lease.key, lease.nonce, &b, moved.tenure, None, deadline())
             .await
             .unwrap(),
         "the new owner renews",
     );
     lost(
         store
-            .renew(&lease.key, &a, lease.tenure, None, deadline())
+            .renew(&lease.key, lease.nonce, &a, lease.tenure, None, deadline())
             .await
             .unwrap(),
         "the old owner renews",
@@ -313,7 +355,14 @@ pub async fn the_owner_incarnation_follows_every_change_of_owner<T: Target>(
     assert_eq!(lease.owner_incarnation, None, "a new lease has no owner");
     let taken = done(
         store
-            .take(&lease.key, &a, first, lease.counter, deadline())
+            .take(
+                &lease.key,
+                lease.nonce,
+                &a,
+                first,
+                lease.counter,
+                deadline(),
+            )
             .await
             .unwrap(),
         "take",
@@ -322,21 +371,29 @@ pub async fn the_owner_incarnation_follows_every_change_of_owner<T: Target>(
     assert!(taken.is_owned_by_incarnation(&a, first));
     let renewed = done(
         store
-            .renew(&lease.key, &a, taken.tenure, None, deadline())
+            .renew(&lease.key, lease.nonce, &a, taken.tenure, None, deadline())
             .await
             .unwrap(),
         "renew",
     );
     let checkpointed = done(
         store
-            .checkpoint(&lease.key, &a, taken.tenure, 1, "10", deadline())
+            .checkpoint(
+                &lease.key,
+                lease.nonce,
+                &a,
+                taken.tenure,
+                1,
+                "10",
+                deadline(),
+            )
             .await
             .unwrap(),
         "checkpoint",
     );
     let asked = done(
         store
-            .request_handoff(&lease.key, &a, taken.tenure, &b, deadline())
+            .request_handoff(&lease.key, lease.nonce, &a, taken.tenure, &b, deadline())
             .await
             .unwrap(),
         "request",
@@ -350,7 +407,7 @@ pub async fn the_owner_incarnation_follows_every_change_of_owner<T: Target>(
     }
     let handed = done(
         store
-            .complete_handoff(&lease.key, &a, taken.tenure, &b, deadline())
+            .complete_handoff(&lease.key, lease.nonce, &a, taken.tenure, &b, deadline())
             .await
             .unwrap(),
         "complete",
@@ -362,7 +419,14 @@ pub async fn the_owner_incarnation_follows_every_change_of_owner<T: Target>(
     );
     let again = done(
         store
-            .take(&lease.key, &b, second, handed.counter, deadline())
+            .take(
+                &lease.key,
+                lease.nonce,
+                &b,
+                second,
+                handed.counter,
+                deadline(),
+            )
             .await
             .unwrap(),
         "the requester's take",
@@ -370,7 +434,14 @@ pub async fn the_owner_incarnation_follows_every_change_of_owner<T: Target>(
     assert_eq!(again.owner_incarnation, Some(second));
     let by_a = done(
         store
-            .take(&lease.key, &a, second, again.counter, deadline())
+            .take(
+                &lease.key,
+                lease.nonce,
+                &a,
+                second,
+                again.counter,
+                deadline(),
+            )
             .await
             .unwrap(),
         "another worker with the same incarnation value",
@@ -378,7 +449,7 @@ pub async fn the_owner_incarnation_follows_every_change_of_owner<T: Target>(
     assert!(by_a.is_owned_by_incarnation(&a, second));
     let released = done(
         store
-            .release(&lease.key, &a, by_a.tenure, deadline())
+            .release(&lease.key, lease.nonce, &a, by_a.tenure, deadline())
             .await
             .unwrap(),
         "release",
@@ -419,14 +490,14 @@ pub async fn release_leaves_the_lease_unowned<T: Target>(target: &T, test: &str)
     let lease = held_by(&store, "shard-1", &a).await;
     done(
         store
-            .request_handoff(&lease.key, &a, lease.tenure, &b, deadline())
+            .request_handoff(&lease.key, lease.nonce, &a, lease.tenure, &b, deadline())
             .await
             .unwrap(),
         "request",
     );
     let released = done(
         store
-            .release(&lease.key, &a, lease.tenure, deadline())
+            .release(&lease.key, lease.nonce, &a, lease.tenure, deadline())
             .await
             .unwrap(),
         "release",
@@ -439,7 +510,7 @@ pub async fn release_leaves_the_lease_unowned<T: Target>(target: &T, test: &str)
     assert_eq!(released.tenure, lease.tenure);
     let current = lost(
         store
-            .release(&lease.key, &a, lease.tenure, deadline())
+            .release(&lease.key, lease.nonce, &a, lease.tenure, deadline())
             .await
             .unwrap(),
         "release twice",
@@ -447,7 +518,14 @@ pub async fn release_leaves_the_lease_unowned<T: Target>(target: &T, test: &str)
     assert_eq!(current, Some(released.clone()));
     let retaken = done(
         store
-            .take(&lease.key, &b, PROCESS, released.counter, deadline())
+            .take(
+                &lease.key,
+                lease.nonce,
+                &b,
+                PROCESS,
+                released.counter,
+                deadline(),
+            )
             .await
             .unwrap(),
         "take after release",
@@ -462,7 +540,15 @@ pub async fn checkpoint_is_fenced_by_tenure<T: Target>(target: &T, test: &str) {
     assert_eq!(lease.owner_switches_since_checkpoint, 1);
     let saved = done(
         store
-            .checkpoint(&lease.key, &a, lease.tenure, 1, "seq-10", deadline())
+            .checkpoint(
+                &lease.key,
+                lease.nonce,
+                &a,
+                lease.tenure,
+                1,
+                "seq-10",
+                deadline(),
+            )
             .await
             .unwrap(),
         "checkpoint",
@@ -476,7 +562,15 @@ pub async fn checkpoint_is_fenced_by_tenure<T: Target>(target: &T, test: &str) {
     );
     let current = lost(
         store
-            .checkpoint(&lease.key, &b, lease.tenure, 2, "seq-99", deadline())
+            .checkpoint(
+                &lease.key,
+                lease.nonce,
+                &b,
+                lease.tenure,
+                2,
+                "seq-99",
+                deadline(),
+            )
             .await
             .unwrap(),
         "checkpoint by a non-owner",
@@ -490,14 +584,28 @@ pub async fn a_stale_checkpoint_after_re_take_is_rejected<T: Target>(target: &T,
     let first = held_by(&store, "shard-1", &a).await;
     let by_b = done(
         store
-            .take(&first.key, &b, PROCESS, first.counter, deadline())
+            .take(
+                &first.key,
+                first.nonce,
+                &b,
+                PROCESS,
+                first.counter,
+                deadline(),
+            )
             .await
             .unwrap(),
         "b steals",
     );
     let again = done(
         store
-            .take(&first.key, &a, PROCESS, by_b.counter, deadline())
+            .take(
+                &first.key,
+                first.nonce,
+                &a,
+                PROCESS,
+                by_b.counter,
+                deadline(),
+            )
             .await
             .unwrap(),
         "a takes it back",
@@ -507,6 +615,7 @@ pub async fn a_stale_checkpoint_after_re_take_is_rejected<T: Target>(target: &T,
         store
             .checkpoint(
                 &first.key,
+                first.nonce,
                 &a,
                 first.tenure,
                 1,
@@ -522,6 +631,7 @@ pub async fn a_stale_checkpoint_after_re_take_is_rejected<T: Target>(target: &T,
         store
             .checkpoint(
                 &first.key,
+                first.nonce,
                 &a,
                 again.tenure,
                 1,
@@ -542,7 +652,9 @@ pub async fn renewals_and_checkpoints_do_not_race<T: Target>(target: &T, test: &
     for _ in 0..10 {
         let (store, key, a) = (store.clone(), lease.key.clone(), a.clone());
         renewals.push(tokio::spawn(async move {
-            store.renew(&key, &a, lease.tenure, None, deadline()).await
+            store
+                .renew(&key, lease.nonce, &a, lease.tenure, None, deadline())
+                .await
         }));
     }
     // The owner's checkpoints, one after the other as an application makes them, while the
@@ -551,7 +663,15 @@ pub async fn renewals_and_checkpoints_do_not_race<T: Target>(target: &T, test: &
         let value = format!("seq-{seq}");
         done(
             store
-                .checkpoint(&lease.key, &a, lease.tenure, seq, &value, deadline())
+                .checkpoint(
+                    &lease.key,
+                    lease.nonce,
+                    &a,
+                    lease.tenure,
+                    seq,
+                    &value,
+                    deadline(),
+                )
                 .await
                 .unwrap(),
             "a checkpoint among renewals",
@@ -577,7 +697,15 @@ pub async fn a_late_checkpoint_never_replaces_a_later_one_of_its_tenure<T: Targe
     let lease = held_by(&store, "shard-1", &a).await;
     let stored = done(
         store
-            .checkpoint(&lease.key, &a, lease.tenure, 2, SHARD_END, deadline())
+            .checkpoint(
+                &lease.key,
+                lease.nonce,
+                &a,
+                lease.tenure,
+                2,
+                SHARD_END,
+                deadline(),
+            )
             .await
             .unwrap(),
         "the second checkpoint, first to land",
@@ -592,7 +720,15 @@ pub async fn a_late_checkpoint_never_replaces_a_later_one_of_its_tenure<T: Targe
     for (seq, what) in [(1, "an earlier checkpoint"), (2, "the same number again")] {
         let current = lost(
             store
-                .checkpoint(&lease.key, &a, lease.tenure, seq, "seq-10", deadline())
+                .checkpoint(
+                    &lease.key,
+                    lease.nonce,
+                    &a,
+                    lease.tenure,
+                    seq,
+                    "seq-10",
+                    deadline(),
+                )
                 .await
                 .unwrap(),
             what,
@@ -605,7 +741,15 @@ pub async fn a_late_checkpoint_never_replaces_a_later_one_of_its_tenure<T: Targe
     }
     let later = done(
         store
-            .checkpoint(&lease.key, &a, lease.tenure, 3, "seq-30", deadline())
+            .checkpoint(
+                &lease.key,
+                lease.nonce,
+                &a,
+                lease.tenure,
+                3,
+                "seq-30",
+                deadline(),
+            )
             .await
             .unwrap(),
         "a later checkpoint",
@@ -614,14 +758,29 @@ pub async fn a_late_checkpoint_never_replaces_a_later_one_of_its_tenure<T: Targe
     // A new tenure numbers its checkpoints from 1 again.
     let by_b = done(
         store
-            .take(&lease.key, &b, PROCESS, later.counter, deadline())
+            .take(
+                &lease.key,
+                lease.nonce,
+                &b,
+                PROCESS,
+                later.counter,
+                deadline(),
+            )
             .await
             .unwrap(),
         "b takes it",
     );
     let first_of_b = done(
         store
-            .checkpoint(&lease.key, &b, by_b.tenure, 1, "seq-40", deadline())
+            .checkpoint(
+                &lease.key,
+                lease.nonce,
+                &b,
+                by_b.tenure,
+                1,
+                "seq-40",
+                deadline(),
+            )
             .await
             .unwrap(),
         "the first checkpoint of a new tenure",
@@ -634,20 +793,119 @@ pub async fn a_late_checkpoint_never_replaces_a_later_one_of_its_tenure<T: Targe
     );
 }
 
+/// A lease deleted and created again is a new item at counter 0 and tenure 0, which walks
+/// through the same owners and tenures as the old one: every write meant for the old item
+/// (named by its nonce) is refused by the new one, however its counter and tenure match.
+pub async fn a_write_meant_for_a_deleted_item_never_lands_in_its_successor<T: Target>(
+    target: &T,
+    test: &str,
+) {
+    let store = target.store(test).await;
+    let (a, b) = (worker("a"), worker("b"));
+    let old = held_by(&store, "shard-1", &a).await;
+    let _ = done(
+        store
+            .delete(&old.key, old.nonce, old.counter, old.tenure, deadline())
+            .await
+            .unwrap(),
+        "delete",
+    );
+    let new = held_by(&store, "shard-1", &a).await;
+    assert_ne!(new.nonce, old.nonce);
+    assert_eq!(
+        (new.counter, new.tenure),
+        (old.counter, old.tenure),
+        "the same steps again"
+    );
+    let (k, n) = (&old.key, old.nonce);
+    let writes = [
+        (
+            "renew",
+            store.renew(k, n, &a, old.tenure, None, deadline()).await,
+        ),
+        (
+            "checkpoint",
+            store
+                .checkpoint(k, n, &a, old.tenure, 1, "old", deadline())
+                .await,
+        ),
+        (
+            "take",
+            store.take(k, n, &b, PROCESS, old.counter, deadline()).await,
+        ),
+        ("give", store.give(k, n, &b, old.counter, deadline()).await),
+        (
+            "request_handoff",
+            store
+                .request_handoff(k, n, &a, old.tenure, &b, deadline())
+                .await,
+        ),
+        (
+            "release",
+            store.release(k, n, &a, old.tenure, deadline()).await,
+        ),
+        (
+            "delete",
+            store
+                .delete(k, n, old.counter, old.tenure, deadline())
+                .await,
+        ),
+    ];
+    for (what, written) in writes {
+        let current = lost(written.unwrap(), what);
+        assert_eq!(
+            current.as_ref(),
+            Some(&new),
+            "{what} left the new item as it was"
+        );
+    }
+    // The handoff completed for the old item: asked of the new one, then completed with the
+    // old one's nonce.
+    let asked = done(
+        store
+            .request_handoff(k, new.nonce, &a, new.tenure, &b, deadline())
+            .await
+            .unwrap(),
+        "a request of the new item",
+    );
+    let current = lost(
+        store
+            .complete_handoff(k, n, &a, old.tenure, &b, deadline())
+            .await
+            .unwrap(),
+        "complete_handoff",
+    );
+    assert_eq!(current, Some(asked.clone()));
+    // Its own nonce still writes.
+    let _ = done(
+        store
+            .checkpoint(k, new.nonce, &a, new.tenure, 1, "new", deadline())
+            .await
+            .unwrap(),
+        "a checkpoint of the new item",
+    );
+}
+
 pub async fn delete_is_conditional_on_counter_and_tenure<T: Target>(target: &T, test: &str) {
     let store = target.store(test).await;
     let a = worker("a");
     let lease = held_by(&store, "shard-1", &a).await;
     let renewed = done(
         store
-            .renew(&lease.key, &a, lease.tenure, None, deadline())
+            .renew(&lease.key, lease.nonce, &a, lease.tenure, None, deadline())
             .await
             .unwrap(),
         "renew",
     );
     let current = lost(
         store
-            .delete(&lease.key, lease.counter, lease.tenure, deadline())
+            .delete(
+                &lease.key,
+                lease.nonce,
+                lease.counter,
+                lease.tenure,
+                deadline(),
+            )
             .await
             .unwrap(),
         "delete with a stale counter",
@@ -655,7 +913,13 @@ pub async fn delete_is_conditional_on_counter_and_tenure<T: Target>(target: &T, 
     assert_eq!(current, Some(renewed.clone()));
     let deleted = done(
         store
-            .delete(&lease.key, renewed.counter, renewed.tenure, deadline())
+            .delete(
+                &lease.key,
+                lease.nonce,
+                renewed.counter,
+                renewed.tenure,
+                deadline(),
+            )
             .await
             .unwrap(),
         "delete",
@@ -663,7 +927,10 @@ pub async fn delete_is_conditional_on_counter_and_tenure<T: Target>(target: &T, 
     assert_eq!(deleted, renewed);
     assert_eq!(store.get(&lease.key, deadline()).await.unwrap(), None);
     let current = lost(
-        store.delete(&lease.key, 0, 0, deadline()).await.unwrap(),
+        store
+            .delete(&lease.key, lease.nonce, 0, 0, deadline())
+            .await
+            .unwrap(),
         "delete of a missing lease",
     );
     assert_eq!(current, None);
@@ -678,7 +945,13 @@ pub async fn a_re_created_lease_has_a_nonce_of_its_own<T: Target>(target: &T, te
     assert_eq!(read.nonce, first.nonce, "kept by every write");
     done(
         store
-            .delete(&first.key, first.counter, first.tenure, deadline())
+            .delete(
+                &first.key,
+                first.nonce,
+                first.counter,
+                first.tenure,
+                deadline(),
+            )
             .await
             .unwrap(),
         "delete",
@@ -852,13 +1125,13 @@ pub async fn sixteen_concurrent_takers_have_exactly_one_winner<T: Target>(target
         let mut tasks = Vec::new();
         for t in 0..16 {
             let (store, key) = (store.clone(), lease.key.clone());
-            let observed = lease.counter;
+            let (nonce, observed) = (lease.nonce, lease.counter);
             tasks.push(tokio::spawn(async move {
                 let me = worker(&format!("taker-{t}"));
                 (
                     me.clone(),
                     store
-                        .take(&key, &me, PROCESS, observed, deadline())
+                        .take(&key, nonce, &me, PROCESS, observed, deadline())
                         .await
                         .unwrap(),
                 )
@@ -894,14 +1167,21 @@ pub async fn give_is_conditional_on_the_observed_counter<T: Target>(target: &T, 
     let held = held_by(&store, "k", &a).await;
     let asked = done(
         store
-            .request_handoff(&held.key, &a, held.tenure, &worker("c"), deadline())
+            .request_handoff(
+                &held.key,
+                held.nonce,
+                &a,
+                held.tenure,
+                &worker("c"),
+                deadline(),
+            )
             .await
             .unwrap(),
         "request handoff",
     );
     let current = lost(
         store
-            .give(&held.key, &b, held.counter - 1, deadline())
+            .give(&held.key, held.nonce, &b, held.counter - 1, deadline())
             .await
             .unwrap(),
         "give at a stale counter",
@@ -909,7 +1189,7 @@ pub async fn give_is_conditional_on_the_observed_counter<T: Target>(target: &T, 
     assert_eq!(current, Some(asked.clone()));
     let given = done(
         store
-            .give(&held.key, &b, held.counter, deadline())
+            .give(&held.key, held.nonce, &b, held.counter, deadline())
             .await
             .unwrap(),
         "give",
@@ -932,14 +1212,29 @@ pub async fn give_is_conditional_on_the_observed_counter<T: Target>(target: &T, 
     // The old owner is fenced; the new one's process starts it with a take of its own.
     lost(
         store
-            .checkpoint(&held.key, &a, held.tenure, 1, "late", deadline())
+            .checkpoint(
+                &held.key,
+                held.nonce,
+                &a,
+                held.tenure,
+                1,
+                "late",
+                deadline(),
+            )
             .await
             .unwrap(),
         "checkpoint of the old tenure",
     );
     let taken = done(
         store
-            .take(&held.key, &b, PROCESS, given.counter, deadline())
+            .take(
+                &held.key,
+                held.nonce,
+                &b,
+                PROCESS,
+                given.counter,
+                deadline(),
+            )
             .await
             .unwrap(),
         "take what was given",
@@ -948,7 +1243,7 @@ pub async fn give_is_conditional_on_the_observed_counter<T: Target>(target: &T, 
     assert_eq!(store.get(&held.key, deadline()).await.unwrap(), Some(taken));
     let missing = lost(
         store
-            .give(&key("nothing"), &b, 0, deadline())
+            .give(&key("nothing"), 1, &b, 0, deadline())
             .await
             .unwrap(),
         "give a missing lease",

@@ -235,7 +235,7 @@ pub async fn malformed_items_are_counted_skipped_and_left_alone(emulator: &Emula
     let me = WorkerId::new("w").unwrap();
     for name in ["counter-as-string", "no-counter"] {
         let err = store
-            .take(&key(name), &me, PROCESS, 1, deadline())
+            .take(&key(name), 0, &me, PROCESS, 1, deadline())
             .await
             .unwrap_err();
         assert!(
@@ -243,7 +243,7 @@ pub async fn malformed_items_are_counted_skipped_and_left_alone(emulator: &Emula
             "{name}: {err:?}"
         );
         let err = store
-            .delete(&key(name), 1, 1, deadline())
+            .delete(&key(name), 0, 1, 1, deadline())
             .await
             .unwrap_err();
         assert!(
@@ -312,7 +312,14 @@ pub async fn a_write_whose_answer_was_lost_is_recognised_as_ours(emulator: &Emul
 
     lose.arm(1);
     let taken = store
-        .take(&lease.key, &me, PROCESS, lease.counter, deadline())
+        .take(
+            &lease.key,
+            lease.nonce,
+            &me,
+            PROCESS,
+            lease.counter,
+            deadline(),
+        )
         .await
         .unwrap();
     assert_eq!(lose.lost(), 2);
@@ -326,14 +333,14 @@ pub async fn a_write_whose_answer_was_lost_is_recognised_as_ours(emulator: &Emul
     for round in 0..3 {
         lose.arm(1);
         let outcome = store
-            .renew(&lease.key, &me, taken.tenure, None, deadline())
+            .renew(&lease.key, lease.nonce, &me, taken.tenure, None, deadline())
             .await
             .unwrap();
         assert!(outcome.is_done(), "renewal {round}: {outcome:?}");
     }
     lose.arm(1);
     let outcome = store
-        .release(&lease.key, &me, taken.tenure, deadline())
+        .release(&lease.key, lease.nonce, &me, taken.tenure, deadline())
         .await
         .unwrap();
     assert!(outcome.is_done(), "release: {outcome:?}");
@@ -393,7 +400,7 @@ pub async fn session_writes_whose_answer_was_lost_are_recognised_as_ours(
     };
     lose.arm(1);
     let given = store
-        .give(&lease.key, &you, lease.counter, deadline())
+        .give(&lease.key, lease.nonce, &you, lease.counter, deadline())
         .await
         .unwrap();
     assert_eq!(lose.lost(), 4);
@@ -443,7 +450,14 @@ pub async fn an_ambiguous_error_is_recoverable_with_a_read(emulator: &Emulator, 
         .unwrap();
     lose.arm(1);
     let err = store
-        .take(&lease.key, &me, PROCESS, lease.counter, deadline())
+        .take(
+            &lease.key,
+            lease.nonce,
+            &me,
+            PROCESS,
+            lease.counter,
+            deadline(),
+        )
         .await
         .unwrap_err();
     assert!(err.is_ambiguous() && err.is_retryable(), "{err:?}");
@@ -477,6 +491,7 @@ pub async fn a_take_whose_answer_was_lost_is_ours_though_a_handoff_was_requested
 
     let requested = Arc::new(Mutex::new(Vec::new()));
     let (third, answers) = (emulator.clone(), Arc::clone(&requested));
+    let nonce = lease.nonce;
     lose.after_loss(move || {
         let (emulator, config) = (third.clone(), config.clone());
         let answer = std::thread::spawn(move || {
@@ -491,7 +506,7 @@ pub async fn a_take_whose_answer_was_lost_is_ours_though_a_handoff_was_requested
                     WorkerId::new("third").unwrap(),
                 );
                 other
-                    .request_handoff(&key("a"), &me, 1, &third, deadline())
+                    .request_handoff(&key("a"), nonce, &me, 1, &third, deadline())
                     .await
                     .map(|outcome| outcome.is_done())
             })
@@ -505,7 +520,14 @@ pub async fn a_take_whose_answer_was_lost_is_ours_though_a_handoff_was_requested
     });
     lose.arm(1);
     let taken = store
-        .take(&lease.key, &me, PROCESS, lease.counter, deadline())
+        .take(
+            &lease.key,
+            lease.nonce,
+            &me,
+            PROCESS,
+            lease.counter,
+            deadline(),
+        )
         .await
         .unwrap();
     assert_eq!(lose.lost(), 1);
@@ -529,7 +551,7 @@ pub async fn a_take_whose_answer_was_lost_is_ours_though_a_handoff_was_requested
     // The request itself stays recognisable: asked again, it is accepted as is.
     let third = WorkerId::new("third").unwrap();
     let again = store
-        .request_handoff(&lease.key, &me, 1, &third, deadline())
+        .request_handoff(&lease.key, lease.nonce, &me, 1, &third, deadline())
         .await
         .unwrap();
     assert!(again.is_done(), "{again:?}");
@@ -690,7 +712,14 @@ pub async fn a_request_nobody_answers_ends_at_its_deadline_as_ambiguous(
         .done()
         .unwrap();
     let taken = store
-        .take(&lease.key, &me, PROCESS, lease.counter, deadline())
+        .take(
+            &lease.key,
+            lease.nonce,
+            &me,
+            PROCESS,
+            lease.counter,
+            deadline(),
+        )
         .await
         .unwrap()
         .done()
@@ -713,20 +742,21 @@ pub async fn a_request_nobody_answers_ends_at_its_deadline_as_ambiguous(
     }
     unanswered!("get", d => store.get(k, d));
     unanswered!("scan", d => store.list_page(None, d));
-    unanswered!("renew", d => store.renew(k, &me, t, None, d));
-    unanswered!("checkpoint", d => store.checkpoint(k, &me, t, 1, "7", d));
-    unanswered!("take", d => store.take(k, &me, PROCESS, taken.counter, d));
-    unanswered!("request_handoff", d => store.request_handoff(k, &me, t, &me, d));
-    unanswered!("complete_handoff", d => store.complete_handoff(k, &me, t, &me, d));
-    unanswered!("release", d => store.release(k, &me, t, d));
-    unanswered!("delete", d => store.delete(k, taken.counter, t, d));
+    let n = taken.nonce;
+    unanswered!("renew", d => store.renew(k, n, &me, t, None, d));
+    unanswered!("checkpoint", d => store.checkpoint(k, n, &me, t, 1, "7", d));
+    unanswered!("take", d => store.take(k, n, &me, PROCESS, taken.counter, d));
+    unanswered!("request_handoff", d => store.request_handoff(k, n, &me, t, &me, d));
+    unanswered!("complete_handoff", d => store.complete_handoff(k, n, &me, t, &me, d));
+    unanswered!("release", d => store.release(k, n, &me, t, d));
+    unanswered!("delete", d => store.delete(k, n, taken.counter, t, d));
     unanswered!("create", d => store.create(NewLease::new(key("b")), d));
     unanswered!("heartbeat", d => store.heartbeat(&me, PROCESS, None, None, d));
     unanswered!("remove_member", d => store.remove_member(&me, None, d));
 
     // Once the network answers again, so does the store.
     proxy.set(Hold::Nothing);
-    let renewed = store.renew(k, &me, t, None, deadline()).await.unwrap();
+    let renewed = store.renew(k, n, &me, t, None, deadline()).await.unwrap();
     assert!(renewed.is_done(), "{renewed:?}");
 }
 
@@ -744,7 +774,14 @@ pub async fn the_read_after_a_failed_condition_cannot_hang(emulator: &Emulator, 
         .done()
         .unwrap();
     let taken = store
-        .take(&lease.key, &other, PROCESS, lease.counter, deadline())
+        .take(
+            &lease.key,
+            lease.nonce,
+            &other,
+            PROCESS,
+            lease.counter,
+            deadline(),
+        )
         .await
         .unwrap()
         .done()
@@ -755,7 +792,7 @@ pub async fn the_read_after_a_failed_condition_cannot_hang(emulator: &Emulator, 
     let deadline = Instant::now() + Duration::from_secs(1);
     let result = must_return(
         "renew",
-        store.renew(&lease.key, &me, taken.tenure, None, deadline),
+        store.renew(&lease.key, lease.nonce, &me, taken.tenure, None, deadline),
     )
     .await;
     let late = Instant::now().saturating_duration_since(deadline);

@@ -84,6 +84,7 @@ macro_rules! conformance_suite {
             renewals_and_checkpoints_do_not_race,
             a_late_checkpoint_never_replaces_a_later_one_of_its_tenure,
             delete_is_conditional_on_counter_and_tenure,
+            a_write_meant_for_a_deleted_item_never_lands_in_its_successor,
             a_re_created_lease_has_a_nonce_of_its_own,
             heartbeat_creates_and_refreshes_membership,
             remove_member_is_conditional,

@@ -85,7 +85,7 @@ impl Lossy {
         let lease = self.create(name).await;
         let taken = self
             .direct
-            .take(&lease.key, &self.me, PROCESS, 0, deadline());
+            .take(&lease.key, lease.nonce, &self.me, PROCESS, 0, deadline());
         taken.await.unwrap().done().unwrap()
     }
 
@@ -99,7 +99,7 @@ impl Lossy {
         let now = self.direct.get(key, deadline()).await.unwrap().unwrap();
         let taken = self
             .direct
-            .take(key, &self.thief, OTHER, now.counter, deadline());
+            .take(key, now.nonce, &self.thief, OTHER, now.counter, deadline());
         assert!(taken.await.unwrap().is_done());
     }
 
@@ -168,10 +168,15 @@ async fn a_create_whose_answer_was_lost_is_done_unless_covered_since() {
 async fn a_renewal_whose_answer_was_lost_is_done_unless_covered_since() {
     let t = Lossy::new("lost_renew").await;
     let lease = t.held("shard-1").await;
-    let renewed = t.lose(t.store.renew(&lease.key, &t.me, 1, None, deadline()));
+    let renewed = t.lose(
+        t.store
+            .renew(&lease.key, lease.nonce, &t.me, 1, None, deadline()),
+    );
     let renewed = done(renewed.await, "renew");
     assert_eq!(renewed.counter, lease.counter + 2, "applied, and again");
-    let write = t.store.renew(&lease.key, &t.me, 1, None, deadline());
+    let write = t
+        .store
+        .renew(&lease.key, lease.nonce, &t.me, 1, None, deadline());
     let current = lost(t.lose_covered(write, t.steal(&lease.key)).await, "renew");
     assert_eq!(current.owner, Some(t.thief.clone()));
 }
@@ -180,7 +185,9 @@ async fn a_renewal_whose_answer_was_lost_is_done_unless_covered_since() {
 async fn a_take_whose_answer_was_lost_and_that_was_covered_since_is_a_lost_race() {
     let t = Lossy::new("lost_take_covered").await;
     let lease = t.create("shard-1").await;
-    let write = t.store.take(&lease.key, &t.me, PROCESS, 0, deadline());
+    let write = t
+        .store
+        .take(&lease.key, lease.nonce, &t.me, PROCESS, 0, deadline());
     let current = lost(t.lose_covered(write, t.steal(&lease.key)).await, "take");
     assert_eq!((current.owner, current.tenure), (Some(t.thief.clone()), 2));
 }
@@ -190,16 +197,17 @@ async fn a_handoff_request_whose_answer_was_lost_is_done_unless_covered_since() 
     let t = Lossy::new("lost_request").await;
     let lease = t.held("shard-1").await;
     let asker = worker("asker");
-    let asked = t.lose(
-        t.store
-            .request_handoff(&lease.key, &t.me, 1, &asker, deadline()),
-    );
+    let asked =
+        t.lose(
+            t.store
+                .request_handoff(&lease.key, lease.nonce, &t.me, 1, &asker, deadline()),
+        );
     let asked = done(asked.await, "request_handoff");
     assert_eq!(asked.handoff_to.as_ref(), Some(&asker));
     let other = t.held("shard-2").await;
     let write = t
         .store
-        .request_handoff(&other.key, &t.me, 1, &asker, deadline());
+        .request_handoff(&other.key, other.nonce, &t.me, 1, &asker, deadline());
     let current = lost(
         t.lose_covered(write, t.steal(&other.key)).await,
         "request_handoff",
@@ -214,18 +222,23 @@ async fn a_handoff_request_whose_answer_was_lost_is_done_unless_covered_since() 
 async fn a_completed_handoff_whose_answer_was_lost_is_done_unless_covered_since() {
     let t = Lossy::new("lost_complete").await;
     let to = worker("to");
-    let (first, second) = (key("shard-1"), key("shard-2"));
-    for name in ["shard-1", "shard-2"] {
-        let lease = t.held(name).await;
+    let (first, second) = (t.held("shard-1").await, t.held("shard-2").await);
+    for lease in [&first, &second] {
         let asked = t
             .direct
-            .request_handoff(&lease.key, &t.me, 1, &to, deadline());
+            .request_handoff(&lease.key, lease.nonce, &t.me, 1, &to, deadline());
         assert!(asked.await.unwrap().is_done());
     }
-    let handed = t.lose(t.store.complete_handoff(&first, &t.me, 1, &to, deadline()));
+    let (first, second, n1, n2) = (first.key, second.key, first.nonce, second.nonce);
+    let handed = t.lose(
+        t.store
+            .complete_handoff(&first, n1, &t.me, 1, &to, deadline()),
+    );
     let handed = done(handed.await, "complete_handoff");
     assert_eq!((handed.owner, handed.tenure), (Some(to.clone()), 2));
-    let write = t.store.complete_handoff(&second, &t.me, 1, &to, deadline());
+    let write = t
+        .store
+        .complete_handoff(&second, n2, &t.me, 1, &to, deadline());
     let current = lost(
         t.lose_covered(write, t.steal(&second)).await,
         "complete_handoff",
@@ -237,15 +250,12 @@ async fn a_completed_handoff_whose_answer_was_lost_is_done_unless_covered_since(
 async fn a_give_whose_answer_was_lost_is_done_unless_covered_since() {
     let t = Lossy::new("lost_give").await;
     let to = worker("to");
-    let (first, second) = (key("shard-1"), key("shard-2"));
-    for name in ["shard-1", "shard-2"] {
-        t.create(name).await;
-    }
-    let given = t.lose(t.store.give(&first, &to, 0, deadline()));
+    let (first, second) = (t.create("shard-1").await, t.create("shard-2").await);
+    let given = t.lose(t.store.give(&first.key, first.nonce, &to, 0, deadline()));
     let given = done(given.await, "give");
     assert_eq!((given.owner, given.tenure), (Some(to.clone()), 1));
-    let write = t.store.give(&second, &to, 0, deadline());
-    let current = lost(t.lose_covered(write, t.steal(&second)).await, "give");
+    let write = t.store.give(&second.key, second.nonce, &to, 0, deadline());
+    let current = lost(t.lose_covered(write, t.steal(&second.key)).await, "give");
     assert_eq!(current.owner, Some(t.thief.clone()));
 }
 
@@ -253,14 +263,19 @@ async fn a_give_whose_answer_was_lost_is_done_unless_covered_since() {
 async fn a_release_whose_answer_was_lost_is_done_unless_covered_since() {
     let t = Lossy::new("lost_release").await;
     let lease = t.held("shard-1").await;
-    let released = t.lose(t.store.release(&lease.key, &t.me, 1, deadline()));
+    let released = t.lose(
+        t.store
+            .release(&lease.key, lease.nonce, &t.me, 1, deadline()),
+    );
     let released = done(released.await, "release");
     assert_eq!(
         (released.owner, released.counter),
         (None, lease.counter + 1)
     );
     let other = t.held("shard-2").await;
-    let write = t.store.release(&other.key, &t.me, 1, deadline());
+    let write = t
+        .store
+        .release(&other.key, other.nonce, &t.me, 1, deadline());
     let current = lost(t.lose_covered(write, t.steal(&other.key)).await, "release");
     assert_eq!(current.owner, Some(t.thief.clone()));
 }
@@ -269,10 +284,11 @@ async fn a_release_whose_answer_was_lost_is_done_unless_covered_since() {
 async fn a_checkpoint_whose_answer_was_lost_is_done_unless_covered_since() {
     let t = Lossy::new("lost_checkpoint").await;
     let lease = t.held("shard-1").await;
-    let saved = t.lose(
-        t.store
-            .checkpoint(&lease.key, &t.me, 1, 1, "seq-1", deadline()),
-    );
+    let saved =
+        t.lose(
+            t.store
+                .checkpoint(&lease.key, lease.nonce, &t.me, 1, 1, "seq-1", deadline()),
+        );
     let saved = done(saved.await, "checkpoint");
     assert_eq!(saved.checkpoint.as_deref(), Some("seq-1"));
     assert_eq!(
@@ -282,7 +298,7 @@ async fn a_checkpoint_whose_answer_was_lost_is_done_unless_covered_since() {
     );
     let write = t
         .store
-        .checkpoint(&lease.key, &t.me, 1, 2, "seq-2", deadline());
+        .checkpoint(&lease.key, lease.nonce, &t.me, 1, 2, "seq-2", deadline());
     let current = lost(
         t.lose_covered(write, t.steal(&lease.key)).await,
         "checkpoint",
@@ -298,14 +314,22 @@ async fn a_checkpoint_whose_answer_was_lost_is_done_unless_covered_since() {
 async fn a_delete_whose_answer_was_lost_leaves_the_lease_gone_and_a_stale_one_is_a_lost_race() {
     let t = Lossy::new("lost_delete").await;
     let lease = t.held("shard-1").await;
-    let deleted = t.lose(t.store.delete(&lease.key, lease.counter, 1, deadline()));
+    let deleted = t.lose(
+        t.store
+            .delete(&lease.key, lease.nonce, lease.counter, 1, deadline()),
+    );
     gone(deleted.await, "delete");
     assert_eq!(t.direct.get(&lease.key, deadline()).await.unwrap(), None);
     // Renewed since it was observed: the delete never lands, answer lost or not.
     let other = t.held("shard-2").await;
-    let renewed = t.direct.renew(&other.key, &t.me, 1, None, deadline());
+    let renewed = t
+        .direct
+        .renew(&other.key, other.nonce, &t.me, 1, None, deadline());
     assert!(renewed.await.unwrap().is_done());
-    let stale = t.lose(t.store.delete(&other.key, other.counter, 1, deadline()));
+    let stale = t.lose(
+        t.store
+            .delete(&other.key, other.nonce, other.counter, 1, deadline()),
+    );
     assert_eq!(lost(stale.await, "delete").counter, other.counter + 1);
 }
 

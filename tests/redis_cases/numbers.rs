@@ -91,23 +91,23 @@ async fn a_load_only_lua_reads_as_a_number_is_malformed_to_every_write_and_to_li
             "create",
             store.create(NewLease::new(shard.clone()), deadline())
         );
-        lease!("renew", store.renew(&shard, &a, 1, None, deadline()));
-        lease!("take", store.take(&shard, &b, PROCESS, 5, deadline()));
+        lease!("renew", store.renew(&shard, 0, &a, 1, None, deadline()));
+        lease!("take", store.take(&shard, 0, &b, PROCESS, 5, deadline()));
         lease!(
             "request_handoff",
-            store.request_handoff(&shard, &a, 1, &b, deadline())
+            store.request_handoff(&shard, 0, &a, 1, &b, deadline())
         );
         lease!(
             "complete_handoff",
-            store.complete_handoff(&shard, &a, 1, &b, deadline())
+            store.complete_handoff(&shard, 0, &a, 1, &b, deadline())
         );
-        lease!("give", store.give(&shard, &b, 5, deadline()));
-        lease!("release", store.release(&shard, &a, 1, deadline()));
+        lease!("give", store.give(&shard, 0, &b, 5, deadline()));
+        lease!("release", store.release(&shard, 0, &a, 1, deadline()));
         lease!(
             "checkpoint",
-            store.checkpoint(&shard, &a, 1, 1, "seq-9", deadline())
+            store.checkpoint(&shard, 0, &a, 1, 1, "seq-9", deadline())
         );
-        lease!("delete", store.delete(&shard, 5, 1, deadline()));
+        lease!("delete", store.delete(&shard, 0, 5, 1, deadline()));
 
         macro_rules! member {
             ($op:literal, $write:expr) => {
@@ -222,12 +222,19 @@ async fn a_write_changes_a_number_field_exactly_when_the_rust_decoder_reads_it()
     for text in TEXTS {
         for field in lease_fields {
             let before = put_raw(&mut side, &store, "shard-1", &with(lease, field, text)).await;
-            let decoded = store.get(&shard, deadline()).await.map(drop);
+            let read = store.get(&shard, deadline()).await;
+            // The item's nonce, as a worker would read it (0: none, or none that decodes).
+            let nonce = read
+                .as_ref()
+                .ok()
+                .and_then(Option::as_ref)
+                .map_or(0, |l| l.nonce);
+            let decoded = read.map(drop);
             // The renewal's condition reads the tenure; the take's does not.
             let written = if field == "leaseTenure" {
-                store.take(&shard, &b, PROCESS, 5, deadline()).await
+                store.take(&shard, nonce, &b, PROCESS, 5, deadline()).await
             } else {
-                store.renew(&shard, &a, 1, None, deadline()).await
+                store.renew(&shard, nonce, &a, 1, None, deadline()).await
             };
             let (case, written) = ((field, text.as_bytes()), written.map(drop));
             assert_written_iff_decoded(&mut side, &lease_item, before, case, decoded, written)

@@ -101,9 +101,16 @@ async fn a_write_changes_a_text_field_exactly_when_the_rust_decoder_reads_it() {
             let mut fields = lease.to_vec();
             fields.push((field, &text));
             let before = put_raw(&mut side, &store, "shard-1", &fields).await;
-            let decoded = store.get(&shard, deadline()).await.map(drop);
+            let read = store.get(&shard, deadline()).await;
+            // The item's nonce, as a worker would read it (0: none, or none that decodes).
+            let nonce = read
+                .as_ref()
+                .ok()
+                .and_then(Option::as_ref)
+                .map_or(0, |l| l.nonce);
+            let decoded = read.map(drop);
             // The take's condition reads the counter alone.
-            let written = store.take(&shard, &b, PROCESS, 5, deadline()).await;
+            let written = store.take(&shard, nonce, &b, PROCESS, 5, deadline()).await;
             let (case, written) = ((field, &text[..]), written.map(drop));
             assert_written_iff_decoded(&mut side, &lease_item, before, case, decoded, written)
                 .await;

@@ -105,6 +105,8 @@ struct State {
 
 /// A lease the renewer keeps.
 struct Held {
+    /// The item (its nonce), which every write of ours names; KCL's own writes name none.
+    nonce: u64,
     tenure: u64,
     /// When its counter last went up by this worker's hand (KCL's `lastCounterIncrementNanos`).
     renewed: Instant,
@@ -140,6 +142,7 @@ impl Shared {
         state.next_token += 1;
         let token = state.next_token;
         let held = Held {
+            nonce: lease.nonce,
             tenure: lease.tenure,
             renewed: at,
             token,
@@ -243,7 +246,14 @@ async fn initialize(shared: &Shared) {
         let deadline = Instant::now() + STORE_TIMEOUT;
         let renewal = shared
             .store
-            .renew(&lease.key, &shared.id, lease.tenure, None, deadline)
+            .renew(
+                &lease.key,
+                lease.nonce,
+                &shared.id,
+                lease.tenure,
+                None,
+                deadline,
+            )
             .await;
         if let Ok(Outcome::Done(renewed)) = renewal {
             shared.hold(&renewed, Instant::now());
@@ -259,7 +269,7 @@ async fn renew_loop(shared: Arc<Shared>) {
         tokio::time::sleep_until(tick).await;
         tick += RENEW_INTERVAL;
         let now = Instant::now();
-        let leases: Vec<(LeaseKey, u64, u64)> = {
+        let leases: Vec<(LeaseKey, u64, u64, u64)> = {
             let mut state = shared.state();
             // An expired lease is not renewed: KCL counts it lost.
             state
@@ -268,28 +278,28 @@ async fn renew_loop(shared: Arc<Shared>) {
             state
                 .held
                 .iter()
-                .map(|(k, h)| (k.clone(), h.tenure, h.token))
+                .map(|(k, h)| (k.clone(), h.nonce, h.tenure, h.token))
                 .collect()
         };
         let mut round = JoinSet::new();
-        for (key, tenure, token) in leases {
+        for (key, nonce, tenure, token) in leases {
             let (shared, threads) = (Arc::clone(&shared), Arc::clone(&threads));
             round.spawn(async move {
                 let Ok(_thread) = threads.acquire_owned().await else {
                     return;
                 };
-                renew(&shared, key, tenure, token).await;
+                renew(&shared, key, nonce, tenure, token).await;
             });
         }
         while round.join_next().await.is_some() {}
     }
 }
 
-async fn renew(shared: &Shared, key: LeaseKey, tenure: u64, token: u64) {
+async fn renew(shared: &Shared, key: LeaseKey, nonce: u64, tenure: u64, token: u64) {
     let deadline = Instant::now() + STORE_TIMEOUT;
     let renewal = shared
         .store
-        .renew(&key, &shared.id, tenure, None, deadline)
+        .renew(&key, nonce, &shared.id, tenure, None, deadline)
         .await;
     match renewal {
         Ok(Outcome::Done(_)) => {
@@ -317,11 +327,11 @@ fn dispatch(shared: &Arc<Shared>) {
     let now = Instant::now();
     let mut state = shared.state();
     // KCL's `getCurrentlyHeldLeases`: an expired lease is not reported.
-    let current: BTreeMap<LeaseKey, (u64, u64)> = state
+    let current: BTreeMap<LeaseKey, ((u64, u64), u64)> = state
         .held
         .iter()
         .filter(|(_, h)| now.duration_since(h.renewed) <= LEASE_DURATION)
-        .map(|(k, h)| (k.clone(), (h.tenure, h.token)))
+        .map(|(k, h)| (k.clone(), ((h.nonce, h.tenure), h.token)))
         .collect();
     let gone: Vec<LeaseKey> = state
         .apps
@@ -352,7 +362,7 @@ fn dispatch(shared: &Arc<Shared>) {
 async fn run_app(
     shared: Arc<Shared>,
     key: LeaseKey,
-    tenure: u64,
+    tenure: (u64, u64),
     mut stopped: oneshot::Receiver<()>,
 ) {
     let mut next = shared.checkpoint_every.map(|every| Instant::now() + every);
@@ -373,9 +383,14 @@ async fn run_app(
     shared.ledger.lock().unwrap().stop(shared.index, &key);
 }
 
-/// Writes a checkpoint (KCL counts it as a renewal); `Some(false)` when refused, which loses
-/// the lease; `None` when the write failed.
-async fn checkpoint(shared: &Shared, key: &LeaseKey, tenure: u64, value: &str) -> Option<bool> {
+/// Writes a checkpoint (KCL counts it as a renewal) in the tenure `(nonce, tenure)`;
+/// `Some(false)` when refused, which loses the lease; `None` when the write failed.
+async fn checkpoint(
+    shared: &Shared,
+    key: &LeaseKey,
+    (nonce, tenure): (u64, u64),
+    value: &str,
+) -> Option<bool> {
     let deadline = Instant::now() + STORE_TIMEOUT;
     let seq = {
         let mut state = shared.state();
@@ -384,7 +399,7 @@ async fn checkpoint(shared: &Shared, key: &LeaseKey, tenure: u64, value: &str) -
     };
     let written = shared
         .store
-        .checkpoint(key, &shared.id, tenure, seq, value, deadline)
+        .checkpoint(key, nonce, &shared.id, tenure, seq, value, deadline)
         .await;
     let mut state = shared.state();
     let ours = state.held.get(key).is_some_and(|h| h.tenure == tenure);
@@ -513,6 +528,7 @@ async fn take_round(
             .store
             .take(
                 &key,
+                lease.nonce,
                 &shared.id,
                 shared.incarnation,
                 lease.counter,
@@ -559,7 +575,7 @@ async fn sync_shards(shared: &Shared, source: &StaticShardSource) -> StoreResult
         for _ in 0..3 {
             let deleted = shared
                 .store
-                .delete(&lease.key, observed.0, observed.1, deadline)
+                .delete(&lease.key, lease.nonce, observed.0, observed.1, deadline)
                 .await?;
             match deleted {
                 Outcome::LostRace {

@@ -481,11 +481,11 @@ impl Fleet {
                 continue;
             }
             let owner = worker_id(i % first);
-            let counter = lease.expect("in memory").done().expect("new").counter;
+            let lease = lease.expect("in memory").done().expect("new");
             let process = incarnation(i % first);
             let taken = net
                 .table
-                .take(key, &owner, process, counter, deadline)
+                .take(key, lease.nonce, &owner, process, lease.counter, deadline)
                 .await;
             assert!(taken.expect("in memory").is_done());
             let mut table = net.ownership.lock().unwrap();

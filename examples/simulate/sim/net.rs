@@ -485,12 +485,20 @@ impl Writer {
         }
     }
 
-    /// Deletes lease `key` if its counter and tenure are as observed.
-    fn delete(&self, key: &LeaseKey, counter: u64, tenure: u64) -> (Outcome<Lease>, usize) {
+    /// Deletes lease `key` if it is still the item `nonce` with the counter and tenure observed.
+    fn delete(
+        &self,
+        key: &LeaseKey,
+        nonce: u64,
+        counter: u64,
+        tenure: u64,
+    ) -> (Outcome<Lease>, usize) {
         let table = &self.net.table;
         self.net.chaos.replica_before(table, Target::Lease(key));
         let deadline = far();
-        let answer = flat(now_or_never(table.delete(key, counter, tenure, deadline)));
+        let answer = flat(now_or_never(
+            table.delete(key, nonce, counter, tenure, deadline),
+        ));
         if answer.is_done() {
             self.net.ownership.lock().unwrap().owner.remove(key);
             if let Some(audit) = self.net.chaos.audit() {
@@ -582,6 +590,7 @@ impl LeaseStore for SimStore {
     async fn renew(
         &self,
         key: &LeaseKey,
+        nonce: u64,
         owner: &WorkerId,
         tenure: u64,
         load: Option<f64>,
@@ -589,7 +598,7 @@ impl LeaseStore for SimStore {
     ) -> StoreResult<Outcome<Lease>> {
         let (w, k, owner) = (self.writer(), key.clone(), owner.clone());
         self.call("renew", key.as_str(), Kind::Write, deadline, move || {
-            let run = w.net.table.renew(&k, &owner, tenure, load, far());
+            let run = w.net.table.renew(&k, nonce, &owner, tenure, load, far());
             w.lease("renew", &k, run)
         })
         .await
@@ -598,6 +607,7 @@ impl LeaseStore for SimStore {
     async fn take(
         &self,
         key: &LeaseKey,
+        nonce: u64,
         taker: &WorkerId,
         incarnation: Incarnation,
         observed_counter: u64,
@@ -608,7 +618,7 @@ impl LeaseStore for SimStore {
             let run = w
                 .net
                 .table
-                .take(&k, &taker, incarnation, observed_counter, far());
+                .take(&k, nonce, &taker, incarnation, observed_counter, far());
             w.lease("take", &k, run)
         })
         .await
@@ -617,6 +627,7 @@ impl LeaseStore for SimStore {
     async fn request_handoff(
         &self,
         key: &LeaseKey,
+        nonce: u64,
         owner: &WorkerId,
         tenure: u64,
         requester: &WorkerId,
@@ -633,7 +644,7 @@ impl LeaseStore for SimStore {
                 let run = w
                     .net
                     .table
-                    .request_handoff(&k, &owner, tenure, &requester, far());
+                    .request_handoff(&k, nonce, &owner, tenure, &requester, far());
                 w.lease("request_handoff", &k, run)
             },
         )
@@ -643,6 +654,7 @@ impl LeaseStore for SimStore {
     async fn complete_handoff(
         &self,
         key: &LeaseKey,
+        nonce: u64,
         owner: &WorkerId,
         tenure: u64,
         to: &WorkerId,
@@ -655,7 +667,10 @@ impl LeaseStore for SimStore {
             Kind::Write,
             deadline,
             move || {
-                let run = w.net.table.complete_handoff(&k, &owner, tenure, &to, far());
+                let run = w
+                    .net
+                    .table
+                    .complete_handoff(&k, nonce, &owner, tenure, &to, far());
                 w.lease("complete_handoff", &k, run)
             },
         )
@@ -665,13 +680,14 @@ impl LeaseStore for SimStore {
     async fn release(
         &self,
         key: &LeaseKey,
+        nonce: u64,
         owner: &WorkerId,
         tenure: u64,
         deadline: Instant,
     ) -> StoreResult<Outcome<Lease>> {
         let (w, k, owner) = (self.writer(), key.clone(), owner.clone());
         self.call("release", key.as_str(), Kind::Write, deadline, move || {
-            let run = w.net.table.release(&k, &owner, tenure, far());
+            let run = w.net.table.release(&k, nonce, &owner, tenure, far());
             w.lease("release", &k, run)
         })
         .await
@@ -680,6 +696,7 @@ impl LeaseStore for SimStore {
     async fn checkpoint(
         &self,
         key: &LeaseKey,
+        nonce: u64,
         owner: &WorkerId,
         tenure: u64,
         seq: u64,
@@ -697,7 +714,7 @@ impl LeaseStore for SimStore {
                 let run = w
                     .net
                     .table
-                    .checkpoint(&k, &owner, tenure, seq, &value, far());
+                    .checkpoint(&k, nonce, &owner, tenure, seq, &value, far());
                 w.lease("checkpoint", &k, run)
             },
         )
@@ -707,13 +724,14 @@ impl LeaseStore for SimStore {
     async fn delete(
         &self,
         key: &LeaseKey,
+        nonce: u64,
         observed_counter: u64,
         observed_tenure: u64,
         deadline: Instant,
     ) -> StoreResult<Outcome<Lease>> {
         let (w, k) = (self.writer(), key.clone());
         self.call("delete", key.as_str(), Kind::Write, deadline, move || {
-            w.delete(&k, observed_counter, observed_tenure)
+            w.delete(&k, nonce, observed_counter, observed_tenure)
         })
         .await
     }
@@ -766,13 +784,14 @@ impl LeaseStore for SimStore {
     async fn give(
         &self,
         key: &LeaseKey,
+        nonce: u64,
         to: &WorkerId,
         observed_counter: u64,
         deadline: Instant,
     ) -> StoreResult<Outcome<Lease>> {
         let (w, k, to) = (self.writer(), key.clone(), to.clone());
         self.call("give", key.as_str(), Kind::Write, deadline, move || {
-            let run = w.net.table.give(&k, &to, observed_counter, far());
+            let run = w.net.table.give(&k, nonce, &to, observed_counter, far());
             w.lease("give", &k, run)
         })
         .await

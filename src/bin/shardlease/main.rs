@@ -96,7 +96,9 @@ enum Command {
         #[command(subcommand)]
         action: CheckpointAction,
     },
-    /// Delete a lease (only while nobody holds it, or --force)
+    /// Delete a lease (only while nobody holds it, or --force). While the source lists its
+    /// shard, the fleet creates it again from the last checkpoint a worker read; to start a
+    /// lease over, use `checkpoint reset`
     Delete {
         /// The lease key
         key: String,

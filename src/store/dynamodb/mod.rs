@@ -396,21 +396,27 @@ impl DynamoStore {
         }
     }
 
+    /// A conditional `UpdateItem` of the lease item `nonce` at `key`: `condition` and the
+    /// nonce (see [`schema::of_item`]).
+    #[allow(clippy::too_many_arguments)]
     fn lease_update(
         &self,
         op: &'static str,
         key: &LeaseKey,
+        nonce: u64,
         condition: &'static str,
         update: &'static str,
-        values: Values,
+        mut values: Values,
         deadline: Instant,
     ) -> impl std::future::Future<Output = StoreResult<Outcome<Lease>>> + Send + '_ {
         let key = key.as_str().to_owned();
+        let condition = schema::of_item(nonce, condition);
+        values.extend(schema::nonce_value(nonce));
         async move {
             self.update(
                 op,
                 &key,
-                condition,
+                &condition,
                 update,
                 values,
                 schema::decode_lease,
@@ -507,6 +513,7 @@ impl LeaseStore for DynamoStore {
     async fn renew(
         &self,
         key: &LeaseKey,
+        nonce: u64,
         owner: &WorkerId,
         tenure: u64,
         load: Option<f64>,
@@ -521,13 +528,22 @@ impl LeaseStore for DynamoStore {
             }
             None => schema::UPDATE_RENEW,
         };
-        self.lease_update("renew", key, schema::COND_HELD, update, values, deadline)
-            .await
+        self.lease_update(
+            "renew",
+            key,
+            nonce,
+            schema::COND_HELD,
+            update,
+            values,
+            deadline,
+        )
+        .await
     }
 
     async fn take(
         &self,
         key: &LeaseKey,
+        nonce: u64,
         taker: &WorkerId,
         incarnation: Incarnation,
         observed_counter: u64,
@@ -542,6 +558,7 @@ impl LeaseStore for DynamoStore {
         self.lease_update(
             "take",
             key,
+            nonce,
             schema::COND_TAKE,
             schema::UPDATE_TAKE,
             values,
@@ -553,6 +570,7 @@ impl LeaseStore for DynamoStore {
     async fn request_handoff(
         &self,
         key: &LeaseKey,
+        nonce: u64,
         owner: &WorkerId,
         tenure: u64,
         requester: &WorkerId,
@@ -563,6 +581,7 @@ impl LeaseStore for DynamoStore {
         self.lease_update(
             "request_handoff",
             key,
+            nonce,
             schema::COND_REQUEST_HANDOFF,
             schema::UPDATE_REQUEST_HANDOFF,
             values,
@@ -574,6 +593,7 @@ impl LeaseStore for DynamoStore {
     async fn complete_handoff(
         &self,
         key: &LeaseKey,
+        nonce: u64,
         owner: &WorkerId,
         tenure: u64,
         to: &WorkerId,
@@ -584,6 +604,7 @@ impl LeaseStore for DynamoStore {
         self.lease_update(
             "complete_handoff",
             key,
+            nonce,
             schema::COND_COMPLETE_HANDOFF,
             schema::UPDATE_HAND_OVER,
             values,
@@ -595,6 +616,7 @@ impl LeaseStore for DynamoStore {
     async fn release(
         &self,
         key: &LeaseKey,
+        nonce: u64,
         owner: &WorkerId,
         tenure: u64,
         deadline: Instant,
@@ -604,6 +626,7 @@ impl LeaseStore for DynamoStore {
         self.lease_update(
             "release",
             key,
+            nonce,
             schema::COND_HELD,
             schema::UPDATE_RELEASE,
             values,
@@ -615,6 +638,7 @@ impl LeaseStore for DynamoStore {
     async fn checkpoint(
         &self,
         key: &LeaseKey,
+        nonce: u64,
         owner: &WorkerId,
         tenure: u64,
         seq: u64,
@@ -631,6 +655,7 @@ impl LeaseStore for DynamoStore {
         self.lease_update(
             "checkpoint",
             key,
+            nonce,
             schema::COND_CHECKPOINT,
             schema::UPDATE_CHECKPOINT,
             values,
@@ -642,18 +667,24 @@ impl LeaseStore for DynamoStore {
     async fn delete(
         &self,
         key: &LeaseKey,
+        nonce: u64,
         observed_counter: u64,
         observed_tenure: u64,
         deadline: Instant,
     ) -> StoreResult<Outcome<Lease>> {
-        let values = HashMap::from([
+        let mut values = HashMap::from([
             (":counter".to_owned(), schema::n(observed_counter)),
             (":tenure".to_owned(), schema::n(observed_tenure)),
         ]);
+        values.extend(
+            schema::nonce_value(nonce)
+                .into_iter()
+                .map(|(name, value)| (name.to_owned(), value)),
+        );
         self.delete_item(
             "delete",
             key.as_str(),
-            schema::COND_DELETE,
+            &schema::of_item(nonce, schema::COND_DELETE),
             values,
             schema::decode_lease,
             deadline,
@@ -721,6 +752,7 @@ impl LeaseStore for DynamoStore {
     async fn give(
         &self,
         key: &LeaseKey,
+        nonce: u64,
         to: &WorkerId,
         observed_counter: u64,
         deadline: Instant,
@@ -733,6 +765,7 @@ impl LeaseStore for DynamoStore {
         self.lease_update(
             "give",
             key,
+            nonce,
             schema::COND_GIVE,
             schema::UPDATE_HAND_OVER,
             values,

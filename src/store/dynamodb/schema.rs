@@ -24,6 +24,29 @@ pub use crate::store::attributes::{
     WEIGHT, WORKER,
 };
 
+/// Every lease write but `create`, beside its own condition: the item is the one the caller
+/// read (its `leaseNonce`), not one created later under the same key.
+pub const COND_ITEM: &str = "leaseNonce = :nonce";
+/// [`COND_ITEM`] for an item the caller read without a nonce (written before nonces existed).
+pub const COND_ITEM_WITHOUT_NONCE: &str = "attribute_not_exists(leaseNonce)";
+
+/// The condition of a write to the lease item `nonce`: `condition` and [`COND_ITEM`] (or
+/// [`COND_ITEM_WITHOUT_NONCE`] for nonce 0, with no `:nonce` value: see [`nonce_value`]).
+pub fn of_item(nonce: u64, condition: &str) -> String {
+    let item = if nonce == 0 {
+        COND_ITEM_WITHOUT_NONCE
+    } else {
+        COND_ITEM
+    };
+    format!("{item} AND ({condition})")
+}
+
+/// The `:nonce` value [`of_item`]'s condition reads: none for nonce 0 (DynamoDB refuses a
+/// value the expressions do not use).
+pub fn nonce_value(nonce: u64) -> Option<(&'static str, AttributeValue)> {
+    (nonce != 0).then(|| (":nonce", n(nonce)))
+}
+
 /// `create`: no item has this key.
 pub const COND_CREATE: &str = "attribute_not_exists(leaseKey)";
 /// `renew`, `release`: held by the caller in the caller's tenure.

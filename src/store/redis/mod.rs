@@ -208,13 +208,16 @@ impl RedisStore {
             .await
     }
 
+    /// A write to the lease item `nonce` at `key`: the script's `ARGV[4]`, before `args`.
     async fn lease_write(
         &self,
         script: &'static Script,
         key: &LeaseKey,
+        nonce: u64,
         args: Vec<String>,
         deadline: Instant,
     ) -> StoreResult<Outcome<Lease>> {
+        let args = std::iter::once(nonce.to_string()).chain(args).collect();
         self.write(script, key.as_str(), args, schema::decode_lease, deadline)
             .await
     }
@@ -575,19 +578,21 @@ impl LeaseStore for RedisStore {
     async fn renew(
         &self,
         key: &LeaseKey,
+        nonce: u64,
         owner: &WorkerId,
         tenure: u64,
         load: Option<f64>,
         deadline: Instant,
     ) -> StoreResult<Outcome<Lease>> {
         let args = vec![owner.to_string(), tenure.to_string(), or_empty(load)];
-        self.lease_write(&scripts::SCRIPT_RENEW, key, args, deadline)
+        self.lease_write(&scripts::SCRIPT_RENEW, key, nonce, args, deadline)
             .await
     }
 
     async fn take(
         &self,
         key: &LeaseKey,
+        nonce: u64,
         taker: &WorkerId,
         incarnation: Incarnation,
         observed_counter: u64,
@@ -598,51 +603,61 @@ impl LeaseStore for RedisStore {
             taker.to_string(),
             incarnation.get().to_string(),
         ];
-        self.lease_write(&scripts::SCRIPT_TAKE, key, args, deadline)
+        self.lease_write(&scripts::SCRIPT_TAKE, key, nonce, args, deadline)
             .await
     }
 
     async fn request_handoff(
         &self,
         key: &LeaseKey,
+        nonce: u64,
         owner: &WorkerId,
         tenure: u64,
         requester: &WorkerId,
         deadline: Instant,
     ) -> StoreResult<Outcome<Lease>> {
         let args = vec![owner.to_string(), tenure.to_string(), requester.to_string()];
-        self.lease_write(&scripts::SCRIPT_REQUEST_HANDOFF, key, args, deadline)
+        self.lease_write(&scripts::SCRIPT_REQUEST_HANDOFF, key, nonce, args, deadline)
             .await
     }
 
     async fn complete_handoff(
         &self,
         key: &LeaseKey,
+        nonce: u64,
         owner: &WorkerId,
         tenure: u64,
         to: &WorkerId,
         deadline: Instant,
     ) -> StoreResult<Outcome<Lease>> {
         let args = vec![owner.to_string(), tenure.to_string(), to.to_string()];
-        self.lease_write(&scripts::SCRIPT_COMPLETE_HANDOFF, key, args, deadline)
-            .await
+        self.lease_write(
+            &scripts::SCRIPT_COMPLETE_HANDOFF,
+            key,
+            nonce,
+            args,
+            deadline,
+        )
+        .await
     }
 
     async fn release(
         &self,
         key: &LeaseKey,
+        nonce: u64,
         owner: &WorkerId,
         tenure: u64,
         deadline: Instant,
     ) -> StoreResult<Outcome<Lease>> {
         let args = vec![owner.to_string(), tenure.to_string()];
-        self.lease_write(&scripts::SCRIPT_RELEASE, key, args, deadline)
+        self.lease_write(&scripts::SCRIPT_RELEASE, key, nonce, args, deadline)
             .await
     }
 
     async fn checkpoint(
         &self,
         key: &LeaseKey,
+        nonce: u64,
         owner: &WorkerId,
         tenure: u64,
         seq: u64,
@@ -655,19 +670,20 @@ impl LeaseStore for RedisStore {
             seq.to_string(),
             checkpoint.to_owned(),
         ];
-        self.lease_write(&scripts::SCRIPT_CHECKPOINT, key, args, deadline)
+        self.lease_write(&scripts::SCRIPT_CHECKPOINT, key, nonce, args, deadline)
             .await
     }
 
     async fn delete(
         &self,
         key: &LeaseKey,
+        nonce: u64,
         observed_counter: u64,
         observed_tenure: u64,
         deadline: Instant,
     ) -> StoreResult<Outcome<Lease>> {
         let args = vec![observed_counter.to_string(), observed_tenure.to_string()];
-        self.lease_write(&scripts::SCRIPT_DELETE, key, args, deadline)
+        self.lease_write(&scripts::SCRIPT_DELETE, key, nonce, args, deadline)
             .await
     }
 
@@ -704,12 +720,13 @@ impl LeaseStore for RedisStore {
     async fn give(
         &self,
         key: &LeaseKey,
+        nonce: u64,
         to: &WorkerId,
         observed_counter: u64,
         deadline: Instant,
     ) -> StoreResult<Outcome<Lease>> {
         let args = vec![observed_counter.to_string(), to.to_string()];
-        self.lease_write(&scripts::SCRIPT_GIVE, key, args, deadline)
+        self.lease_write(&scripts::SCRIPT_GIVE, key, nonce, args, deadline)
             .await
     }
 

@@ -4,6 +4,8 @@
 //! set of item keys, all scores 0), both under the table's hash tag, and `ARGV[1]` = the item
 //! key, `ARGV[2]` = the call's token (stored in `lastOp` by the writes that move the counter),
 //! `ARGV[3]` = the time for `updatedAt`; the operation's own arguments follow from `ARGV[4]`.
+//! Every write to a lease but `create` has the nonce of the item it is meant for as
+//! `ARGV[4]`, and its own arguments from `ARGV[5]`.
 //!
 //! Every script answers `{status, item, field}`: status 1 = applied (`item` is the hash as
 //! written, or as it was for a delete), 0 = the condition is false (`item` is the hash as it
@@ -189,7 +191,13 @@ local function expect(bad)
   return h, flat
 end
 
-local function lease() return expect(bad_lease) end
+-- A lease, and the item the write is meant for: its nonce is ARGV[4] ('0': an item stored
+-- without one). A later item of the key is a lost race, as a changed counter is.
+local function lease()
+  local h, flat = expect(bad_lease)
+  if h and (h.leaseNonce or '0') ~= ARGV[4] then return nil, {0, flat, ''} end
+  return h, flat
+end
 local function member() return expect(bad_member) end
 
 local function done()
@@ -250,93 +258,93 @@ redis.call('HSET', item, unpack(ARGV, 4))
 return done()
 "#;
 
-/// `renew`: held by ARGV[4] in tenure ARGV[5]. ARGV[6]: the load figure, or empty.
+/// `renew`: held by ARGV[5] in tenure ARGV[6]. ARGV[7]: the load figure, or empty.
 const RENEW: &str = r#"
 local h, flat = lease()
 if not h then return flat end
-if not held(h, ARGV[4], ARGV[5]) then return {0, flat, ''} end
+if not held(h, ARGV[5], ARGV[6]) then return {0, flat, ''} end
 redis.call('HINCRBY', item, 'leaseCounter', 1)
-if ARGV[6] ~= '' then redis.call('HSET', item, 'leaseLoad', ARGV[6]) end
+if ARGV[7] ~= '' then redis.call('HSET', item, 'leaseLoad', ARGV[7]) end
 redis.call('HSET', item, 'lastOp', op, 'updatedAt', now)
 return done()
 "#;
 
-/// `take`: the counter is ARGV[4]. ARGV[5]: the taker, ARGV[6]: its incarnation.
+/// `take`: the counter is ARGV[5]. ARGV[6]: the taker, ARGV[7]: its incarnation.
 const TAKE: &str = r#"
 local h, flat = lease()
 if not h then return flat end
-if h.leaseCounter ~= ARGV[4] then return {0, flat, ''} end
+if h.leaseCounter ~= ARGV[5] then return {0, flat, ''} end
 redis.call('HINCRBY', item, 'leaseCounter', 1)
 redis.call('HINCRBY', item, 'leaseTenure', 1)
 redis.call('HINCRBY', item, 'ownerSwitchesSinceCheckpoint', 1)
-redis.call('HSET', item, 'leaseOwner', ARGV[5], 'ownerIncarnation', ARGV[6],
+redis.call('HSET', item, 'leaseOwner', ARGV[6], 'ownerIncarnation', ARGV[7],
   'lastOp', op, 'updatedAt', now)
 redis.call('HDEL', item, 'handoffTo')
 return done()
 "#;
 
-/// `request_handoff`: held by ARGV[4] in tenure ARGV[5], no handoff to another than ARGV[6]
+/// `request_handoff`: held by ARGV[5] in tenure ARGV[6], no handoff to another than ARGV[7]
 /// pending. Leaves `lastOp` alone (see the DynamoDB schema's `UPDATE_REQUEST_HANDOFF`).
 const REQUEST_HANDOFF: &str = r#"
 local h, flat = lease()
 if not h then return flat end
 local pending = h.handoffTo
-if not held(h, ARGV[4], ARGV[5]) or (pending ~= nil and pending ~= ARGV[6]) then
+if not held(h, ARGV[5], ARGV[6]) or (pending ~= nil and pending ~= ARGV[7]) then
   return {0, flat, ''}
 end
-redis.call('HSET', item, 'handoffTo', ARGV[6], 'updatedAt', now)
+redis.call('HSET', item, 'handoffTo', ARGV[7], 'updatedAt', now)
 return done()
 "#;
 
-/// `complete_handoff`: held by ARGV[4] in tenure ARGV[5], the handoff going to ARGV[6].
+/// `complete_handoff`: held by ARGV[5] in tenure ARGV[6], the handoff going to ARGV[7].
 const COMPLETE_HANDOFF: &str = r#"
 local h, flat = lease()
 if not h then return flat end
-if not held(h, ARGV[4], ARGV[5]) or h.handoffTo ~= ARGV[6] then return {0, flat, ''} end
+if not held(h, ARGV[5], ARGV[6]) or h.handoffTo ~= ARGV[7] then return {0, flat, ''} end
+hand_over(ARGV[7])
+return done()
+"#;
+
+/// `give`: the counter is ARGV[5]; the lease goes to ARGV[6].
+const GIVE: &str = r#"
+local h, flat = lease()
+if not h then return flat end
+if h.leaseCounter ~= ARGV[5] then return {0, flat, ''} end
 hand_over(ARGV[6])
 return done()
 "#;
 
-/// `give`: the counter is ARGV[4]; the lease goes to ARGV[5].
-const GIVE: &str = r#"
-local h, flat = lease()
-if not h then return flat end
-if h.leaseCounter ~= ARGV[4] then return {0, flat, ''} end
-hand_over(ARGV[5])
-return done()
-"#;
-
-/// `release`: held by ARGV[4] in tenure ARGV[5].
+/// `release`: held by ARGV[5] in tenure ARGV[6].
 const RELEASE: &str = r#"
 local h, flat = lease()
 if not h then return flat end
-if not held(h, ARGV[4], ARGV[5]) then return {0, flat, ''} end
+if not held(h, ARGV[5], ARGV[6]) then return {0, flat, ''} end
 redis.call('HINCRBY', item, 'leaseCounter', 1)
 redis.call('HSET', item, 'lastOp', op, 'updatedAt', now)
 redis.call('HDEL', item, 'leaseOwner', 'ownerIncarnation', 'handoffTo')
 return done()
 "#;
 
-/// `checkpoint`: held by ARGV[4] in tenure ARGV[5], and no checkpoint of that tenure numbered
-/// ARGV[6] or higher stored; ARGV[7] is the checkpoint.
+/// `checkpoint`: held by ARGV[5] in tenure ARGV[6], and no checkpoint of that tenure numbered
+/// ARGV[7] or higher stored; ARGV[8] is the checkpoint.
 const CHECKPOINT: &str = r#"
 local h, flat = lease()
 if not h then return flat end
-if not held(h, ARGV[4], ARGV[5]) then return {0, flat, ''} end
-if h.checkpointTenure == ARGV[5] and tonumber(h.checkpointSeq) >= tonumber(ARGV[6]) then
+if not held(h, ARGV[5], ARGV[6]) then return {0, flat, ''} end
+if h.checkpointTenure == ARGV[6] and tonumber(h.checkpointSeq) >= tonumber(ARGV[7]) then
   return {0, flat, ''}
 end
 redis.call('HINCRBY', item, 'leaseCounter', 1)
-redis.call('HSET', item, 'checkpoint', ARGV[7], 'checkpointTenure', ARGV[5],
-  'checkpointSeq', ARGV[6], 'ownerSwitchesSinceCheckpoint', '0', 'lastOp', op, 'updatedAt', now)
+redis.call('HSET', item, 'checkpoint', ARGV[8], 'checkpointTenure', ARGV[6],
+  'checkpointSeq', ARGV[7], 'ownerSwitchesSinceCheckpoint', '0', 'lastOp', op, 'updatedAt', now)
 return done()
 "#;
 
-/// `delete`: counter ARGV[4] and tenure ARGV[5]. Answers the item as it was.
+/// `delete`: counter ARGV[5] and tenure ARGV[6]. Answers the item as it was.
 const DELETE: &str = r#"
 local h, flat = lease()
 if not h then return flat end
-if h.leaseCounter ~= ARGV[4] or h.leaseTenure ~= ARGV[5] then return {0, flat, ''} end
+if h.leaseCounter ~= ARGV[5] or h.leaseTenure ~= ARGV[6] then return {0, flat, ''} end
 redis.call('ZREM', index, name)
 redis.call('DEL', item)
 return {1, flat, ''}

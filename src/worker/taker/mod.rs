@@ -215,6 +215,10 @@ impl Taker {
             self.announced_to = None;
         }
         self.identity.set_incarnation(incarnation);
+        self.identity
+            .settle(&snapshot.leases, now, config.retire_after);
+        self.shared
+            .forget_takes(&snapshot.leases, config.retire_after);
         tracing::debug!(
             leases = snapshot.leases.len(),
             members = snapshot.members.len(),

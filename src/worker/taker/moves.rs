@@ -291,8 +291,10 @@ impl Taker {
                         .unwrap_or_else(|e| e.into_inner())
                         .get(&lease.key)
                         .cloned();
-                    let report = match (unacknowledged, self.identity.unanswered_since(&lease.key))
-                    {
+                    let report = match (
+                        unacknowledged,
+                        self.identity.unanswered_since(&lease.key, lease.nonce),
+                    ) {
                         // Forced from a session that has not acknowledged yet: still waits.
                         (Some((owner, incarnation)), _) => {
                             Report::Acknowledged { owner, incarnation }
@@ -353,7 +355,7 @@ impl Taker {
     pub(super) fn record(&mut self, answer: Answer) {
         match answer {
             Answer::Taken(key) => self.identity.answered(&key),
-            Answer::Unanswered { key, since } => self.identity.unanswered(key, since),
+            Answer::Unanswered { observed, since } => self.identity.unanswered(&observed, since),
             Answer::LostRace | Answer::None => {}
         }
     }

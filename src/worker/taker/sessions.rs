@@ -278,20 +278,25 @@ impl Taker {
                     continue;
                 }
                 let (shared, limit) = (Arc::clone(&self.shared), Arc::clone(&limit));
-                let (key, worker, counter, tenure) =
-                    (key.clone(), worker.clone(), lease.counter, lease.tenure);
+                let (key, worker, nonce, counter, tenure) = (
+                    key.clone(),
+                    worker.clone(),
+                    lease.nonce,
+                    lease.counter,
+                    lease.tenure,
+                );
                 gives.spawn(
                     async move {
                         let _permit = limit.acquire_owned().await.ok()?;
                         let (written, what) = match &from {
                             None => (
-                                shared.store.give(&key, &worker, counter, deadline).await,
+                                shared.store.give(&key, nonce, &worker, counter, deadline).await,
                                 "give",
                             ),
                             Some(owner) => (
                                 shared
                                     .store
-                                    .request_handoff(&key, owner, tenure, &worker, deadline)
+                                    .request_handoff(&key, nonce, owner, tenure, &worker, deadline)
                                     .await,
                                 "request_handoff",
                             ),
