@@ -329,6 +329,8 @@ pub trait LeaseStore: Send + Sync + 'static {
     /// [`CheckpointWrite`](crate::lease::CheckpointWrite)): the owner numbers its checkpoints
     /// 1, 2, 3... within a tenure, so that one that lands late never replaces a newer one. A
     /// retry of the same call sends the same number.
+    // The item, the owner, its tenure and the write's number are each part of the condition.
+    #[allow(clippy::too_many_arguments)]
     async fn checkpoint(
         &self,
         key: &LeaseKey,
