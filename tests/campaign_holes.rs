@@ -1,7 +1,8 @@
 //! Schedules of the fault campaign (examples/simulate) that broke an invariant before the
 //! library was fixed for them: a seeded schedule the campaign found, or a scripted one where
 //! random schedules rarely meet the fault. Each test asserts that its schedule breaks no
-//! invariant; each doc says what the schedule showed before the fix.
+//! invariant; each doc says what the schedule showed before the fix. One still open is
+//! ignored: `cargo test --test campaign_holes -- --ignored` runs it.
 
 #[path = "../examples/simulate/sim/mod.rs"]
 mod sim;
@@ -98,6 +99,20 @@ fn a_stale_scan_never_decides_that_a_live_session_has_ended() {
 #[test]
 fn a_stolen_lease_is_acknowledged_once_the_application_let_go() {
     let (seed, faults) = (16723804641238226573, "all");
+    let replay = format!("--schedule {seed} --faults {faults}");
+    assert_none(&replay, &violations(seeded(seed, faults)));
+}
+
+/// Still open, found by the 10,000-schedule run with every kind (`--campaign 10000 --seed 40
+/// --faults all`, schedule 9340): `KclBalance` (which steals) and stale reads, both off by
+/// default, with a twin of one id that leaves, a crash, a freeze and operator moves: p4
+/// started a lease p0 had started 2.8 s before (`overlap at 75.701 s: shard-0000030 started
+/// by p4 while p0 processes it`). None of the 10,000 schedules of the default kinds
+/// (`--campaign 10000 --seed 40`) broke a safety invariant.
+#[test]
+#[ignore = "open: an overlap with every fault kind on"]
+fn twins_leaving_under_every_fault_kind_never_process_one_lease_twice() {
+    let (seed, faults) = (6530259159967943896, "all");
     let replay = format!("--schedule {seed} --faults {faults}");
     assert_none(&replay, &violations(seeded(seed, faults)));
 }

@@ -347,6 +347,7 @@ impl Fleet {
         let admin = self.operator.clone();
         let event = event.clone();
         let ledger = Arc::clone(&self.ledger);
+        self.ledger().operated(&key, false);
         self.tools.push(tokio::spawn(async move {
             let outcome = match event {
                 Event::Release { .. } => {
@@ -371,7 +372,8 @@ impl Fleet {
                     .await
                     .map(|_| ()),
             };
-            let ledger = ledger.lock().unwrap_or_else(|e| e.into_inner());
+            let mut ledger = ledger.lock().unwrap_or_else(|e| e.into_inner());
+            ledger.operated(&key, true);
             ledger.trace(|| format!("operator {event:?} on {key}: {outcome:?}"));
         }));
     }

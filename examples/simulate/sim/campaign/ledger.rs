@@ -50,6 +50,9 @@ pub struct Ledger {
     /// From the heal on: when each lease was first processed.
     healed: Option<Instant>,
     processed: BTreeMap<LeaseKey, Instant>,
+    /// The operator's moves of each lease: `None` while one is in progress, else when the
+    /// last one ended.
+    operated: BTreeMap<LeaseKey, Option<Instant>>,
     pub violations: Vec<Violation>,
 }
 
@@ -100,6 +103,7 @@ impl Ledger {
             starts: 0,
             healed: None,
             processed: BTreeMap::new(),
+            operated: BTreeMap::new(),
             violations: Vec::new(),
         }
     }
@@ -274,6 +278,17 @@ impl Ledger {
         let now = Instant::now();
         self.healed = Some(now);
         self.processed = self.holder.keys().map(|k| (k.clone(), now)).collect();
+    }
+
+    /// An operator's tool starts moving `key` (`done` false) or has finished (`done` true).
+    pub fn operated(&mut self, key: &LeaseKey, done: bool) {
+        self.operated.insert(key.clone(), done.then(Instant::now));
+    }
+
+    /// The operator's moves of `key`: `None` if there were none, `Some(None)` while one is in
+    /// progress, `Some(Some(at))` when the last one ended at `at`.
+    pub fn operated_at(&self, key: &LeaseKey) -> Option<Option<Instant>> {
+        self.operated.get(key).copied()
     }
 
     /// When `key` was first processed since the heal.

@@ -105,12 +105,9 @@ impl Fault {
             .collect()
     }
 
-    /// What `--faults default` leaves out, while schedules with them still break invariants
-    /// (BENCHMARKS.md, "The fault campaign with late writes and stale reads"): a write meant
-    /// for a deleted item lands in its successor (late writes with operator resets and
-    /// deletes); balance by load fails the campaign's balance-by-count check; some operator
-    /// moves leave leases unprocessed.
-    pub const OFF_BY_DEFAULT: [Fault; 9] = [
+    /// The kinds drawn from a stream of their own (see [`draw_protocol_faults`]): late
+    /// writes, stale reads, the policies, the operator's moves.
+    pub const OWN_STREAM: [Fault; 9] = [
         Fault::LateWrite,
         Fault::StaleRead,
         Fault::PolicyLoad,
@@ -121,6 +118,14 @@ impl Fault {
         Fault::OpReset,
         Fault::OpDelete,
     ];
+
+    /// What `--faults default` leaves out: kinds whose schedules still miss a liveness bound
+    /// the campaign checks (BENCHMARKS.md, "The fault campaign with late writes and stale
+    /// reads"), though none breaks a safety invariant. Balance by load is not balanced by
+    /// count within a minute of the heal in about one schedule of eight; stale reads and
+    /// `KclBalance`'s steals leave a lease unprocessed past the failover bound (a lease
+    /// duration and two taker rounds) in about one schedule of five hundred.
+    pub const OFF_BY_DEFAULT: [Fault; 3] = [Fault::StaleRead, Fault::PolicyLoad, Fault::PolicyKcl];
 
     pub fn name(self) -> &'static str {
         match self {
@@ -490,17 +495,18 @@ pub fn schedule(seed: u64, enabled: &BTreeSet<Fault>, max_skew: f64, day_rest: b
         day_rest,
         balancing: Balancing::Count,
     };
-    draw_issue_34(seed, enabled, &mut schedule);
+    draw_protocol_faults(seed, enabled, &mut schedule);
     schedule
 }
 
-/// The faults issue 34 added (late writes, stale reads, policies that steal, operators),
-/// drawn from a stream of their own: with them off, a seed draws the schedule it drew before
-/// they existed (the seeds quoted in ARCHITECTURE.md and BENCHMARKS.md replay).
-fn draw_issue_34(seed: u64, enabled: &BTreeSet<Fault>, schedule: &mut Schedule) {
+/// The faults of [`Fault::OWN_STREAM`] (late writes, stale reads, policies that steal,
+/// operators), drawn from a stream of their own: with them off, a seed draws the schedule it
+/// drew before they existed (the seeds quoted in ARCHITECTURE.md and BENCHMARKS.md replay
+/// with the fault kinds they name).
+fn draw_protocol_faults(seed: u64, enabled: &BTreeSet<Fault>, schedule: &mut Schedule) {
     let mut rng = StdRng::seed_from_u64(seed ^ 0x34_34_34_34_34_34_34_34);
     let on = |f: Fault| enabled.contains(&f);
-    if !enabled.iter().any(|f| Fault::OFF_BY_DEFAULT.contains(f)) {
+    if !enabled.iter().any(|f| Fault::OWN_STREAM.contains(f)) {
         return;
     }
     if on(Fault::LateWrite) {
@@ -554,7 +560,7 @@ fn draw_issue_34(seed: u64, enabled: &BTreeSet<Fault>, schedule: &mut Schedule) 
 }
 
 /// The scripted schedules (`--script NAME`): a few faults aimed at single requests, for the
-/// holes of issue 34 that random schedules meet too rarely.
+/// holes that random schedules meet too rarely.
 pub const SCRIPTS: [&str; 1] = ["lost-steal"];
 
 /// A calm schedule of three workers over nine leases, no fault drawn: a script adds its own.
