@@ -14,9 +14,8 @@
 //! `--checkpoint-secs S` it also checkpoints every S seconds while it holds the lease, and its
 //! checkpoints are a counter that only grows: it resumes from the number the lease was
 //! acquired with (0 without one, or with a checkpoint that is not a number) and adds 1 per
-//! attempt, so a lease's checkpoints go up in the order they were made, across workers, and a
-//! checkpoint older than one already acknowledged shows as a smaller number (what
-//! `scripts/chaos.py` audits). Ctrl-C
+//! attempt: a worker that resumes a lease from a checkpoint older than one already
+//! acknowledged shows it as a smaller number (what `scripts/chaos.py` audits). Ctrl-C
 //! (SIGINT) or SIGTERM leaves gracefully: every lease is checkpointed and released, and the
 //! process exits 0; so it does when an operator drains it (`shardlease drain ID`). The library's log goes to stderr (`RUST_LOG`, default `info`); an error
 //! that stops the process is printed as one line.
