@@ -501,9 +501,10 @@ def read_table(args):
 
 def late_deliveries(procs):
     """What the proxies' "late" mode did, from their logs: requests delivered late (by
-    operation), their answers, and requests dropped before delivery (the connection closed)."""
+    operation), their answers, those sent again because the server closed instead of
+    answering, those dropped before delivery (the connection closed) and those unanswered."""
     requests, answers = collections.Counter(), collections.Counter()
-    dropped = unanswered = 0
+    dropped = unanswered = redelivered = 0
     for p in procs:
         try:
             with open(os.path.join(p.work, f"{p.id}.proxy.log"), errors="replace") as f:
@@ -515,13 +516,15 @@ def late_deliveries(procs):
                 requests[re.search(r"request=(\S+)", line).group(1)] += 1
             elif "late answered" in line:
                 answers[line.split(" answer=", 1)[1]] += 1
+            elif "late redelivered" in line:
+                redelivered += 1
             elif "late dropped" in line:
                 dropped += 1
             elif "late unanswered" in line:
                 unanswered += 1
     return {"late_deliveries": sum(requests.values()), "late_requests": dict(requests),
-            "late_answers": dict(answers.most_common(8)), "late_dropped": dropped,
-            "late_unanswered": unanswered}
+            "late_answers": dict(answers.most_common(8)), "late_redelivered": redelivered,
+            "late_dropped": dropped, "late_unanswered": unanswered}
 
 
 # The library's "lease taken" line, colours and all (the log goes to a file with ANSI codes).

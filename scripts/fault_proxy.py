@@ -23,12 +23,14 @@ change takes effect at once on open connections too):
                   if the client is still connected; if it has closed, the proxy waits for the
                   answer (up to 10 s) before closing upstream, so that the request is applied
                   whole. If the server closed the connection while the request was held
-                  (dynalite closes one idle for about 6 s), the request goes upstream on a new
-                  connection of its own, as one that waited in a queue in front of the server.
+                  (dynalite closes one idle for about 6 s), or closes it as the request arrives,
+                  unanswered, the request goes upstream on a new connection of its own, as one
+                  that waited in a queue in front of the server.
                   Writing the mode again arms it again for the connections open then.
                   One line per late request on stderr: "late delivered conn=N held_ms=MS
                   bytes=B request=WHAT" when it goes upstream, "late answered conn=N
-                  answer=FIRST-LINE" (or "late unanswered") when its answer came
+                  answer=FIRST-LINE" (or "late unanswered") when its answer came, and "late
+                  redelivered conn=N" when it goes again after a close instead of an answer
 
   scripts/fault_proxy.py --listen 7001 --upstream 127.0.0.1:4567 --control /tmp/w1.mode
 
@@ -96,6 +98,7 @@ class Connection:
         self.armed = arms
         self.late_waiting = False
         self.late_answered = asyncio.Event()
+        self.late_request = None
         self.upstream = None  # (host, port)
         self.upstream_closed = False
 
@@ -142,15 +145,20 @@ async def deliver_late(data, delay, conn, writer):
         await deliver_alone(data, conn, delivered)
         return
     conn.late_waiting = True
+    conn.late_request = data
     conn.late_answered.clear()
     writer.write(data)
     await writer.drain()
     log(delivered)
 
 
+# Late requests sent again on a connection of their own (kept here until they are answered).
+REDELIVERIES = set()
+
+
 async def deliver_alone(data, conn, delivered):
     """Sends a late request on a new upstream connection (the server closed the one it came
-    on while it was held), logs its answer and closes."""
+    on while it was held, or as it arrived), logs its answer and closes."""
     try:
         reader, writer = await asyncio.open_connection(*conn.upstream)
     except OSError as err:
@@ -180,6 +188,16 @@ async def pump(reader, writer, control, conn, answers):
             data = await reader.read(65536)
             if not data:
                 conn.upstream_closed = conn.upstream_closed or answers
+                if answers and conn.late_waiting:
+                    # Closed as the late request arrived (an idle timeout that fired just
+                    # then): it was not applied; it goes again, alone.
+                    conn.late_waiting = False
+                    conn.late_answered.set()
+                    task = asyncio.create_task(deliver_alone(
+                        conn.late_request, conn, f"late redelivered conn={conn.id} (the server "
+                        "closed the connection instead of answering)"))
+                    REDELIVERIES.add(task)
+                    task.add_done_callback(REDELIVERIES.discard)
                 break
             mode, arg = control.read()
             if mode == "refuse":
