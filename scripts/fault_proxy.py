@@ -23,9 +23,9 @@ change takes effect at once on open connections too):
                   if the client is still connected; if it has closed, the proxy waits for the
                   answer (up to 10 s) before closing upstream, so that the request is applied
                   whole. If the server closed the connection while the request was held
-                  (dynalite closes one idle for about 6 s), or closes it as the request arrives,
-                  unanswered, the request goes upstream on a new connection of its own, as one
-                  that waited in a queue in front of the server.
+                  (dynalite closed one idle for 7 s, not one idle for 5.2 s), or closed it as
+                  the request arrived, unanswered, the request goes upstream on a new
+                  connection of its own, as one that waited in a queue in front of the server.
                   Writing the mode again arms it again for the connections open then.
                   One line per late request on stderr: "late delivered conn=N held_ms=MS
                   bytes=B request=WHAT" when it goes upstream, "late answered conn=N
