@@ -4,7 +4,10 @@
 seeded schedule; then an audit of their events logs (JSON lines, wall-clock nanoseconds).
 
 Run it through scripts/chaos.sh, which installs and starts the emulators and builds the
-example.
+example and the shardlease command line (which reads the table at the end).
+
+Every worker checkpoints its leases every --checkpoint-secs (lease_worker --checkpoint-secs):
+a counter that resumes from the lease's checkpoint and only grows, logged when acknowledged.
 
 Schedules (--schedule):
   mixed       random faults (kill -9 and restart, SIGTERM and restart, SIGSTOP/SIGCONT,
@@ -12,12 +15,31 @@ Schedules (--schedule):
   half-open   one worker's connections hold for 3 lease durations (accepted, never answered)
   slow        every request of one worker is delayed by 0.4 to 1.2 lease durations for 6
               lease durations
+  late        spells of 1 to 3 lease durations in which one worker's requests land late: its
+              proxy in "late MS" mode (MS from 3 to 8 s: past the store's 2 s attempt timeout,
+              mostly past the worker's 5 s store deadline), armed again every half lease, so
+              that each connection open then delivers its next request MS late, after the
+              worker's retry and later writes on new connections; among the spells, SIGTERM or
+              kill -9 and restart of a worker, so that leases move while late writes land
+  steal       every worker runs KCL 2.x's policy (lease_worker --balance kcl: one steal per
+              round from the most loaded worker); half the workers start, the others join one
+              every 2 lease durations from the warm-up on, and random mixed faults (restarts
+              are joins too) run among the started ones
 
 The audit prints one line per figure and a JSON summary (--json FILE), and fails (exit 1) on
-any overlap (two processes processing one lease at one wall-clock instant), a worker that
-exited by itself or did not leave on SIGTERM, a fleet not balanced at the end (max - min <= 1,
-every lease held), and the schedule's own target: half-open, the worker has its share back
-within two taker intervals of the heal; slow, its leases are processed >= 90 % of the time.
+any overlap (two processes processing one lease at one wall-clock instant), any checkpoint
+regression, a worker that exited by itself or did not leave on SIGTERM, a fleet not balanced
+at the end (max - min <= 1, every lease held), and the schedule's own target: half-open, the
+worker has its share back within two taker intervals of the heal; slow, its leases are
+processed >= 90 % of the time.
+
+A checkpoint regression is, per lease: a process that started it ("acquired") from a
+checkpoint smaller than one acknowledged ("checkpointed") to any process before that start; or
+a checkpoint in the table at the end (read with `shardlease --json status` once every worker
+has left) smaller than the largest acknowledged. The summary also counts the proxies' late
+deliveries ("late delivered" lines of their logs, with the operations held and the answers
+they got) and the steals: takes the workers logged as forced ("lease taken" with forced=true,
+from a live owner) from another worker.
 
 Where an overlap is judged: a process is processing a lease from its "acquired" event to the
 first "stopped", "lost", "handed_off" or "released" event of that lease, or until it was killed
@@ -29,9 +51,11 @@ reported as thaw_fence_max_secs, and a slower fence counts as processing).
 """
 
 import argparse
+import collections
 import json
 import os
 import random
+import re
 import signal
 import socket
 import subprocess
@@ -74,14 +98,20 @@ class Proc:
     def start(self):
         run = len(self.runs)
         log = os.path.join(self.work, f"{self.id}.{run}.jsonl")
-        out = open(os.path.join(self.work, f"{self.id}.{run}.log"), "w")
+        out = open(self.output(run), "w")
         env = dict(os.environ, RUST_LOG=os.environ.get("RUST_LOG", "shardlease=info"))
+        balance = "kcl" if self.args.schedule == "steal" else "count"
         p = subprocess.Popen(
             [self.args.binary, "--id", self.id, "--table", self.args.table,
              *self.store_args(), "--shards", str(self.args.shards),
-             "--lease-secs", str(self.args.lease_secs), "--events-log", log],
+             "--lease-secs", str(self.args.lease_secs), "--balance", balance,
+             "--checkpoint-secs", str(self.args.checkpoint_secs), "--events-log", log],
             stdout=out, stderr=subprocess.STDOUT, env=env)
         self.runs.append((run, p, log))
+
+    def output(self, run):
+        """What run `run` printed (its stdout and the library's log)."""
+        return os.path.join(self.work, f"{self.id}.{run}.log")
 
     def store_args(self):
         """The lease_worker options that point it at its proxy, for the store under test."""
@@ -154,48 +184,94 @@ def balanced(counts, shards):
         max(counts.values()) - min(counts.values()) <= 1
 
 
+# Fault kinds and their spans in lease durations, for the random faults of mixed and steal.
+MIXED_SPANS = {
+    "kill": (0.2, 1.0),
+    "term": (0.2, 1.0),
+    "freeze": (0.3, 2.5),
+    "partition": (0.5, 2.5),
+    "hold": (0.5, 3.0),
+    "never-answer": (0.2, 1.5),
+    "slow": (1.0, 4.0),
+}
+# How late a late spell delivers (ms): past the store's attempt timeout (2 s), so the worker
+# has given up on the attempt and retried, and mostly past its store deadline (5 s).
+LATE_MS = (3000, 8000)
+
+
 def plan(args, rng):
-    """The schedule: (offset s, worker index, action, duration s)."""
+    """The schedule: (offset s, worker index, action, duration s, argument)."""
+    lease = args.lease_secs
+    if args.schedule == "half-open":
+        return [(args.warmup, 0, "hold", 3 * lease, None)]
+    if args.schedule == "slow":
+        return [(args.warmup, 0, "slow", 6 * lease, None)]
+    end = args.seconds - args.heal
+    if args.schedule == "steal":
+        # Half the fleet starts; the others join one every 2 lease durations.
+        steps = [(args.warmup + k * 2 * lease, i, "join", 0.0, None)
+                 for k, i in enumerate(range(initial_workers(args), args.workers))]
+        joined = {i: at for (at, i, _, _, _) in steps}
+        steps += random_faults(args, rng, end, ["kill", "term", "freeze", "partition", "hold",
+                                                "never-answer", "slow"], (1.0, 3.0), joined)
+        return sorted(steps, key=lambda s: s[0])
+    if args.schedule == "late":
+        return random_faults(args, rng, end, ["late", "late", "late", "term", "kill"],
+                             (0.25, 1.0), {})
+    return random_faults(args, rng, end, list(MIXED_SPANS), (0.5, 2.0), {})
+
+
+def initial_workers(args):
+    """How many workers start at once: all, but half (at least 1) for the steal schedule."""
+    return max(1, args.workers // 2) if args.schedule == "steal" else args.workers
+
+
+def random_faults(args, rng, end, kinds, gaps, joined):
+    """Faults of `kinds` at random workers, gaps of `gaps` lease durations apart, from the
+    warm-up to `end`; a worker rests a lease duration after each fault, and one that joins
+    later (`joined`: index -> offset) is left alone until a lease duration after it joined."""
     lease = args.lease_secs
     steps = []
-    if args.schedule == "half-open":
-        steps.append((args.warmup, 0, "hold", 3 * lease))
-    elif args.schedule == "slow":
-        steps.append((args.warmup, 0, "slow", 6 * lease))
-    else:
-        t = args.warmup
-        end = args.seconds - args.heal
-        busy = {}
-        while True:
-            t += rng.uniform(0.5, 2.0) * lease
-            if t >= end:
-                break
-            i = rng.randrange(args.workers)
-            if busy.get(i, 0) > t:
-                continue
-            kind = rng.choice(["kill", "term", "freeze", "partition", "hold", "never-answer",
-                               "slow"])
-            span = {
-                "kill": rng.uniform(0.2, 1.0) * lease,
-                "term": rng.uniform(0.2, 1.0) * lease,
-                "freeze": rng.uniform(0.3, 2.5) * lease,
-                "partition": rng.uniform(0.5, 2.5) * lease,
-                "hold": rng.uniform(0.5, 3.0) * lease,
-                "never-answer": rng.uniform(0.2, 1.5) * lease,
-                "slow": rng.uniform(1.0, 4.0) * lease,
-            }[kind]
-            span = min(span, max(0.5, end - t))
-            steps.append((t, i, kind, span))
-            busy[i] = t + span + lease
+    t = args.warmup
+    busy = {i: at + lease for i, at in joined.items()}
+    while True:
+        t += rng.uniform(*gaps) * lease
+        if t >= end:
+            break
+        i = rng.randrange(args.workers)
+        if busy.get(i, 0) > t:
+            continue
+        kind = rng.choice(kinds)
+        # Every kind's span is drawn, used or not, as the mixed schedule always did: a seed
+        # gives the faults it always gave.
+        spans = {k: rng.uniform(a, b) * lease for k, (a, b) in MIXED_SPANS.items()}
+        arg = None
+        if kind == "late":
+            span = rng.uniform(1.0, 3.0) * lease
+            arg = int(rng.uniform(*LATE_MS))
+        else:
+            span = spans[kind]
+        span = min(span, max(0.5, end - t))
+        steps.append((t, i, kind, span, arg))
+        busy[i] = t + span + lease
     return steps
 
 
 def run_schedule(args, procs, steps, t0, rng):
     """Applies the steps at their times; returns when the run's time is over."""
     timeline = []  # (at, proc, action, arg)
-    for (at, i, kind, span) in steps:
+    for (at, i, kind, span, arg) in steps:
         p = procs[i]
-        if kind == "kill":
+        if kind == "join":
+            timeline.append((at, p, "start", None))
+        elif kind == "late":
+            # Armed again every half lease: the connections opened since hold a request too.
+            s = 0.0
+            while s < span:
+                timeline.append((at + s, p, "mode", f"late {arg}"))
+                s += args.lease_secs / 2
+            timeline.append((at + span, p, "mode", "pass"))
+        elif kind == "kill":
             timeline += [(at, p, "kill", None), (at + span, p, "start", None)]
         elif kind == "term":
             timeline += [(at, p, "term", None), (at + span, p, "start", None)]
@@ -354,6 +430,127 @@ def first_acquire_after(by_lease, lease, after_ns, exclude, killed_run):
                 if a > after_ns and (pid != exclude or run > killed_run)), default=None)
 
 
+def number(checkpoint):
+    """A counter checkpoint as a number; None for none, or for one that is not a number."""
+    try:
+        return int(checkpoint)
+    except (TypeError, ValueError):
+        return None
+
+
+def checkpoint_regressions(procs, table):
+    """Per lease, every start ("acquired") from a checkpoint smaller than the largest one
+    acknowledged ("checkpointed") to any process before it, and every final checkpoint of
+    the table (`table`: key -> checkpoint, None when it could not be read) smaller than the
+    largest acknowledged. Returns (regressions, figures)."""
+    by_lease = collections.defaultdict(list)  # lease -> (ns, "ack" | "start", value, run, tenure)
+    for p in procs:
+        for run, _, log in p.runs:
+            for e in read_log(log):
+                kind = {"checkpointed": "ack", "acquired": "start"}.get(e["event"])
+                if kind:
+                    by_lease[e["lease"]].append((e["ts_unix_nanos"], kind, e.get("checkpoint"),
+                                                 f"{p.id}.{run}", e.get("tenure")))
+    regressions = []
+    figures = {"checkpoints_acknowledged": 0, "starts_after_an_acknowledged_checkpoint": 0,
+               "final_checkpoints_checked": 0}
+    for lease, events in sorted(by_lease.items()):
+        events.sort(key=lambda x: x[0])
+        best = None  # the largest acknowledged so far: (value, run, tenure, ns)
+        for ns, kind, checkpoint, run, tenure in events:
+            value = number(checkpoint)
+            if kind == "ack":
+                figures["checkpoints_acknowledged"] += 1
+                if value is not None and (best is None or value > best[0]):
+                    best = (value, run, tenure, ns)
+            elif best is not None:
+                figures["starts_after_an_acknowledged_checkpoint"] += 1
+                # None: started with no checkpoint (or one not a number) after one was stored.
+                if value is None or value < best[0]:
+                    regressions.append({
+                        "lease": lease, "what": "started from an older checkpoint",
+                        "run": run, "tenure": tenure, "started_from": checkpoint,
+                        "acknowledged": best[0], "acknowledged_to": best[1],
+                        "acknowledged_tenure": best[2],
+                        "secs_after_the_acknowledgement": round((ns - best[3]) / 1e9, 3)})
+        if best is not None and table is not None:
+            figures["final_checkpoints_checked"] += 1
+            final = table.get(lease)
+            if number(final) is None or number(final) < best[0]:
+                regressions.append({
+                    "lease": lease, "what": "the table's final checkpoint is older",
+                    "final": final, "acknowledged": best[0], "acknowledged_to": best[1],
+                    "acknowledged_tenure": best[2]})
+    return regressions, figures
+
+
+def read_table(args):
+    """The table's checkpoints by key, read with `shardlease --json status` from the store
+    itself (not through a proxy); (None, error) when that failed."""
+    store = ["--redis", f"redis://{args.upstream}"] if args.store == "redis" \
+        else ["--endpoint", f"http://{args.upstream}"]
+    try:
+        out = subprocess.run([args.cli, "--table", args.table, *store, "--json", "status"],
+                             capture_output=True, text=True, timeout=60)
+    except (OSError, subprocess.TimeoutExpired) as err:
+        return None, str(err)
+    if out.returncode != 0:
+        return None, out.stderr.strip() or f"exit status {out.returncode}"
+    return {lease["key"]: lease["checkpoint"] for lease in json.loads(out.stdout)["leases"]}, None
+
+
+def late_deliveries(procs):
+    """What the proxies' "late" mode did, from their logs: requests delivered late (by
+    operation), their answers, those sent again because the server closed instead of
+    answering, those dropped before delivery (the connection closed) and those unanswered."""
+    requests, answers = collections.Counter(), collections.Counter()
+    dropped = unanswered = redelivered = 0
+    for p in procs:
+        try:
+            with open(os.path.join(p.work, f"{p.id}.proxy.log"), errors="replace") as f:
+                lines = f.read().splitlines()
+        except FileNotFoundError:
+            continue
+        for line in lines:
+            if "late delivered" in line:
+                requests[re.search(r"request=(\S+)", line).group(1)] += 1
+            elif "late answered" in line:
+                answers[line.split(" answer=", 1)[1]] += 1
+            elif "late redelivered" in line:
+                redelivered += 1
+            elif "late dropped" in line:
+                dropped += 1
+            elif "late unanswered" in line:
+                unanswered += 1
+    return {"late_deliveries": sum(requests.values()), "late_requests": dict(requests),
+            "late_answers": dict(answers.most_common(8)), "late_redelivered": redelivered,
+            "late_dropped": dropped, "late_unanswered": unanswered}
+
+
+# The library's "lease taken" line, colours and all (the log goes to a file with ANSI codes).
+ANSI = re.compile(r"\x1b\[[0-9;]*m")
+TAKEN = re.compile(r'lease taken.*previous=Some\("([^"]*)"\).*forced=true')
+
+
+def steals(procs):
+    """Takes the workers logged as forced (from the live owner's session: a steal, or a
+    handoff forced after its timeout) from another worker id, per thief."""
+    out = collections.Counter()
+    for p in procs:
+        for run, _, _ in p.runs:
+            try:
+                with open(p.output(run), errors="replace") as f:
+                    for line in f:
+                        if "lease taken" not in line:
+                            continue
+                        taken = TAKEN.search(ANSI.sub("", line))
+                        if taken and taken.group(1) != p.id:
+                            out[p.id] += 1
+            except FileNotFoundError:
+                continue
+    return out
+
+
 def pct(xs, q):
     xs = sorted(xs)
     return xs[min(len(xs) - 1, int(q * (len(xs) - 1) + 0.5))] if xs else None
@@ -362,21 +559,28 @@ def pct(xs, q):
 def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
     ap.add_argument("--binary", required=True, help="the built lease_worker example")
+    ap.add_argument("--cli", required=True,
+                    help="the built shardlease command line (reads the table at the end)")
     ap.add_argument("--upstream", required=True,
                     help="the store's HOST:PORT (loopback): dynalite, or redis-server")
     ap.add_argument("--store", choices=["dynamodb", "redis"], default="dynamodb",
                     help="the lease table's backend: DynamoDB (dynalite) or Redis")
     ap.add_argument("--seconds", type=float, default=60)
     ap.add_argument("--seed", type=int, default=1)
-    ap.add_argument("--schedule", choices=["mixed", "half-open", "slow"], default="mixed")
+    ap.add_argument("--schedule", choices=["mixed", "half-open", "slow", "late", "steal"],
+                    default="mixed")
     ap.add_argument("--workers", type=int, default=5)
     ap.add_argument("--shards", type=int, default=32)
     ap.add_argument("--lease-secs", type=float, default=4.0)
+    ap.add_argument("--checkpoint-secs", type=float, default=1.0,
+                    help="how often each worker checkpoints each lease it holds (above 0)")
     ap.add_argument("--warmup", type=float, default=None, help="s before the first fault")
     ap.add_argument("--heal", type=float, default=None, help="quiet s at the end")
     ap.add_argument("--proxy-base", type=int, default=17000)
     ap.add_argument("--json", help="write the summary here")
     args = ap.parse_args()
+    if not args.checkpoint_secs > 0:
+        ap.error("--checkpoint-secs must be above 0: the checkpoint audit needs checkpoints")
     args.scripts = os.path.dirname(os.path.abspath(__file__))
     args.warmup = args.warmup if args.warmup is not None else max(8.0, 2 * args.lease_secs)
     args.heal = args.heal if args.heal is not None else max(20.0, 5 * args.lease_secs)
@@ -386,8 +590,8 @@ def main():
     rng = random.Random(args.seed)
     procs = [Proc(args, i, work) for i in range(args.workers)]
     steps = plan(args, rng)
-    if args.schedule != "mixed":
-        args.seconds = max(args.seconds, steps[-1][0] + steps[-1][3] + args.heal)
+    if args.schedule != "mixed" and steps:
+        args.seconds = max(args.seconds, max(at + span for (at, _, _, span, _) in steps) + args.heal)
     print(f"chaos: {args.workers} workers on {args.store}, {args.shards} leases, "
           f"lease {args.lease_secs} s, "
           f"{args.seconds:.0f} s, schedule {args.schedule}, seed {args.seed}, logs in {work}",
@@ -399,10 +603,10 @@ def main():
     t0 = time.time()
     t0_ns = time.time_ns()
     try:
-        for p in procs:
+        for p in procs[:initial_workers(args)]:
             p.start()
         run_schedule(args, procs, steps, t0, rng)
-        heal_at = max((at + span for (at, i, kind, span) in steps), default=args.warmup)
+        heal_at = max((at + span for (at, _, _, span, _) in steps), default=args.warmup)
         heal_ns = t0_ns + int(heal_at * 1e9)
         # The heal: wait for the rest of the run, noting when the fleet is balanced again.
         balanced_at = None
@@ -413,7 +617,8 @@ def main():
                 balanced_at = time.time() - (t0 + heal_at)
         final = held_counts(procs)
         # Every worker must be running at the end: one that exited by itself is a failure.
-        exited = {p.id: p.current.returncode for p in procs if not p.alive()}
+        exited = {p.id: p.current.returncode if p.current else "never started"
+                  for p in procs if not p.alive()}
         end_ns = time.time_ns()
     finally:
         # The end: SIGTERM to every worker; each must leave within its shutdown timeout.
@@ -435,6 +640,8 @@ def main():
             if p.proxy is not None:
                 p.proxy.terminate()
                 p.proxy.wait()
+    # Every worker has left: what the table holds now is final.
+    table, table_error = read_table(args)
 
     by_lease, overlaps, margins, uncovered, uncovered_healthy, span = \
         audit(args, procs, t0_ns, end_ns, heal_ns)
@@ -442,8 +649,9 @@ def main():
         "store": args.store, "schedule": args.schedule, "seed": args.seed,
         "workers": args.workers,
         "leases": args.shards, "lease_secs": args.lease_secs, "seconds": round(span, 1),
-        "faults": [{"at": round(a, 1), "worker": f"w{i}", "kind": k, "secs": round(s, 1)}
-                   for (a, i, k, s) in steps],
+        "faults": [dict({"at": round(a, 1), "worker": f"w{i}", "kind": k, "secs": round(s, 1)},
+                        **({"late_ms": arg} if k == "late" else {}))
+                   for (a, i, k, s, arg) in steps],
         "overlaps": overlaps,
         "margin_min_secs": round(min(margins), 3) if margins else None,
         "margin_p50_secs": round(pct(margins, 0.5), 3) if margins else None,
@@ -457,6 +665,14 @@ def main():
         "exited_by_themselves": exited,
         "not_exiting_on_sigterm": hung,
     }
+    regressions, figures = checkpoint_regressions(procs, table)
+    summary["checkpoint_regressions"] = regressions
+    summary.update(figures)
+    summary["table_read_error"] = table_error
+    summary.update(late_deliveries(procs))
+    stolen = steals(procs)
+    summary["steals"] = sum(stolen.values())
+    summary["steals_by_worker"] = dict(sorted(stolen.items()))
     # Per fault kind: failover after kill -9, leave after SIGTERM, back to a share after
     # half-open / slow, processed fraction of the faulted worker's leases.
     failovers, leaves = [], []
@@ -493,7 +709,7 @@ def main():
         summary["leave_secs"] = {"n": len(leaves), "p50": round(pct(leaves, 0.5), 2),
                                  "max": round(max(leaves), 2)}
     if args.schedule in ("half-open", "slow"):
-        at, i, kind, secs = steps[0]
+        at, i, kind, secs, _ = steps[0]
         a_ns, b_ns = t0_ns + int(at * 1e9), t0_ns + int((at + secs) * 1e9)
         # The leases the faulted worker held when the fault began: how much of the fault's
         # time someone processed them.
@@ -536,17 +752,18 @@ def main():
             back = 0.0 if counts.get(procs[i].id, 0) >= share else None
         summary["share_back_after_heal_secs"] = None if back is None else round(back, 2)
 
-    for key in ("overlaps",):
-        print(f"chaos: overlaps: {len(summary[key])}")
+    for key in ("overlaps", "checkpoint_regressions"):
+        print(f"chaos: {key}: {len(summary[key])}")
         for o in summary[key][:20]:
             print(f"chaos:   {o}")
     for key, value in summary.items():
-        if key not in ("overlaps", "faults"):
+        if key not in ("overlaps", "checkpoint_regressions", "faults"):
             print(f"chaos: {key}: {value}")
     if args.json:
         with open(args.json, "w") as f:
             json.dump(summary, f, indent=1)
-    ok = not overlaps and not exited and not hung and balanced(final, args.shards)
+    ok = not overlaps and not regressions and table_error is None and not exited and not hung \
+        and balanced(final, args.shards)
     # The targets of the two single-fault schedules: after a half-open spell the worker has
     # its share back within two taker intervals (lease / 2 each) of the heal; a slow worker's
     # leases are processed by someone at least 90 % of the time.

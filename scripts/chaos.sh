@@ -1,18 +1,21 @@
 #!/usr/bin/env bash
 # Chaos with real processes: `lease_worker` processes on dynalite (or on redis-server), each
-# behind a TCP fault proxy (scripts/fault_proxy.py: pass, delay, hold, never-answer, refuse),
-# killed, frozen, partitioned, slowed and restarted on a seeded schedule, then audited from
-# their events logs (overlaps, handover margins, failover and leave times, unprocessed
-# lease-seconds, balance).
+# behind a TCP fault proxy (scripts/fault_proxy.py: pass, delay, hold, never-answer, refuse,
+# late), killed, frozen, partitioned, slowed, made late and restarted on a seeded schedule,
+# then audited from their events logs and the table (overlaps, checkpoint regressions,
+# handover margins, failover and leave times, unprocessed lease-seconds, balance, late
+# deliveries, steals).
 #
 #   scripts/chaos.sh [seconds] [seed] [-- more scripts/chaos.py options]
 #   scripts/chaos.sh 60 7                          # the CI run
 #   scripts/chaos.sh 600 1                         # the 10-minute run of BENCHMARKS.md
 #   scripts/chaos.sh 0 1 --schedule half-open      # one worker's connections hang
 #   scripts/chaos.sh 0 1 --schedule slow           # one worker's requests take 4 to 12 s
+#   scripts/chaos.sh 60 1 --schedule late          # requests land 3 to 8 s late, after retries
+#   scripts/chaos.sh 60 1 --schedule steal         # KCL 2.x's stealing policy, workers join
 #   scripts/chaos.sh 60 7 --store redis            # the lease table on redis-server
 #
-# Exits non-zero on any overlap or an unbalanced fleet at the end.
+# Exits non-zero on any overlap, checkpoint regression or an unbalanced fleet at the end.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 seconds=${1:-60}
@@ -51,7 +54,8 @@ case "$store" in
     ;;
   *) echo "chaos.sh: --store $store: expected dynamodb or redis" >&2; exit 2 ;;
 esac
-cargo build --quiet --all-features --example lease_worker
+cargo build --quiet --all-features --example lease_worker --bin shardlease
 export AWS_REGION=us-east-1 AWS_ACCESS_KEY_ID=test AWS_SECRET_ACCESS_KEY=test
-python3 scripts/chaos.py --binary target/debug/examples/lease_worker \
-  --upstream "$upstream" --seconds "$seconds" --seed "$seed" "$@"
+target=${CARGO_TARGET_DIR:-target}
+python3 scripts/chaos.py --binary "$target/debug/examples/lease_worker" \
+  --cli "$target/debug/shardlease" --upstream "$upstream" --seconds "$seconds" --seed "$seed" "$@"

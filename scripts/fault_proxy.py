@@ -13,6 +13,24 @@ change takes effect at once on open connections too):
                   connection that swallowed an answer never answers again (its framing is
                   broken), even after the mode changes: the client must time out by itself
   refuse          close open connections and refuse new ones (a partition that resets)
+  late MS         deliver requests late: each connection open when the mode was written (or
+                  written again) holds the first request it carries after that for MS
+                  milliseconds, then delivers it upstream (it is applied then) with whatever
+                  followed it on that connection (TCP keeps the order); connections opened
+                  since pass at once. A client that gave up on the request (its timeout is
+                  below MS) retries on a new connection, which passes: the held request lands
+                  after the retry and after the client's later requests. Its answer goes back
+                  if the client is still connected; if it has closed, the proxy waits for the
+                  answer (up to 10 s) before closing upstream, so that the request is applied
+                  whole. If the server closed the connection while the request was held
+                  (dynalite closed one idle for 7 s, not one idle for 5.2 s), or closed it as
+                  the request arrived, unanswered, the request goes upstream on a new
+                  connection of its own, as one that waited in a queue in front of the server.
+                  Writing the mode again arms it again for the connections open then.
+                  One line per late request on stderr: "late delivered conn=N held_ms=MS
+                  bytes=B request=WHAT" when it goes upstream, "late answered conn=N
+                  answer=FIRST-LINE" (or "late unanswered") when its answer came, and "late
+                  redelivered conn=N" when it goes again after a close instead of an answer
 
   scripts/fault_proxy.py --listen 7001 --upstream 127.0.0.1:4567 --control /tmp/w1.mode
 
@@ -22,11 +40,15 @@ Only loopback addresses are accepted, for the listener and the upstream. Stops o
 import argparse
 import asyncio
 import ipaddress
+import itertools
 import os
+import re
 import signal
 import sys
 
 POLL = 0.05
+# How long a late request's connection waits upstream for its answer once its client is gone.
+LATE_ANSWER_WAIT = 10.0
 
 
 class Control:
@@ -36,6 +58,9 @@ class Control:
         self.path = path
         self.stamp = None
         self.mode = ("pass", 0.0)
+        # How many times "late" was written: a connection open before the last time holds
+        # its next request.
+        self.arms = 0
 
     def read(self):
         try:
@@ -48,8 +73,10 @@ class Control:
             with open(self.path) as f:
                 words = f.read().split()
             name = words[0] if words else "pass"
-            if name == "delay":
-                self.mode = ("delay", float(words[1]) / 1000 if len(words) > 1 else 0.0)
+            if name in ("delay", "late"):
+                self.mode = (name, float(words[1]) / 1000 if len(words) > 1 else 0.0)
+                if name == "late":
+                    self.arms += 1
             elif name in ("pass", "hold", "never-answer", "refuse"):
                 self.mode = (name, 0.0)
             else:
@@ -59,14 +86,99 @@ class Control:
 
 
 class Connection:
-    def __init__(self):
+    ids = itertools.count(1)
+
+    def __init__(self, arms):
+        self.id = next(Connection.ids)
         self.poisoned = False
         self.held = False
         self.writers = []
+        # The arming of "late" this connection has already held a request for (or was opened
+        # after), and whether a late request waits for its answer.
+        self.armed = arms
+        self.late_waiting = False
+        self.late_answered = asyncio.Event()
+        self.late_request = None
+        self.upstream = None  # (host, port)
+        self.upstream_closed = False
 
     def close(self):
         for w in self.writers:
             w.close()
+
+
+def log(line):
+    print(f"fault_proxy: {line}", file=sys.stderr, flush=True)
+
+
+def request_name(data):
+    """What a request asks, for the log: the DynamoDB operation (X-Amz-Target), or the Redis
+    command (the first bulk string of a RESP array)."""
+    target = re.search(rb"x-amz-target:\s*[\w.]*\.(\w+)", data, re.IGNORECASE)
+    if target:
+        return target.group(1).decode()
+    if data.startswith(b"*"):
+        parts = data.split(b"\r\n", 3)
+        if len(parts) >= 3:
+            return parts[2].decode(errors="replace")
+    return "?"
+
+
+def answer_summary(data):
+    """An answer's first line, and the DynamoDB error type (ConditionalCheckFailedException...)
+    when its body names one."""
+    first = data.split(b"\r\n", 1)[0][:60].decode(errors="replace")
+    error = re.search(rb'"__type"\s*:\s*"[^"#]*#(\w+)"', data)
+    return f"answer={first!r}" + (f" error={error.group(1).decode()}" if error else "")
+
+
+async def deliver_late(data, delay, conn, writer):
+    """Holds one request for `delay` s, then sends it upstream. Whatever the client sent after
+    it on this connection waits in the socket meanwhile, and follows it."""
+    await asyncio.sleep(delay)
+    if writer.is_closing():
+        log(f"late dropped conn={conn.id} (the connection was closed meanwhile)")
+        return
+    delivered = (f"late delivered conn={conn.id} held_ms={delay * 1000:.0f} bytes={len(data)} "
+                 f"request={request_name(data)}")
+    if conn.upstream_closed:
+        await deliver_alone(data, conn, delivered)
+        return
+    conn.late_waiting = True
+    conn.late_request = data
+    conn.late_answered.clear()
+    writer.write(data)
+    await writer.drain()
+    log(delivered)
+
+
+# Late requests sent again on a connection of their own (kept here until they are answered).
+REDELIVERIES = set()
+
+
+async def deliver_alone(data, conn, delivered):
+    """Sends a late request on a new upstream connection (the server closed the one it came
+    on while it was held, or as it arrived), logs its answer and closes."""
+    try:
+        reader, writer = await asyncio.open_connection(*conn.upstream)
+    except OSError as err:
+        log(f"late dropped conn={conn.id} (no new connection upstream: {err})")
+        return
+    try:
+        writer.write(data)
+        await writer.drain()
+        log(f"{delivered} on=new-connection")
+        answer = await asyncio.wait_for(reader.read(65536), LATE_ANSWER_WAIT)
+        if answer:
+            log(f"late answered conn={conn.id} {answer_summary(answer)}")
+        else:
+            log(f"late unanswered conn={conn.id} (closed)")
+    except asyncio.TimeoutError:
+        log(f"late unanswered conn={conn.id} after {LATE_ANSWER_WAIT:.0f} s")
+    except ConnectionError as err:
+        log(f"late unanswered conn={conn.id} ({err})")
+    finally:
+        writer.close()
 
 
 async def pump(reader, writer, control, conn, answers):
@@ -75,11 +187,32 @@ async def pump(reader, writer, control, conn, answers):
         while True:
             data = await reader.read(65536)
             if not data:
+                conn.upstream_closed = conn.upstream_closed or answers
+                if answers and conn.late_waiting:
+                    # Closed as the late request arrived (an idle timeout that fired just
+                    # then): it was not applied; it goes again, alone.
+                    conn.late_waiting = False
+                    conn.late_answered.set()
+                    task = asyncio.create_task(deliver_alone(
+                        conn.late_request, conn, f"late redelivered conn={conn.id} (the server "
+                        "closed the connection instead of answering)"))
+                    REDELIVERIES.add(task)
+                    task.add_done_callback(REDELIVERIES.discard)
                 break
             mode, arg = control.read()
             if mode == "refuse":
                 conn.close()
                 return
+            if answers and conn.late_waiting:
+                conn.late_waiting = False
+                conn.late_answered.set()
+                log(f"late answered conn={conn.id} {answer_summary(data)}")
+            if mode == "late" and not answers and control.arms > conn.armed:
+                conn.armed = control.arms
+                await deliver_late(data, arg, conn, writer)
+                continue
+            if answers and writer.is_closing():
+                continue  # the client has gone (it gave up on a late request)
             if (mode == "never-answer" and answers) or mode == "hold":
                 conn.poisoned = True
             if conn.poisoned and (answers or mode == "hold" or conn.held):
@@ -93,6 +226,14 @@ async def pump(reader, writer, control, conn, answers):
     except (ConnectionError, asyncio.CancelledError):
         pass
     finally:
+        if not answers and conn.late_waiting:
+            # The client is gone; the late request is upstream: let it be answered (applied
+            # whole) before closing.
+            try:
+                await asyncio.wait_for(conn.late_answered.wait(), LATE_ANSWER_WAIT)
+            except asyncio.TimeoutError:
+                conn.late_waiting = False
+                log(f"late unanswered conn={conn.id} after {LATE_ANSWER_WAIT:.0f} s")
         # A poisoned connection stays open towards the client: it never answers, never closes.
         if not conn.poisoned:
             writer.close()
@@ -108,7 +249,8 @@ async def handle(client_reader, client_writer, control, upstream, conns):
     except OSError:
         client_writer.close()
         return
-    conn = Connection()
+    conn = Connection(control.arms)
+    conn.upstream = upstream
     conn.writers = [client_writer, up_writer]
     conns.add(conn)
     try:
