@@ -307,7 +307,7 @@ impl SimStore {
     /// recognising its own earlier write after an ambiguous failure (as the backend does by
     /// its per-call token). `apply` runs the request on the table and returns the answer and
     /// the item's size for the capacity units.
-    async fn call<T: Clone + Send + 'static>(
+    async fn call<T: Recognised + Clone + Send + 'static>(
         &self,
         operation: &'static str,
         key: &str,
@@ -358,9 +358,17 @@ impl SimStore {
                 }
                 let earlier = landed.lock().unwrap().clone();
                 if let Some(earlier) = earlier {
-                    // The retry of a write that landed: the backend sees its own token.
+                    // The retry of a write that landed: sent again (see `Recognised`).
+                    tokio::time::sleep_until((sent + half).min(deadline)).await;
+                    if Instant::now() >= deadline {
+                        return Err(fail(true));
+                    }
+                    let (retry, _) = apply();
+                    self.net.count(|u| u.writes += 1);
+                    let answer = T::recognised(earlier, retry);
+                    *landed.lock().unwrap() = Some(answer.clone());
                     if self.answer_at(sent + latency, deadline).await {
-                        return Ok(earlier);
+                        return Ok(answer);
                     }
                     return Err(fail(true));
                 }
@@ -1382,6 +1390,54 @@ struct Request<T, F> {
     doomed: AtomicBool,
 }
 
+/// The answer to the retry of a write whose earlier attempt landed, as the backends give it.
+/// The retry is sent again and judged by its condition against the table as it is; refused,
+/// the backend recognises its own write by the token it stored in the item (`lastOp`), but
+/// only while no other write that stores one changed the item since: for a lease, a write
+/// that moved its counter (or another item of the key); for a membership record, one that moved
+/// its heartbeat or its incarnation. Past that, the truth is a lost race with the item as it is
+/// now. (Answering the earlier attempt's item whatever happened since told a worker that a
+/// take was its own after a steal had taken the lease from it.)
+pub trait Recognised: Sized {
+    /// `earlier`: what the attempt that landed answered; `retry`: the retry's own answer.
+    fn recognised(earlier: Self, retry: Self) -> Self {
+        let _ = earlier;
+        retry
+    }
+}
+
+impl Recognised for Outcome<Lease> {
+    fn recognised(earlier: Self, retry: Self) -> Self {
+        match (earlier, retry) {
+            (Outcome::Done(mine), Outcome::LostRace { current: Some(now) })
+                if now.nonce == mine.nonce && now.counter == mine.counter =>
+            {
+                Outcome::Done(now)
+            }
+            (_, retry) => retry,
+        }
+    }
+}
+
+impl Recognised for Outcome<Member> {
+    fn recognised(earlier: Self, retry: Self) -> Self {
+        match (earlier, retry) {
+            (Outcome::Done(mine), Outcome::LostRace { current: Some(now) })
+                if now.incarnation == mine.incarnation && now.heartbeat == mine.heartbeat =>
+            {
+                Outcome::Done(now)
+            }
+            (_, retry) => retry,
+        }
+    }
+}
+
+impl Recognised for Option<Lease> {}
+impl Recognised for Option<Member> {}
+impl Recognised for Vec<Member> {}
+impl Recognised for Page {}
+impl Recognised for () {}
+
 impl SimStore {
     /// The connection of campaign process `process`, whose worker reads `clock`.
     pub fn for_process(net: Arc<Net>, process: u64, clock: SimClock) -> (Self, Link) {
@@ -1461,7 +1517,7 @@ impl SimStore {
     }
 
     /// One call under the campaign's faults; retried as [`call`](Self::call) is.
-    async fn call_chaos<T: Clone + Send + 'static>(
+    async fn call_chaos<T: Recognised + Clone + Send + 'static>(
         &self,
         operation: &'static str,
         key: &str,
@@ -1512,9 +1568,17 @@ impl SimStore {
                 }
                 let earlier = landed.lock().unwrap().clone();
                 if let Some(earlier) = earlier {
-                    // The retry of a write that landed: the backend sees its own token.
+                    // The retry of a write that landed: sent again (see `Recognised`).
+                    tokio::time::sleep_until((sent + latency / 2).min(deadline)).await;
+                    if Instant::now() >= deadline {
+                        return Err(injected_fault(operation, key, true));
+                    }
+                    let (retry, size) = apply();
+                    self.bill(kind, size);
+                    let answer = T::recognised(earlier, retry);
+                    *landed.lock().unwrap() = Some(answer.clone());
                     if self.deliver(sent + latency, deadline).await {
-                        return Ok(earlier);
+                        return Ok(answer);
                     }
                     return Err(injected_fault(operation, key, true));
                 }
