@@ -117,3 +117,15 @@ fn a_take_retried_after_a_steal_is_a_lost_race() {
     let replay = format!("--schedule {seed} --faults {faults}");
     assert_none(&replay, &violations(seeded(seed, faults)));
 }
+
+/// A fleet balancing by load; a worker's session ends and it opens another, whose record holds
+/// no load report. The worker held nothing, so its report never changed and was never sent
+/// again; balance by load moves nothing to a worker without a report, and it stayed empty:
+/// `unbalanced at 136.037 s: not balanced 60 s after the heal: leases per process {0: 9, 1: 9,
+/// 2: 0, 3: 9}`, until a session opened again publishes its whole report at its next beat.
+#[test]
+fn a_session_opened_again_publishes_its_load_report() {
+    let (seed, faults) = (17037633797596031665, "default,policy-load");
+    let replay = format!("--schedule {seed} --faults {faults}");
+    assert_none(&replay, &violations(seeded(seed, faults)));
+}

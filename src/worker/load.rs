@@ -251,6 +251,15 @@ impl Loads {
     pub fn published(&self, report: LoadReport, now: Instant) {
         self.lock().published = Some((report, now));
     }
+
+    /// The record was written afresh (a session opened, which writes no load report): nothing
+    /// published before is in it, so the next write publishes the whole report. Without this,
+    /// a worker whose report did not change (one holding nothing, say) never published it
+    /// again, and a fleet balancing by load, which moves nothing to a worker without a report,
+    /// left it empty for good.
+    pub fn unpublished(&self) {
+        self.lock().published = None;
+    }
 }
 
 #[cfg(test)]
@@ -322,6 +331,22 @@ mod tests {
         // exp(-30/100) = 74 % as an exponential average started at it would (11.5).
         let figure = loads.figure(&a).unwrap();
         assert!((figure - (10.0 + 2.0 / 31.0)).abs() < 1e-9, "{figure}");
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_record_written_afresh_gets_the_whole_report_at_the_next_write() {
+        let (loads, start) = (loads(), Instant::now());
+        let a = key("a");
+        let held = [a.clone()];
+        loads.record(&a, 1.0, start);
+        let t = start + Duration::from_secs(5);
+        let first = due(&loads, &held, t).expect("nothing published yet");
+        loads.published(first.clone(), t);
+        let t = t + Duration::from_secs(60);
+        assert_eq!(due(&loads, &held, t), None, "nothing changed");
+        // A session opened again: its record holds no report.
+        loads.unpublished();
+        assert_eq!(due(&loads, &held, t), Some(first));
     }
 
     #[tokio::test(start_paused = true)]

@@ -91,6 +91,8 @@ async fn adopt(shared: &Shared, deadline: Instant) -> Result<bool, StoreError> {
     match beat {
         Outcome::Done(member) => {
             shared.beaten(start, member.heartbeat);
+            // Opened without a load report: the next beat publishes it.
+            shared.loads.unpublished();
             Ok(true)
         }
         Outcome::LostRace { .. } => Ok(false),
@@ -332,6 +334,8 @@ async fn reopen(
             }
             *other = ExpiryTracker::new(shared.config.lease_duration);
             shared.beaten(start, member.heartbeat);
+            // The new record has no load report: the next beat publishes it.
+            shared.loads.unpublished();
             shared.rescan.notify_one();
         }
         Ok(Outcome::LostRace { .. }) => {}
