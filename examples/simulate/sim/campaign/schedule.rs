@@ -122,7 +122,7 @@ impl Fault {
     /// What `--faults default` leaves out: kinds whose schedules still miss a liveness bound
     /// the campaign checks (BENCHMARKS.md, "The fault campaign with late writes and stale
     /// reads"), though none breaks a safety invariant. Balance by load is not balanced by
-    /// count within a minute of the heal in about one schedule of eight; stale reads and
+    /// count within a minute of the heal in about one schedule of eleven; stale reads and
     /// `KclBalance`'s steals leave a lease unprocessed past the failover bound (a lease
     /// duration and two taker rounds) in about one schedule of five hundred.
     pub const OFF_BY_DEFAULT: [Fault; 3] = [Fault::StaleRead, Fault::PolicyLoad, Fault::PolicyKcl];
