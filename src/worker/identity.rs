@@ -119,16 +119,12 @@ impl Identity {
             .map(|u| u.since)
     }
 
-    /// Forgets the unanswered takes that `leases` (a view read after they were sent) shows
+    /// Forgets the unanswered takes that `by_key` (a view read after they were sent, by key) shows
     /// can no longer matter: the same item, past the counter observed and not this process's
     /// (had the take landed and stayed ours, the lease would show as ours, and its next take
     /// answers it). A take of an item the view does not show (deleted, or not listed yet) is
     /// forgotten once it is `horizon` old.
-    pub fn settle(&mut self, leases: &[Lease], now: Instant, horizon: Duration) {
-        if self.unanswered.is_empty() {
-            return;
-        }
-        let by_key: HashMap<&LeaseKey, &Lease> = leases.iter().map(|l| (&l.key, l)).collect();
+    pub fn settle(&mut self, by_key: &HashMap<&LeaseKey, &Lease>, now: Instant, horizon: Duration) {
         let ours = |lease: &Lease| self.ownership(lease) == Ownership::Ours;
         let settled: Vec<LeaseKey> = self
             .unanswered
@@ -278,6 +274,7 @@ mod tests {
         ours.owner = Some(me());
         ours.owner_incarnation = Some(MINE);
         let view = [moved, ours.clone()];
+        let view: HashMap<&LeaseKey, &Lease> = view.iter().map(|l| (&l.key, l)).collect();
         id.settle(&view, t0 + second, horizon);
         assert_eq!(id.unanswered_since(&taken_away.key, taken_away.nonce), None);
         assert_eq!(

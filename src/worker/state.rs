@@ -690,18 +690,14 @@ impl Shared {
         }
     }
 
-    /// Forgets the takes of this process that no take can meet any more: those `leases` (a
-    /// view read now) shows the item of in a later tenure (tenures only grow), and, once
+    /// Forgets the takes of this process that no take can meet any more: those `by_key` (a
+    /// view read now, by key) shows the item of in a later tenure (tenures only grow), and, once
     /// `horizon` old, those of leases neither held nor being taken here (a take is decided on
     /// a view at most a round old). So `took` holds no more than the leases in the table and
     /// those taken within the horizon, however many keys come and go.
-    pub fn forget_takes(&self, leases: &[Lease], horizon: Duration) {
+    pub fn forget_takes(&self, by_key: &HashMap<&LeaseKey, &Lease>, horizon: Duration) {
         let now = self.now();
         let mut state = self.lock();
-        if state.took.is_empty() {
-            return;
-        }
-        let by_key: HashMap<&LeaseKey, &Lease> = leases.iter().map(|l| (&l.key, l)).collect();
         let State {
             took, held, taking, ..
         } = &mut *state;

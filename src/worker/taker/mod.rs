@@ -215,10 +215,10 @@ impl Taker {
             self.announced_to = None;
         }
         self.identity.set_incarnation(incarnation);
-        self.identity
-            .settle(&snapshot.leases, now, config.retire_after);
-        self.shared
-            .forget_takes(&snapshot.leases, config.retire_after);
+        let by_key: HashMap<&LeaseKey, &Lease> =
+            snapshot.leases.iter().map(|l| (&l.key, l)).collect();
+        self.identity.settle(&by_key, now, config.retire_after);
+        self.shared.forget_takes(&by_key, config.retire_after);
         tracing::debug!(
             leases = snapshot.leases.len(),
             members = snapshot.members.len(),
@@ -243,8 +243,6 @@ impl Taker {
             .iter()
             .any(|w| self.last_fleet.binary_search(w).is_err());
         self.last_fleet = fleet;
-        let by_key: HashMap<&LeaseKey, &Lease> =
-            snapshot.leases.iter().map(|l| (&l.key, l)).collect();
         let gathering = self.gathering(joined, now);
         if gathering {
             moves.retain(|step| match step {
