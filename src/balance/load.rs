@@ -548,7 +548,8 @@ impl<'a> Plan<'a> {
                 self.give_from(x)
             } else {
                 self.receive_by(x)
-            };
+            }
+            .or_else(|| self.even_out(x));
             match step {
                 Some((i, to)) => {
                     self.put(i, Some(to));
@@ -617,6 +618,42 @@ impl<'a> Plan<'a> {
             .map(|j| self.items[j].load)
             .sum();
         (passable >= overflow).then_some((i, r))
+    }
+
+    /// `x` is outside its band and no move keeps both ends inside theirs: the leases are too
+    /// coarse for the band (13 leases of one load on 5 workers: a target of 2.6, and no
+    /// worker can hold a load between 2.34 and 2.86). A lease still moves between `x` and
+    /// another worker if, after the move, the one that gave is still at least as loaded,
+    /// for its target, as the one that received: the heaviest such lease, with the worker
+    /// furthest from `x` first. Such a move lowers the sum over workers of load² / target, so
+    /// the loop ends; it can never be undone by the same rule on the same figures; and where
+    /// it rests, every worker outside its band is within one lease of every other.
+    fn even_out(&self, x: usize) -> Option<(usize, usize)> {
+        let above = self.outside(x) > 0.0;
+        let level = |w: usize| self.slots[w].load / self.slots[w].target.max(f64::MIN_POSITIVE);
+        let mut peers: Vec<usize> = (0..self.slots.len())
+            .filter(|&w| w != x && !self.slots[w].isolated)
+            .filter(|&w| if above { self.open(w) } else { self.open(x) })
+            .collect();
+        // The furthest from `x` first: the least loaded for a giver, the most for a receiver.
+        peers.sort_by(|&a, &b| {
+            let order = level(a).total_cmp(&level(b));
+            if above { order } else { order.reverse() }.then(a.cmp(&b))
+        });
+        peers.into_iter().find_map(|y| {
+            let (giver, receiver) = if above { (x, y) } else { (y, x) };
+            let (g, r) = (&self.slots[giver], &self.slots[receiver]);
+            let (gt, rt) = (
+                g.target.max(f64::MIN_POSITIVE),
+                r.target.max(f64::MIN_POSITIVE),
+            );
+            (0..self.items.len())
+                .find(|&i| {
+                    let load = self.items[i].load;
+                    self.movable(i, giver) && (r.load + load) / rt <= (g.load - load) / gt
+                })
+                .map(|i| (i, receiver))
+        })
     }
 
     /// The move that brings load to `x` (below its band): (lease, receiver = x).
@@ -835,6 +872,53 @@ mod tests {
             [2.0, 6.0]
         );
         assert_eq!(settle(&mut fleet, &policy), 0, "at rest nothing moves");
+    }
+
+    /// Leases of equal load on few workers: no count gives every worker a load inside its
+    /// band (13 leases on 5 workers: a target of 2.6, a band of 2.34 to 2.86, and a worker
+    /// holds 2 or 3). A worker left far below must still receive, as long as the move leaves
+    /// the receiver no more loaded than the giver: every worker ends inside its band or
+    /// within one lease of every other.
+    #[test]
+    fn equal_leases_end_within_one_lease_of_even_when_no_count_fits_the_band() {
+        let policy = LoadBalance::default();
+        for workers in 2..=8usize {
+            for n in 1..=40usize {
+                for start in 0..workers {
+                    // Worker `start` holds one lease (or none), the others share the rest.
+                    let ids: Vec<String> = (0..workers).map(|i| format!("w{i}")).collect();
+                    let mut leases = Vec::new();
+                    let mut others = (0..workers).filter(|w| *w != start).cycle();
+                    for i in 0..n {
+                        let owner = if i == 0 {
+                            start
+                        } else {
+                            others.next().unwrap()
+                        };
+                        leases.push(lease(&format!("s{i}"), Some(&ids[owner]), 1.0));
+                    }
+                    let mut fleet = FleetView {
+                        leases,
+                        workers: ids.iter().map(|id| worker(id, 1.0)).collect(),
+                    };
+                    let mut rounds = 0;
+                    while settle(&mut fleet, &policy) > 0 {
+                        rounds += 1;
+                        assert!(rounds < 20, "{workers} workers, {n} leases: no rest");
+                    }
+                    // Every worker is inside the band around the mean, or within one
+                    // lease of every other.
+                    let held = loads(&fleet);
+                    let mean = n as f64 / workers as f64;
+                    let band = |l: f64| (l - mean).abs() <= mean * policy.tolerance + 1e-9;
+                    assert!(
+                        held.values()
+                            .all(|l| band(*l) || held.values().all(|m| (l - m).abs() <= 1.0)),
+                        "{workers} workers, {n} leases, one on w{start}: {held:?}"
+                    );
+                }
+            }
+        }
     }
 
     #[test]

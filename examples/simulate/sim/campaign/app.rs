@@ -22,6 +22,9 @@ pub const PANIC: &str = "simulated application panic";
 /// The longest a late application takes to finish a handoff (past the 30 s handoff timeout).
 const LATE_FINISH: Duration = Duration::from_secs(45);
 
+/// How often an application balancing by load reports a lease's load.
+const LOAD_EVERY: Duration = Duration::from_secs(5);
+
 /// The schedule's hold on one process's application. Cheap to clone.
 #[derive(Debug, Clone, Default)]
 pub struct AppControl {
@@ -30,7 +33,7 @@ pub struct AppControl {
     /// Handoffs are finished late (up to [`LATE_FINISH`]); back to `false`, a late finish
     /// in progress ends at once (the faults healed).
     pub late: Arc<Flag>,
-    /// Every lease reports a load of 1 (the fleet balances by load).
+    /// Every lease reports a load of 1, every [`LOAD_EVERY`] (the fleet balances by load).
     pub report_load: bool,
 }
 
@@ -152,18 +155,24 @@ async fn process_lease(
 ) {
     let checkpointer = grant.checkpointer();
     let mut value = checkpoint_value(grant.initial_checkpoint()).unwrap_or(0);
+    let mut next = clock.now() + every;
+    // An application balancing by load measures what it processes as it goes: a figure every
+    // few seconds, from its first batch on.
+    let mut measure = clock.now();
     let reason = loop {
-        let next = clock.now() + every;
+        let report = processing.report_load.then_some(measure);
         tokio::select! {
             biased;
             reason = grant.stopped() => break reason,
             _ = control.panic.notified() => panic!("{PANIC}"),
+            _ = clock.sleep_until(report.unwrap_or(next)), if report.is_some_and(|at| at < next) => {
+                let _ = grant.report_load(1.0);
+                measure += LOAD_EVERY;
+            }
             _ = clock.sleep_until(next) => {
                 value += 1;
                 processing.checkpoint(&checkpointer, value).await;
-                if processing.report_load {
-                    let _ = grant.report_load(1.0);
-                }
+                next = clock.now() + every;
             }
         }
     };

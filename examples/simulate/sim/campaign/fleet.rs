@@ -9,7 +9,7 @@ use rand::rngs::StdRng;
 use rand::seq::SliceRandom;
 use rand::SeedableRng;
 use shardlease::admin::Admin;
-use shardlease::balance::KclBalance;
+use shardlease::balance::{KclBalance, LoadBalance};
 use shardlease::clock::Clock;
 use shardlease::source::{Shard, StaticShardSource};
 use shardlease::worker::Worker;
@@ -446,6 +446,9 @@ impl Fleet {
     /// Why the fleet is not balanced: every current shard processed by exactly one running
     /// process, and the leases each processes within one of each other (counting the leases
     /// of removed shards not yet retired, as the balance does: they are leases until then).
+    /// Balance by load (every lease a load of 1) aims at a band, not at one count: a process
+    /// is balanced inside the policy's tolerance of the mean, or within one lease of every
+    /// other process (where the leases are too few for any count to fall inside the band).
     pub fn unbalanced(&self) -> Option<String> {
         let ledger = self.ledger();
         let mut counts: BTreeMap<u64, usize> = self.procs.keys().map(|p| (*p, 0)).collect();
@@ -468,7 +471,17 @@ impl Fleet {
         let (min, max) = counts
             .values()
             .fold((usize::MAX, 0), |(lo, hi), c| (lo.min(*c), hi.max(*c)));
-        (max > min + 1).then(|| format!("leases per process {counts:?}"))
+        let even = |c: usize| c + 1 >= max && c <= min + 1;
+        let balanced = if self.balancing == Balancing::Load {
+            let mean = counts.values().sum::<usize>() as f64 / counts.len().max(1) as f64;
+            let band = mean * LoadBalance::default().tolerance + 1e-9;
+            counts
+                .values()
+                .all(|c| (*c as f64 - mean).abs() <= band || even(*c))
+        } else {
+            max <= min + 1
+        };
+        (!balanced).then(|| format!("leases per process {counts:?}"))
     }
 
     /// The fleet as text, for a failing schedule's report.
