@@ -36,6 +36,9 @@ use crate::store::{Outcome, StoreError};
 /// session are taken back as forced takes, see the taker). `Ok(false)` when other writers kept
 /// changing the record.
 pub(crate) async fn open(shared: &Shared, deadline: Instant) -> Result<bool, StoreError> {
+    // The other sessions of this id read in the record: each is replaced by the time the
+    // session opens (see `Shared::opened`).
+    let mut replaced = Vec::new();
     for _ in 0..3 {
         let start = shared.now();
         let current = shared.store.get_member(&shared.id, true, deadline).await?;
@@ -43,11 +46,12 @@ pub(crate) async fn open(shared: &Shared, deadline: Instant) -> Result<bool, Sto
             .as_ref()
             .is_some_and(|m| m.incarnation == Some(shared.incarnation()))
         {
-            if adopt(shared, deadline).await? {
+            if adopt(shared, &replaced, deadline).await? {
                 return Ok(true);
             }
             continue;
         }
+        replaced.extend(current.as_ref().and_then(|m| m.incarnation));
         let opened = shared
             .store
             .open_session(
@@ -63,6 +67,7 @@ pub(crate) async fn open(shared: &Shared, deadline: Instant) -> Result<bool, Sto
                 tracing::info!(replaced = %old, "session opened in place of an earlier process of this id");
             }
             shared.beaten(start, member.heartbeat);
+            shared.opened(start, replaced);
             return Ok(true);
         }
     }
@@ -75,7 +80,11 @@ pub(crate) async fn open(shared: &Shared, deadline: Instant) -> Result<bool, Sto
 /// record is beaten first: the validity counts from that beat's start, and the new heartbeat
 /// restarts every observer's count. `Ok(false)` when the beat was refused (the record moved on
 /// meanwhile).
-async fn adopt(shared: &Shared, deadline: Instant) -> Result<bool, StoreError> {
+async fn adopt(
+    shared: &Shared,
+    replaced: &[Incarnation],
+    deadline: Instant,
+) -> Result<bool, StoreError> {
     let start = shared.now();
     let beat = shared
         .store
@@ -91,6 +100,8 @@ async fn adopt(shared: &Shared, deadline: Instant) -> Result<bool, StoreError> {
     match beat {
         Outcome::Done(member) => {
             shared.beaten(start, member.heartbeat);
+            // The opening it adopts read the record it replaced before this beat started.
+            shared.opened(start, replaced.to_vec());
             // Opened without a load report: the next beat publishes it.
             shared.loads.unpublished();
             Ok(true)
@@ -283,7 +294,7 @@ async fn reopen(
         // This process's own session, opened by an attempt whose answer was lost: taken up
         // with a beat, never counted from this read.
         Some(member) if member.incarnation == Some(shared.incarnation()) => {
-            match adopt(shared, deadline).await {
+            match adopt(shared, &[], deadline).await {
                 Ok(true) => {
                     *unseen_open = false;
                     tracing::info!("session taken up again from its record");

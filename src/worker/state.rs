@@ -168,6 +168,9 @@ pub(crate) struct Session {
     pub valid_until: Instant,
     /// The heartbeat of the record as this process last wrote it.
     pub heartbeat: u64,
+    /// When the opening (or adoption) that made this session the record's started, and the
+    /// sessions of this id it read in the record on the way (see [`Shared::opened`]).
+    pub opened: Option<(Instant, Vec<Incarnation>)>,
 }
 
 /// A live session a released lease may be given to, and how many leases it held at the last
@@ -334,6 +337,7 @@ impl Shared {
                 open: false,
                 valid_until: now,
                 heartbeat: 0,
+                opened: None,
             }),
             successor: watch::Sender::new(None),
             watch_done: AtomicBool::new(false),
@@ -371,6 +375,31 @@ impl Shared {
         let now = self.now();
         let session = self.session();
         session.open && now < session.valid_until
+    }
+
+    /// The session this process has just opened (or adopted, see `session::open`), by an
+    /// opening whose last read of the record started at `start`, having read the sessions
+    /// `replaced` there. Each of those can never beat again (it was replaced, by this opening
+    /// or before its next read), and its last beat landed before `start`: it is over a lease
+    /// duration after `start`.
+    pub fn opened(&self, start: Instant, replaced: Vec<Incarnation>) {
+        self.session().opened = Some((start, replaced));
+    }
+
+    /// While this session is valid: when the session `incarnation` of this worker's id is
+    /// surely over, if this session's opening replaced it (see [`Shared::opened`]), whatever
+    /// record an eventually consistent scan still shows for it. `None` otherwise (a session
+    /// of this id opened later is judged as any other).
+    pub fn predecessor_over(&self, incarnation: Incarnation) -> Option<Instant> {
+        let now = self.now();
+        let session = self.session();
+        if !session.open || now >= session.valid_until {
+            return None;
+        }
+        let (at, replaced) = session.opened.as_ref()?;
+        replaced
+            .contains(&incarnation)
+            .then(|| *at + self.config.lease_duration)
     }
 
     /// How long a lease whose take started at `start` is valid here: as long as the session,

@@ -93,6 +93,22 @@ impl Taker {
                         still_fenced.insert((owner.clone(), incarnation));
                         return now;
                     }
+                    // A session of this worker's id that this one's opening replaced is over
+                    // a lease duration after that (`Shared::predecessor_over`), even while an
+                    // eventually consistent scan still shows its record: its leases wait no
+                    // longer than that.
+                    let over = (*owner == self.shared.id)
+                        .then(|| self.shared.predecessor_over(incarnation))
+                        .flatten();
+                    if let Some(over) = over {
+                        let seen = if records.get(owner) == Some(&Some(incarnation)) {
+                            far
+                        } else {
+                            named.insert(session.clone());
+                            self.ended.observe(&session, NO_RECORD, now)
+                        };
+                        return seen.min(over.max(now));
+                    }
                 }
                 let has_record = match (records.get(owner), lease.owner_incarnation) {
                     // Given to the id, not yet taken: any session of the id takes it.
