@@ -203,6 +203,28 @@ impl StoreError {
         )
     }
 
+    /// This error, as the answer of a call an earlier attempt of which may have been applied
+    /// (`maybe_applied`): a retryable failure becomes an ambiguous transient one, naming the
+    /// last attempt's error. Other errors are as they are.
+    pub(crate) fn maybe_applied_before(self, maybe_applied: bool) -> Self {
+        if !maybe_applied || self.is_ambiguous() || !self.is_retryable() {
+            return self;
+        }
+        let (operation, key) = match &self {
+            Self::Throttled { operation, key, .. }
+            | Self::Transient { operation, key, .. }
+            | Self::Unreachable { operation, key, .. } => (*operation, key.clone()),
+            _ => return self,
+        };
+        Self::Transient {
+            operation,
+            key,
+            ambiguous: true,
+            source: format!("an earlier attempt may have been applied; the last one: {self}")
+                .into(),
+        }
+    }
+
     /// True when the failed write may nevertheless have been applied.
     pub fn is_ambiguous(&self) -> bool {
         matches!(

@@ -151,11 +151,11 @@ impl RetryPolicy {
             };
             retry += 1;
             if !err.is_retryable() || retry >= self.max_attempts {
-                return Err(err);
+                return Err(err.maybe_applied_before(maybe_applied));
             }
             let pause = self.backoff(retry);
             if Instant::now() + pause >= deadline {
-                return Err(err);
+                return Err(err.maybe_applied_before(maybe_applied));
             }
             maybe_applied |= err.is_ambiguous();
             tracing::debug!(error = %err, retry, ?pause, "retrying store operation");
@@ -232,6 +232,28 @@ mod tests {
             "the third attempt must know an earlier one may have landed"
         );
         assert_eq!(calls.load(Ordering::SeqCst), 3);
+    }
+
+    /// The call's answer is its last attempt's error, but the call is ambiguous as soon as one
+    /// attempt was: a take whose first attempt went unanswered and whose retries were refused
+    /// may have landed (seen as a lease owned by a session that never knew it took it).
+    #[tokio::test(start_paused = true)]
+    async fn a_call_with_an_ambiguous_attempt_fails_as_ambiguous() {
+        let calls = AtomicU32::new(0);
+        let result: StoreResult<()> = RetryPolicy::default()
+            .run(
+                "take",
+                "k",
+                Instant::now() + Duration::from_secs(10),
+                |_| {
+                    let n = calls.fetch_add(1, Ordering::SeqCst);
+                    async move { Err(transient(n == 0)) }
+                },
+            )
+            .await;
+        let err = result.unwrap_err();
+        assert!(calls.load(Ordering::SeqCst) > 1);
+        assert!(err.is_retryable() && err.is_ambiguous(), "{err:?}");
     }
 
     #[tokio::test(start_paused = true)]
