@@ -274,7 +274,10 @@ async fn tell(shared: &Shared, worker: &WorkerId, key: &LeaseKey, deadline: Inst
 
 /// Nobody scans at rest: a lease released here is given straight to the live session that
 /// held the fewest at the last placement round, and that session told. Without one (this
-/// worker is alone, or has not placed yet), a placement round here places it.
+/// worker is alone, or has not placed yet), a placement round here places it. Either way a
+/// round here looks again: this worker now holds one lease fewer than its last round planned
+/// with (a lease handed to a receiver that died, then given on, leaves its giver below its
+/// share, and nothing else would bring the round that asks for one back).
 pub(crate) async fn place(shared: &Shared, lease: Lease, deadline: Instant) {
     let mut counter = lease.counter;
     // A receiver whose session ended meanwhile cannot take it: give it to the next one.
@@ -294,7 +297,7 @@ pub(crate) async fn place(shared: &Shared, lease: Lease, deadline: Instant) {
                     .notify(&receiver.worker, receiver.incarnation, &notice, deadline)
                     .await
                 {
-                    return;
+                    break;
                 }
                 shared.drop_receiver(&receiver.worker);
                 counter = given.counter;

@@ -484,6 +484,31 @@ impl Fleet {
         (!balanced).then(|| format!("leases per process {counts:?}"))
     }
 
+    /// Whether a lease is on its way between workers: a current shard whose item in the table
+    /// names another worker than the process that processes it, or a handoff. A fleet counted
+    /// balanced in such a moment (a steal waiting for its owner's acknowledgement, whose owner
+    /// has not yet stopped) is not settled yet: the move's last step, the lease processed by
+    /// nobody until the new owner starts it, is still to come.
+    pub async fn moving(&self) -> bool {
+        let deadline = Instant::now() + Duration::from_secs(5);
+        let Ok(snapshot) = self.net.table.snapshot(deadline).await else {
+            return true;
+        };
+        let ledger = self.ledger();
+        let current: BTreeSet<&LeaseKey> = self.shards.iter().collect();
+        snapshot
+            .leases
+            .iter()
+            .filter(|lease| current.contains(&lease.key))
+            .any(|lease| {
+                let processor = ledger
+                    .holder(&lease.key)
+                    .and_then(|p| self.procs.get(&p))
+                    .map(|proc| worker_id(proc.host));
+                lease.handoff_to.is_some() || processor.as_ref() != lease.owner.as_ref()
+            })
+    }
+
     /// The fleet as text, for a failing schedule's report.
     pub fn describe(&self) -> String {
         let counts = self.ledger().counts();

@@ -515,7 +515,7 @@ async fn after_heal(driver: &mut Driver, schedule: &Schedule, healed: Instant) {
             None if !judged => {}
             None => {
                 balanced = true;
-                if retired && settled.is_none() {
+                if retired && settled.is_none() && !driver.fleet.moving().await {
                     settled = Some(now);
                 }
             }
@@ -547,6 +547,15 @@ async fn after_heal(driver: &mut Driver, schedule: &Schedule, healed: Instant) {
             break;
         }
         tokio::time::sleep(POLL).await;
+    }
+    if settled.is_none() && driver.fleet.unbalanced().is_none() && driver.fleet.moving().await {
+        driver.violate(
+            "unsettled",
+            format!(
+                "balanced by count, but a lease still on its way between workers {:.0} s after the heal",
+                (Instant::now() - healed).as_secs_f64()
+            ),
+        );
     }
     let left = driver.fleet.not_retired().await;
     if !left.is_empty() {
