@@ -11,7 +11,7 @@ use tokio::time::Instant;
 
 use super::fleet::{Fleet, MAX_PROCESSES};
 use super::ledger::{Ledger, Violation, TRACE};
-use super::schedule::{Event, Fault, Schedule, LEASE, SPIKE_MAX};
+use super::schedule::{Balancing, Event, Fault, Schedule, LEASE, SPIKE_MAX};
 use crate::sim::net::{Chaos, FaultRates, Latencies, Latency, Net};
 
 /// What one schedule found.
@@ -433,9 +433,17 @@ async fn drive(schedule: Schedule, knobs: Knobs) -> Outcome {
 /// intervals (on the slowest clock), the fleet balanced within a minute (at some moment
 /// after that failover time) and from then on staying so once every removed shard's lease
 /// is retired, and retired they all are by the end.
+///
+/// A fleet balanced by a policy that steals (`KclBalance`) gets another lease duration and a
+/// beat: a steal is started only once its owner gave the lease up or its session is surely
+/// over, and an owner whose session dies, or is replaced, or cannot beat, around the steal
+/// gives nothing up: the thief counts a lease duration from the read that showed it so.
 async fn after_heal(driver: &mut Driver, schedule: &Schedule, healed: Instant) {
     let config = driver.fleet.config.clone();
-    let failover = config.lease_duration + config.taker_interval * 2;
+    let mut failover = config.lease_duration + config.taker_interval * 2;
+    if schedule.balancing == Balancing::Kcl {
+        failover += config.lease_duration + config.renew_interval;
+    }
     let processed_by = healed + failover.div_f64(1.0 - schedule.max_skew) + ROUND_TRIPS;
     let balanced_by = healed + BALANCE_LIMIT;
     let end = healed + BALANCE_LIMIT + SETTLED_FOR;
