@@ -194,11 +194,10 @@ struct CampaignArgs {
     /// random schedules rarely meet a hole (lost-steal)
     #[arg(long, value_name = "NAME")]
     script: Option<String>,
-    /// Fault kinds, comma-separated, or default, all or none (default,KIND adds to the
-    /// defaults): throttle, transient, lost, never, spike, freeze, cutoff, crash, restart,
-    /// twin, panic, handoff, join, leave, shards, skew, late-write, op-release, op-drain,
-    /// op-checkpoint, op-reset, op-delete, and (off by default: some of their schedules
-    /// still miss a liveness bound, see BENCHMARKS.md) stale-read, policy-load, policy-kcl
+    /// Fault kinds, comma-separated, or all (the default) or none: throttle, transient,
+    /// lost, never, spike, freeze, cutoff, crash, restart, twin, panic, handoff, join, leave,
+    /// shards, skew, late-write, stale-read, policy-load, policy-kcl, op-release, op-drain,
+    /// op-checkpoint, op-reset, op-delete
     #[arg(long, value_name = "LIST", value_parser = schedule::parse_faults)]
     faults: Option<BTreeSet<Fault>>,
     /// Clock rates drawn within 1 +- P ("1%" or 0.01) [default: 1%]

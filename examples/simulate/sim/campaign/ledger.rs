@@ -323,6 +323,16 @@ impl Ledger {
 
     fn written(&mut self, process: u64, operation: &'static str, lease: &Lease) {
         let key = &lease.key;
+        self.trace(|| {
+            format!(
+                "{operation} {key} by p{process} applied: owner {:?} ({:?}) tenure {} counter {} handoff {:?}",
+                lease.owner.as_ref().map(|o| o.as_str()),
+                lease.owner_incarnation,
+                lease.tenure,
+                lease.counter,
+                lease.handoff_to.as_ref().map(|o| o.as_str())
+            )
+        });
         if operation == "take" && process != OPERATOR_PROCESS {
             self.taken
                 .insert((process, key.clone()), (lease.tenure, lease.nonce));

@@ -96,13 +96,10 @@ impl Fault {
         Fault::OpDelete,
     ];
 
-    /// The kinds a campaign injects unless told otherwise (`--faults default`): every kind
-    /// but [`OFF_BY_DEFAULT`](Self::OFF_BY_DEFAULT). `--faults all` injects them too.
+    /// The kinds a campaign injects unless told otherwise (`--faults default`): every kind,
+    /// as `--faults all`.
     pub fn defaults() -> BTreeSet<Fault> {
-        Fault::ALL
-            .into_iter()
-            .filter(|f| !Fault::OFF_BY_DEFAULT.contains(f))
-            .collect()
+        Fault::ALL.into_iter().collect()
     }
 
     /// The kinds drawn from a stream of their own (see [`draw_protocol_faults`]): late
@@ -118,14 +115,6 @@ impl Fault {
         Fault::OpReset,
         Fault::OpDelete,
     ];
-
-    /// What `--faults default` leaves out: kinds whose schedules still miss a liveness bound
-    /// the campaign checks (BENCHMARKS.md, "The fault campaign with late writes and stale
-    /// reads"), though none breaks a safety invariant. Balance by load is not balanced by
-    /// count within a minute of the heal in about one schedule of eleven; stale reads and
-    /// `KclBalance`'s steals leave a lease unprocessed past the failover bound (a lease
-    /// duration and two taker rounds) in about one schedule of five hundred.
-    pub const OFF_BY_DEFAULT: [Fault; 3] = [Fault::StaleRead, Fault::PolicyLoad, Fault::PolicyKcl];
 
     pub fn name(self) -> &'static str {
         match self {
@@ -190,8 +179,7 @@ impl Fault {
     }
 }
 
-/// `all`, `default`, `none`, or a comma-separated list of fault names (`default,NAME` adds
-/// to the defaults).
+/// `all` (or `default`, the same), `none`, or a comma-separated list of fault names.
 pub fn parse_faults(list: &str) -> Result<BTreeSet<Fault>, String> {
     if list == "all" {
         return Ok(Fault::ALL.into_iter().collect());
@@ -200,9 +188,9 @@ pub fn parse_faults(list: &str) -> Result<BTreeSet<Fault>, String> {
         return Ok(Fault::defaults());
     }
     if let Some(more) = list.strip_prefix("default,") {
-        let mut faults = Fault::defaults();
-        faults.extend(parse_faults(more)?);
-        return Ok(faults);
+        // Kept for replay commands of earlier builds; every kind is a default now.
+        let _ = parse_faults(more)?;
+        return Ok(Fault::defaults());
     }
     if list == "none" {
         return Ok(BTreeSet::new());
@@ -222,18 +210,10 @@ pub fn parse_faults(list: &str) -> Result<BTreeSet<Fault>, String> {
         .collect()
 }
 
-/// The comma-separated names of `faults` (`all` when every one, `default` for the defaults).
+/// The comma-separated names of `faults` (`all` when every one).
 pub fn fault_list(faults: &BTreeSet<Fault>) -> String {
     if faults.len() == Fault::ALL.len() {
         return "all".into();
-    }
-    let defaults = Fault::defaults();
-    if *faults == defaults {
-        return "default".into();
-    }
-    if faults.is_superset(&defaults) {
-        let more: Vec<&str> = faults.difference(&defaults).map(|f| f.name()).collect();
-        return format!("default,{}", more.join(","));
     }
     if faults.is_empty() {
         return "none".into();
