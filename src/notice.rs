@@ -11,6 +11,14 @@ pub(crate) fn member_notice(worker: &WorkerId) -> String {
     format!("{}member#{worker}", crate::lease::RESERVED_PREFIX)
 }
 
+/// The worker a [`member_notice`] names.
+pub(crate) fn member_of_notice(notice: &str) -> Option<WorkerId> {
+    let worker = notice
+        .strip_prefix(crate::lease::RESERVED_PREFIX)?
+        .strip_prefix("member#")?;
+    WorkerId::new(worker).ok()
+}
+
 /// A revocation: `shardlease#revoke#<lease key>` tells the owner of a lease asked for in a
 /// handoff that the requester waited long enough: the owner tells its application that the
 /// lease is lost and hands it over at once. The requester never takes a lease from a live

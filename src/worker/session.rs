@@ -28,7 +28,7 @@ use super::take::{take, Answer, Report};
 use crate::clock::timeout_at;
 use crate::expiry::ExpiryTracker;
 use crate::lease::{Incarnation, Lease, LeaseKey, Member, RESERVED_PREFIX};
-use crate::notice::DRAIN_PREFIX;
+use crate::notice::{member_of_notice, DRAIN_PREFIX};
 use crate::store::{Outcome, StoreError};
 
 /// Opens this process's session: writes a fresh record, or replaces the record of this id as
@@ -431,7 +431,15 @@ async fn handle(shared: &Arc<Shared>, notice: &str) -> bool {
         return true;
     }
     if notice.starts_with(RESERVED_PREFIX) {
-        // The fleet changed next to this worker: a placement round sees who to watch now.
+        // The fleet changed next to this worker: a placement round sees who to watch now,
+        // reading the worker named if its scan does not show it yet.
+        if let Some(worker) = member_of_notice(notice) {
+            shared
+                .announced
+                .lock()
+                .unwrap_or_else(|e| e.into_inner())
+                .push(worker);
+        }
         shared.rescan.notify_one();
         return true;
     }

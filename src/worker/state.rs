@@ -250,6 +250,9 @@ pub(crate) struct Shared {
     /// Until when this worker reads its own record often, because leases may
     /// be given to it any moment (see [`EXPECT_NOTICE`]).
     pub expecting: Mutex<Option<Instant>>,
+    /// Workers that told this one they joined (or left) next to it, for the next round to
+    /// read if its scan does not show them (see `Taker::see_announced`).
+    pub announced: Mutex<Vec<WorkerId>>,
 }
 
 /// What to do after the application finished with a lease: each write names the item
@@ -347,6 +350,7 @@ impl Shared {
             suspect: Mutex::default(),
             members_seen: Mutex::default(),
             expecting: Mutex::default(),
+            announced: Mutex::default(),
         }
     }
 

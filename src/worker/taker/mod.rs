@@ -205,7 +205,8 @@ impl Taker {
         let deadline = self.shared.now() + config.store_timeout;
         // Every write a round leads to is conditioned on what it read, so a stale read costs a
         // lost race at most: eventually consistent, at half the price.
-        let snapshot = self.shared.store.snapshot_eventually(deadline).await?;
+        let mut snapshot = self.shared.store.snapshot_eventually(deadline).await?;
+        self.see_announced(&mut snapshot, deadline).await;
         // Observed at the end of the scan: every value read was written before now, so no
         // owner's validity (counted from before its write) can outlast now + lease duration.
         let now = self.shared.now();
@@ -278,6 +279,48 @@ impl Taker {
         };
         self.publish(snapshot, &live, &expiry, now);
         Ok(next)
+    }
+
+    /// A worker that announced it joined next to this one (a member notice) brought this
+    /// round, whose eventually consistent scan may not show it yet: such a round would watch
+    /// the wrong session, and nothing would bring another before the slow scan (a crash of
+    /// the newcomer went unseen for 50 s: `--schedule 10935244231577836296 --faults all`).
+    /// Each one the scan does not show is read consistently and added; one that cannot be
+    /// read waits for the next round.
+    async fn see_announced(&self, snapshot: &mut Snapshot, deadline: Instant) {
+        let announced = std::mem::take(
+            &mut *self
+                .shared
+                .announced
+                .lock()
+                .unwrap_or_else(|e| e.into_inner()),
+        );
+        let mut unread = Vec::new();
+        for worker in announced {
+            if snapshot.members.iter().any(|m| m.worker == worker) {
+                continue;
+            }
+            match self.shared.store.get_member(&worker, true, deadline).await {
+                Ok(Some(member)) => {
+                    let at = snapshot
+                        .members
+                        .partition_point(|m| m.worker < member.worker);
+                    snapshot.members.insert(at, member);
+                }
+                Ok(None) => {}
+                Err(err) => {
+                    tracing::debug!(worker = %worker, error = %err, "could not read a worker that announced itself; the next round reads it");
+                    unread.push(worker);
+                }
+            }
+        }
+        if !unread.is_empty() {
+            self.shared
+                .announced
+                .lock()
+                .unwrap_or_else(|e| e.into_inner())
+                .extend(unread);
+        }
     }
 
     /// Whether this round only gathers, because it saw workers join (`joined`)
