@@ -212,3 +212,15 @@ fn a_worker_that_announced_itself_is_watched_though_a_stale_scan_misses_it() {
     let replay = format!("--schedule {seed} --faults {faults}");
     assert_none(&replay, &violations(seeded(seed, faults)));
 }
+
+/// An operator resets a lease (delete, create again) while a worker waits for a steal of the
+/// old item to be acknowledged; the new item walks through the same tenures, the worker
+/// steals it in tenure 3 again, and the old wait, ending, reported the new take at once
+/// without the new owner's acknowledgement: `overlap at 64.983 s: shard-0000002 started by p3
+/// while p1 processes it`, until a wait reports only the take of its own item.
+#[test]
+fn a_wait_for_an_acknowledgement_reports_only_the_take_of_its_own_item() {
+    let (seed, faults) = (4801501541009325548, "all");
+    let replay = format!("--schedule {seed} --faults {faults}");
+    assert_none(&replay, &violations(seeded(seed, faults)));
+}

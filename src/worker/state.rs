@@ -875,9 +875,16 @@ impl Shared {
         None
     }
 
-    /// Sets when a `Waiting` lease of `tenure` is reported (the control task reports it then).
-    pub fn report_at(&self, key: &LeaseKey, tenure: u64, at: Instant) {
-        if let Some(held) = self.lock().held.get_mut(key).filter(|h| h.tenure == tenure) {
+    /// Sets when a `Waiting` lease of item `nonce` in `tenure` is reported (the control task
+    /// reports it then). The item counts: a lease deleted and created again walks through the
+    /// same tenures, and a wait for the old item must not report the new one.
+    pub fn report_at(&self, key: &LeaseKey, nonce: u64, tenure: u64, at: Instant) {
+        if let Some(held) = self
+            .lock()
+            .held
+            .get_mut(key)
+            .filter(|h| h.tenure == tenure && h.nonce == nonce)
+        {
             if let Phase::Waiting { report_at } = &mut held.phase {
                 *report_at = at;
             }

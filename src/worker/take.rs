@@ -318,15 +318,23 @@ pub(crate) async fn take(
             .insert(key.clone(), (owner.clone(), incarnation));
         let task_shared = Arc::clone(shared);
         let task_key = key.clone();
+        let nonce = took.nonce;
+        let waited_on = (owner.clone(), incarnation);
         shared.jobs.spawn(
             async move {
                 let at = acknowledged(&task_shared, &task_key, owner, incarnation).await;
-                task_shared
-                    .unacknowledged
-                    .lock()
-                    .unwrap_or_else(|e| e.into_inner())
-                    .remove(&task_key);
-                task_shared.report_at(&task_key, tenure, at.max(quiet));
+                {
+                    // Only this take's entry: a later take of the key (of an item created
+                    // again) has its own.
+                    let mut waiting = task_shared
+                        .unacknowledged
+                        .lock()
+                        .unwrap_or_else(|e| e.into_inner());
+                    if waiting.get(&task_key) == Some(&waited_on) {
+                        waiting.remove(&task_key);
+                    }
+                }
+                task_shared.report_at(&task_key, nonce, tenure, at.max(quiet));
             }
             .in_current_span(),
         );
