@@ -27,6 +27,12 @@ fn seeded(seed: u64, faults: &str) -> Schedule {
     schedule(seed, &faults, 0.01, false)
 }
 
+/// The campaign's schedule `seed` with the fault kinds `faults` breaks no invariant.
+fn assert_replays_clean(seed: u64, faults: &str) {
+    let replay = format!("--schedule {seed} --faults {faults}");
+    assert_none(&replay, &violations(seeded(seed, faults)));
+}
+
 fn assert_none(replay: &str, violations: &[String]) {
     assert!(
         violations.is_empty(),
@@ -55,8 +61,7 @@ fn a_steal_whose_answer_is_lost_is_not_processed_twice() {
 #[test]
 fn a_late_checkpoint_never_replaces_a_newer_acknowledged_one() {
     let (seed, faults) = (10451216379200822465, "late-write");
-    let replay = format!("--schedule {seed} --faults {faults}");
-    assert_none(&replay, &violations(seeded(seed, faults)));
+    assert_replays_clean(seed, faults);
 }
 
 /// An operator resets or deletes a lease; the item is created again and walks through the same
@@ -70,8 +75,7 @@ fn a_write_meant_for_a_deleted_item_never_lands_in_its_successor() {
         10862503357064539219,
         "late-write,op-checkpoint,op-reset,op-delete",
     );
-    let replay = format!("--schedule {seed} --faults {faults}");
-    assert_none(&replay, &violations(seeded(seed, faults)));
+    assert_replays_clean(seed, faults);
 }
 
 /// A worker restarted under its id (p7) takes its lease back; a round of its own reads the
@@ -86,8 +90,7 @@ fn a_stale_scan_never_decides_that_a_live_session_has_ended() {
         129612745565084084,
         "freeze,cutoff,crash,restart,join,leave,stale-read",
     );
-    let replay = format!("--schedule {seed} --faults {faults}");
-    assert_none(&replay, &violations(seeded(seed, faults)));
+    assert_replays_clean(seed, faults);
 }
 
 /// A worker balanced by `KclBalance` steals a lease; its owner, told by a notice, drops it and
@@ -98,8 +101,7 @@ fn a_stale_scan_never_decides_that_a_live_session_has_ended() {
 #[test]
 fn a_stolen_lease_is_acknowledged_once_the_application_let_go() {
     let (seed, faults) = (16723804641238226573, "all");
-    let replay = format!("--schedule {seed} --faults {faults}");
-    assert_none(&replay, &violations(seeded(seed, faults)));
+    assert_replays_clean(seed, faults);
 }
 
 /// Found by the 10,000-schedule run with every kind (`--campaign 10000 --seed 40 --faults
@@ -114,8 +116,7 @@ fn a_stolen_lease_is_acknowledged_once_the_application_let_go() {
 #[test]
 fn a_take_retried_after_a_steal_is_a_lost_race() {
     let (seed, faults) = (6530259159967943896, "all");
-    let replay = format!("--schedule {seed} --faults {faults}");
-    assert_none(&replay, &violations(seeded(seed, faults)));
+    assert_replays_clean(seed, faults);
 }
 
 /// A fleet balancing by load; a worker's session ends and it opens another, whose record holds
@@ -132,8 +133,7 @@ fn a_session_opened_again_publishes_its_load_report() {
          join,leave,shards,skew,late-write,policy-load,op-release,op-drain,op-checkpoint,\
          op-reset,op-delete",
     );
-    let replay = format!("--schedule {seed} --faults {faults}");
-    assert_none(&replay, &violations(seeded(seed, faults)));
+    assert_replays_clean(seed, faults);
 }
 
 /// The only worker restarts under its id; its new session replaces the old one's record, and
@@ -141,12 +141,13 @@ fn a_session_opened_again_publishes_its_load_report() {
 /// session's leases looked held by a live session and the worker waited for the slow scan (50
 /// s) to look again: `unprocessed at 152.575 s: 27 of 28 leases not processed within 21.2 s
 /// of the heal`, until a session knew that the sessions its opening replaced are over a lease
-/// duration after it, whatever a scan shows.
+/// duration after it, whatever a scan shows. (That was at f686e36; fixes made since change this
+/// schedule's course, and with `Shared::predecessors` disabled it no longer fails: a scripted
+/// schedule for this fault is still owed.)
 #[test]
 fn a_restarted_worker_does_not_wait_on_its_replaced_session_shown_by_a_stale_scan() {
     let (seed, faults) = (13525740364444873981, "all");
-    let replay = format!("--schedule {seed} --faults {faults}");
-    assert_none(&replay, &violations(seeded(seed, faults)));
+    assert_replays_clean(seed, faults);
 }
 
 /// The other side of the test above: what a session may count as over. A twin (a second
@@ -159,8 +160,7 @@ fn a_restarted_worker_does_not_wait_on_its_replaced_session_shown_by_a_stale_sca
 #[test]
 fn a_session_counts_as_over_only_the_sessions_its_opening_replaced() {
     let (seed, faults) = (3935774486848180498, "all");
-    let replay = format!("--schedule {seed} --faults {faults}");
-    assert_none(&replay, &violations(seeded(seed, faults)));
+    assert_replays_clean(seed, faults);
 }
 
 /// A lease released and given to w00002; w00002's take's first attempt goes unanswered and
@@ -172,8 +172,7 @@ fn a_session_counts_as_over_only_the_sessions_its_opening_replaced() {
 #[test]
 fn a_take_whose_first_attempt_was_unanswered_is_known_as_maybe_landed() {
     let (seed, faults) = (4680181100204245590, "all");
-    let replay = format!("--schedule {seed} --faults {faults}");
-    assert_none(&replay, &violations(seeded(seed, faults)));
+    assert_replays_clean(seed, faults);
 }
 
 /// Handoffs asked by a worker that then died: their owner, finding the receiver gone, gave the
@@ -184,8 +183,7 @@ fn a_take_whose_first_attempt_was_unanswered_is_known_as_maybe_landed() {
 #[test]
 fn a_worker_that_gives_a_lease_on_looks_again_for_its_share() {
     let (seed, faults) = (15764409654805191771, "all");
-    let replay = format!("--schedule {seed} --faults {faults}");
-    assert_none(&replay, &violations(seeded(seed, faults)));
+    assert_replays_clean(seed, faults);
 }
 
 /// Two steals of one lease cross: p4 (w00002) takes it from p1 and waits for p1's
@@ -197,8 +195,7 @@ fn a_worker_that_gives_a_lease_on_looks_again_for_its_share() {
 #[test]
 fn a_lease_that_moved_on_while_its_report_waited_is_not_started() {
     let (seed, faults) = (4250408026086586460, "all");
-    let replay = format!("--schedule {seed} --faults {faults}");
-    assert_none(&replay, &violations(seeded(seed, faults)));
+    assert_replays_clean(seed, faults);
 }
 
 /// A worker joins and tells its predecessor in id order, whose round, brought by that notice,
@@ -209,8 +206,7 @@ fn a_lease_that_moved_on_while_its_report_waited_is_not_started() {
 #[test]
 fn a_worker_that_announced_itself_is_watched_though_a_stale_scan_misses_it() {
     let (seed, faults) = (10935244231577836296, "all");
-    let replay = format!("--schedule {seed} --faults {faults}");
-    assert_none(&replay, &violations(seeded(seed, faults)));
+    assert_replays_clean(seed, faults);
 }
 
 /// An operator resets a lease (delete, create again) while a worker waits for a steal of the
@@ -221,6 +217,5 @@ fn a_worker_that_announced_itself_is_watched_though_a_stale_scan_misses_it() {
 #[test]
 fn a_wait_for_an_acknowledgement_reports_only_the_take_of_its_own_item() {
     let (seed, faults) = (4801501541009325548, "all");
-    let replay = format!("--schedule {seed} --faults {faults}");
-    assert_none(&replay, &violations(seeded(seed, faults)));
+    assert_replays_clean(seed, faults);
 }

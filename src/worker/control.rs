@@ -27,8 +27,7 @@ async fn confirm_and_report(shared: &Arc<Shared>, key: LeaseKey, nonce: u64, ten
         Ok(Some(lease))
             if lease.nonce == nonce
                 && lease.tenure == tenure
-                && lease.is_owned_by(&shared.id)
-                && lease.owner_incarnation == Some(shared.incarnation()) =>
+                && lease.is_owned_by_incarnation(&shared.id, shared.incarnation()) =>
         {
             shared.report(&key);
         }

@@ -390,20 +390,18 @@ impl Shared {
         self.session().opened = Some((start, replaced));
     }
 
-    /// While this session is valid: when the session `incarnation` of this worker's id is
-    /// surely over, if this session's opening replaced it (see [`Shared::opened`]), whatever
-    /// record an eventually consistent scan still shows for it. `None` otherwise (a session
+    /// While this session is valid: when the sessions of this worker's id its opening
+    /// replaced (see [`Shared::opened`]) are all surely over, whatever record an eventually
+    /// consistent scan still shows for them, and which they are. `None` otherwise (a session
     /// of this id opened later is judged as any other).
-    pub fn predecessor_over(&self, incarnation: Incarnation) -> Option<Instant> {
+    pub fn predecessors(&self) -> Option<(Instant, Vec<Incarnation>)> {
         let now = self.now();
         let session = self.session();
         if !session.open || now >= session.valid_until {
             return None;
         }
         let (at, replaced) = session.opened.as_ref()?;
-        replaced
-            .contains(&incarnation)
-            .then(|| *at + self.config.lease_duration)
+        Some((*at + self.config.lease_duration, replaced.clone()))
     }
 
     /// How long a lease whose take started at `start` is valid here: as long as the session,

@@ -80,6 +80,7 @@ impl Taker {
         // The sessions fenced here that the table still names.
         let mut still_fenced: HashSet<SessionId> = HashSet::new();
         let far = now + FAR;
+        let predecessors = self.shared.predecessors();
         let expiry: Vec<Instant> = snapshot
             .leases
             .iter()
@@ -93,22 +94,6 @@ impl Taker {
                         still_fenced.insert((owner.clone(), incarnation));
                         return now;
                     }
-                    // A session of this worker's id that this one's opening replaced is over
-                    // a lease duration after that (`Shared::predecessor_over`), even while an
-                    // eventually consistent scan still shows its record: its leases wait no
-                    // longer than that.
-                    let over = (*owner == self.shared.id)
-                        .then(|| self.shared.predecessor_over(incarnation))
-                        .flatten();
-                    if let Some(over) = over {
-                        let seen = if records.get(owner) == Some(&Some(incarnation)) {
-                            far
-                        } else {
-                            named.insert(session.clone());
-                            self.ended.observe(&session, NO_RECORD, now)
-                        };
-                        return seen.min(over.max(now));
-                    }
                 }
                 let has_record = match (records.get(owner), lease.owner_incarnation) {
                     // Given to the id, not yet taken: any session of the id takes it.
@@ -118,11 +103,24 @@ impl Taker {
                     (Some(record), Some(incarnation)) => *record == Some(incarnation),
                     (None, _) => false,
                 };
+                // A session of this worker's id that this one's opening replaced is over a
+                // lease duration after that (`Shared::predecessors`), even while an eventually
+                // consistent scan still shows its record: its leases wait no longer than that.
+                let over = predecessors
+                    .as_ref()
+                    .filter(|(_, replaced)| {
+                        *owner == self.shared.id
+                            && lease
+                                .owner_incarnation
+                                .is_some_and(|i| replaced.contains(&i))
+                    })
+                    .map(|(at, _)| (*at).max(now));
+                let capped = |at: Instant| over.map_or(at, |over| at.min(over));
                 if has_record {
-                    return far;
+                    return capped(far);
                 }
                 named.insert(session.clone());
-                self.ended.observe(&session, NO_RECORD, now)
+                capped(self.ended.observe(&session, NO_RECORD, now))
             })
             .collect();
         self.ended.retain(|s| named.contains(s));
