@@ -164,8 +164,8 @@ pub struct WorkerConfig {
     /// 20 % higher). Default: 2 min.
     pub load_long_window: Duration,
     /// The shortest time between two publications of this worker's load figures (sent with a
-    /// beat or heartbeat, when a figure moved by more than 10 % or the leases changed).
-    /// Default: 10 s.
+    /// beat or heartbeat, when a figure moved by more than 10 % or the leases changed; an
+    /// unchanged report is sent again every three intervals). Default: 10 s.
     pub load_publish_interval: Duration,
 }
 

@@ -1,6 +1,7 @@
 //! A policy that steals (KCL 2.x's, one lease per round from the most loaded worker) on
-//! paused time over the in-memory store: a steal is reported only once the session it was
-//! taken from acknowledged it or is surely over, whether or not the take's answer was seen.
+//! paused time over the in-memory store. A steal from a live owner is asked as a handoff
+//! (`tests/steal_handoff.rs`); the take that follows the handoff may lose its answer, and no
+//! two workers may process the lease meanwhile.
 
 #[path = "common/fleet.rs"]
 mod fleet;

@@ -9,6 +9,10 @@
 //! `max_leases_to_steal_at_one_time` per round, one even when that worker is exactly at target
 //! if the observer needs more than one. Run it with a 20 s taker interval and a 10 s lease to
 //! reproduce KCL's defaults.
+//!
+//! Where KCL takes a lease from under its owner, the worker asks for it by handoff (see
+//! [`Move::Take`]); a lease on its way counts as its receiver's, as KCL's take would have made
+//! it, so each round steals the next lease rather than asking for the same one again.
 
 use std::collections::BTreeMap;
 
@@ -55,7 +59,11 @@ impl BalancePolicy for KclBalance {
         let mut available: Vec<&LeaseKey> = Vec::new();
         for lease in &view.leases {
             match &lease.holder {
-                Holder::Held(owner) | Holder::Moving { from: owner, .. } => {
+                // On its way to `to` by a handoff (how a steal from a live owner is carried
+                // out): KCL's take would have made it `to`'s already, and it is nobody's to
+                // steal again.
+                Holder::Moving { to, .. } => *counts.entry(to).or_default() += 1,
+                Holder::Held(owner) => {
                     *counts.entry(owner).or_default() += 1;
                     by_owner.entry(owner).or_default().push(&lease.key);
                 }
@@ -169,6 +177,40 @@ mod tests {
                     .count()
             })
             .collect()
+    }
+
+    /// A steal from a live owner is carried out as a handoff: while it is on its way, the
+    /// lease counts as the thief's (as KCL's take would have made it) and is not stolen
+    /// again; the next round steals the next one, not the same one.
+    #[test]
+    fn a_lease_on_its_way_counts_as_its_receivers_and_is_not_stolen_again() {
+        let mut view = fleet(8, &["a", "b"]);
+        for lease in &mut view.leases {
+            lease.holder = Holder::Held(w("a"));
+        }
+        view.leases[0].holder = Holder::Moving {
+            from: w("a"),
+            to: w("b"),
+        };
+        let steps = KclBalance::default().plan(&view, &w("b"));
+        assert_eq!(steps.len(), 1, "{steps:?}");
+        assert!(
+            !steps.contains(&Move::Take(view.leases[0].key.clone())),
+            "the lease on its way is stolen again: {steps:?}"
+        );
+        // With three on their way and a at five, b (target 4) steals one more.
+        for lease in &mut view.leases[1..3] {
+            lease.holder = Holder::Moving {
+                from: w("a"),
+                to: w("b"),
+            };
+        }
+        assert_eq!(KclBalance::default().plan(&view, &w("b")).len(), 1);
+        view.leases[3].holder = Holder::Moving {
+            from: w("a"),
+            to: w("b"),
+        };
+        assert!(KclBalance::default().plan(&view, &w("b")).is_empty());
     }
 
     #[test]

@@ -87,9 +87,10 @@ pub struct FleetView {
 #[derive(Debug, Clone, PartialEq, Eq)]
 #[non_exhaustive]
 pub enum Move {
-    /// Take a lease: an available one, or (a steal, as KCL does) one a live worker holds. A
-    /// stolen lease is reported to the application only a lease duration after the take,
-    /// when its previous owner's validity has certainly ended.
+    /// Take a lease: an available one, or (a steal, as KCL does) one a live worker holds. The
+    /// worker carries a steal out as a handoff ([`Move::RequestHandoff`]): the owner's
+    /// application finishes and checkpoints, then the owner hands the lease over. A lease on
+    /// its way is [`Holder::Moving`] until then.
     Take(LeaseKey),
     /// Ask `from` to hand `key` over gracefully.
     RequestHandoff {

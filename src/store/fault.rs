@@ -4,7 +4,7 @@
 //! is lost after it landed. (The simulator in `examples/simulate` has a richer network model:
 //! latency distributions, throttles, lost answers, pauses.)
 
-use std::collections::HashSet;
+use std::collections::{HashMap, HashSet};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
@@ -20,6 +20,7 @@ use crate::lease::{Incarnation, Lease, LeaseKey, LoadReport, Member, NewLease, W
 pub struct Faults {
     cut_off: Arc<AtomicBool>,
     latency_micros: Arc<AtomicU64>,
+    latency_on: Arc<Mutex<HashMap<&'static str, Duration>>>,
     late_micros: Arc<AtomicU64>,
     calls: Arc<AtomicU64>,
     hang: Arc<Mutex<Hang>>,
@@ -57,6 +58,18 @@ impl Faults {
     pub fn set_latency(&self, latency: Duration) {
         let micros = u64::try_from(latency.as_micros()).unwrap_or(u64::MAX);
         self.latency_micros.store(micros, Ordering::SeqCst);
+    }
+
+    /// Adds `latency` before every call of one operation (`"get_member"`, say), on top of
+    /// [`set_latency`](Self::set_latency)'s; zero removes it. A read delayed so sees the table
+    /// as it is when the delay ends, as a read answered by a retry does.
+    pub fn set_latency_on(&self, operation: &'static str, latency: Duration) {
+        let mut on = self.latency_on.lock().unwrap_or_else(|e| e.into_inner());
+        if latency.is_zero() {
+            on.remove(operation);
+        } else {
+            on.insert(operation, latency);
+        }
     }
 
     /// Makes every request sent from now on reach the store `delay` late (zero: on time), as
@@ -188,7 +201,12 @@ impl<S: LeaseStore> FaultyStore<S> {
             self.faults.hung.fetch_add(1, Ordering::Relaxed);
             std::future::pending::<()>().await;
         }
-        let latency = Duration::from_micros(self.faults.latency_micros.load(Ordering::SeqCst));
+        let latency = Duration::from_micros(self.faults.latency_micros.load(Ordering::SeqCst))
+            + (self.faults.latency_on.lock())
+                .unwrap_or_else(|e| e.into_inner())
+                .get(operation)
+                .copied()
+                .unwrap_or_default();
         if !latency.is_zero() {
             tokio::time::sleep_until((Instant::now() + latency).min(deadline)).await;
         }

@@ -96,7 +96,7 @@ pub(crate) async fn run(
         }
         let now_role = Role::of(view.as_deref());
         if now_role != role {
-            tracing::debug!(from = ?role, to = ?now_role, "discovery role changed");
+            tracing::debug!(worker = %shared.id, from = ?role, to = ?now_role, "discovery role changed");
             discovery.step_down();
             (failures, busy) = (0, 0);
             next_call = match now_role {

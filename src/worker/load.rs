@@ -19,6 +19,13 @@
 //! next figures moved back.
 //! A lease the worker let go stays in its report for [`LINGER`] beats' worth of time, so that
 //! its next holder is planned with its figure until it publishes its own.
+//!
+//! An unchanged report is sent again every [`REFRESH`] publish intervals. A beat whose answer
+//! was lost may land later than the beats after it (see the fault model in
+//! `docs/ARCHITECTURE.md`) and put an older report back in the record, one that may name none
+//! of the leases held now; the worker believes its newer report is there and, its figures
+//! unchanged, would never send it again, so the fleet would see its leases as unmeasured and
+//! never move them. The refresh bounds how long such a report stays.
 
 use std::collections::{BTreeMap, HashMap};
 use std::sync::Mutex;
@@ -38,6 +45,10 @@ pub const JUMP: f64 = 2.0;
 
 /// How many publish intervals a lease let go stays in the report.
 pub const LINGER: u32 = 3;
+
+/// After how many publish intervals an unchanged report is sent again (see the module
+/// documentation).
+pub const REFRESH: u32 = 3;
 
 /// Why a load figure was refused.
 #[derive(Debug, Clone, PartialEq, thiserror::Error)]
@@ -241,15 +252,21 @@ impl Loads {
                     (Some(a), Some(b)) => moved(b, a),
                     (a, b) => a.is_some() != b.is_some(),
                 };
-                let waited = now.saturating_duration_since(*at) >= self.interval;
-                (first || jumped || (changed && waited)).then_some(report)
+                let since = now.saturating_duration_since(*at);
+                let waited = since >= self.interval;
+                let refresh = since >= self.interval * REFRESH;
+                (first || jumped || (changed && waited) || refresh).then_some(report)
             }
         }
     }
 
-    /// `report` was written at `now`.
-    pub fn published(&self, report: LoadReport, now: Instant) {
-        self.lock().published = Some((report, now));
+    /// `report` was written at `now`. Whether it differs from the report published before (a
+    /// refresh sends the same one again, and tells the fleet nothing new).
+    pub fn published(&self, report: LoadReport, now: Instant) -> bool {
+        let mut state = self.lock();
+        let changed = state.published.as_ref().map(|(last, _)| last) != Some(&report);
+        state.published = Some((report, now));
+        changed
     }
 
     /// The record was written afresh (a session opened, which writes no load report): nothing
@@ -333,20 +350,43 @@ mod tests {
         assert!((figure - (10.0 + 2.0 / 31.0)).abs() < 1e-9, "{figure}");
     }
 
-    #[tokio::test(start_paused = true)]
-    async fn a_record_written_afresh_gets_the_whole_report_at_the_next_write() {
+    /// Loads of one lease `a` measured from `start`, and its first report, published 5 s in.
+    fn published_once() -> (Loads, [LeaseKey; 1], LoadReport, Instant) {
         let (loads, start) = (loads(), Instant::now());
-        let a = key("a");
-        let held = [a.clone()];
-        loads.record(&a, 1.0, start);
+        let held = [key("a")];
+        loads.record(&held[0], 1.0, start);
         let t = start + Duration::from_secs(5);
         let first = due(&loads, &held, t).expect("nothing published yet");
-        loads.published(first.clone(), t);
-        let t = t + Duration::from_secs(60);
+        assert!(
+            loads.published(first.clone(), t),
+            "the first report is news"
+        );
+        (loads, held, first, t)
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_record_written_afresh_gets_the_whole_report_at_the_next_write() {
+        let (loads, held, first, t) = published_once();
+        let t = t + Duration::from_secs(10);
         assert_eq!(due(&loads, &held, t), None, "nothing changed");
         // A session opened again: its record holds no report.
         loads.unpublished();
         assert_eq!(due(&loads, &held, t), Some(first));
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn an_unchanged_report_is_sent_again_after_the_refresh() {
+        let (loads, held, first, t) = published_once();
+        let a = &held[0];
+        // The same figures: nothing due until the refresh (3 intervals of 5 s), then the same
+        // report again, which tells the fleet nothing new. A late beat may have put an older
+        // report in the record meanwhile; the refresh replaces it.
+        loads.record(a, 1.0, t + Duration::from_secs(14));
+        assert_eq!(due(&loads, &held, t + Duration::from_secs(14)), None);
+        let again = due(&loads, &held, t + Duration::from_secs(15)).expect("a refresh");
+        assert_eq!(again, first);
+        assert!(!loads.published(again, t + Duration::from_secs(15)));
+        assert_eq!(due(&loads, &held, t + Duration::from_secs(16)), None);
     }
 
     #[tokio::test(start_paused = true)]

@@ -67,7 +67,7 @@ pub(crate) async fn open(shared: &Shared, deadline: Instant) -> Result<bool, Sto
                 tracing::info!(replaced = %old, "session opened in place of an earlier process of this id");
             }
             shared.beaten(start, member.heartbeat);
-            shared.opened(start, replaced);
+            shared.opened(shared.now(), replaced);
             return Ok(true);
         }
     }
@@ -100,8 +100,9 @@ async fn adopt(
     match beat {
         Outcome::Done(member) => {
             shared.beaten(start, member.heartbeat);
-            // The opening it adopts read the record it replaced before this beat started.
-            shared.opened(start, replaced.to_vec());
+            // The opening it adopts landed before the read that found it was answered, so
+            // before this beat's answer.
+            shared.opened(shared.now(), replaced.to_vec());
             // Opened without a load report: the next beat publishes it.
             shared.loads.unpublished();
             Ok(true)
@@ -188,11 +189,12 @@ pub(crate) async fn run(shared: Arc<Shared>, cancel: CancellationToken) {
                 metrics::renewal(&shared.id, shared.now() - start);
                 shared.beaten(start, member.heartbeat);
                 if let Some(report) = report {
-                    shared.loads.published(report, start);
                     // New figures may change the assignment: this worker's next round places
                     // by them (it asks handoffs on the receivers' behalf), as
-                    // nothing else would bring a round.
-                    shared.rescan.notify_one();
+                    // nothing else would bring a round. A refresh of the same figures does not.
+                    if shared.loads.published(report, start) {
+                        shared.rescan.notify_one();
+                    }
                 }
                 dispatch(&shared, &notices, member);
             }

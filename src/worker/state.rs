@@ -381,13 +381,17 @@ impl Shared {
         session.open && now < session.valid_until
     }
 
-    /// The session this process has just opened (or adopted, see `session::open`), by an
-    /// opening whose last read of the record started at `start`, having read the sessions
-    /// `replaced` there. Each of those can never beat again (it was replaced, by this opening
-    /// or before its next read), and its last beat landed before `start`: it is over a lease
-    /// duration after `start`.
-    pub fn opened(&self, start: Instant, replaced: Vec<Incarnation>) {
-        self.session().opened = Some((start, replaced));
+    /// The session this process has just opened (or adopted, see `session::open`), the
+    /// opening answered at `answered`, having read the sessions `replaced` in the record. Each
+    /// of those can never beat again (it was replaced, by this opening or before its next
+    /// read), and its last beat began before the replacing write landed, so before
+    /// `answered`: it is over a lease duration after `answered`. Not after the read's start:
+    /// a read answered by a retry shows the record as of that retry, and a beat that began
+    /// between the two lived up to a lease duration after it (a twin took the leases of the
+    /// process it replaced while that one still worked on them: `--schedule
+    /// 162851439912782902 --faults all`, `overlap at 155.885 s`).
+    pub fn opened(&self, answered: Instant, replaced: Vec<Incarnation>) {
+        self.session().opened = Some((answered, replaced));
     }
 
     /// While this session is valid: when the sessions of this worker's id its opening

@@ -239,7 +239,18 @@ impl SimStore {
             self.link.scans.fetch_add(1, Ordering::Relaxed);
         }
         let lags = if kind == Kind::StaleScan {
-            std::array::from_fn(|_| self.stale_lag())
+            match self.net.chaos.aimed(self.process, "scan", "") {
+                Some(Aimed::Stale(lag)) => {
+                    self.net.chaos.count(|i| {
+                        i.stale += 1;
+                        if lag > LEASE_DURATION {
+                            i.stale_long += 1;
+                        }
+                    });
+                    [lag; PARTITIONS]
+                }
+                _ => std::array::from_fn(|_| self.stale_lag()),
+            }
         } else {
             [Duration::ZERO; PARTITIONS]
         };
@@ -1018,6 +1029,9 @@ pub enum Aimed {
     /// A write is applied when it arrives and no answer comes, to it or to the call's
     /// retries: the caller gives up at its deadline, not knowing it landed.
     Unanswered,
+    /// An eventually consistent scan (every page of it) is served by a replica that lags by
+    /// this much (the operation `scan`, no key).
+    Stale(Duration),
 }
 
 /// One item of the table, as a replica holds it.

@@ -27,7 +27,7 @@ use super::state::{revoke_notice, SessionVersion, Shared};
 use super::take::{Job, Report};
 use crate::balance::{BalancePolicy, Move};
 use crate::expiry::ExpiryTracker;
-use crate::lease::{Incarnation, Lease, LeaseKey, Snapshot, WorkerId};
+use crate::lease::{Incarnation, Lease, LeaseKey, Member, Snapshot, WorkerId};
 use crate::lifecycle;
 use crate::store::StoreError;
 
@@ -46,6 +46,10 @@ pub(crate) struct Taker {
     /// Sessions named by leases whose record is gone or names another
     /// incarnation (they can never beat again), by when this worker first saw them so.
     ended: ExpiryTracker<(WorkerId, Option<Incarnation>)>,
+    /// Sessions of `ended` whose record a consistent read showed replaced by another
+    /// process of the same id, by when this worker first read it so (see
+    /// `Taker::confirm_ended`).
+    replaced: HashMap<(WorkerId, Option<Incarnation>), Instant>,
     /// When each lease of the last round may be started by others (its owner's
     /// session surely over); a lease whose session lives is absent.
     expiry: HashMap<LeaseKey, Instant>,
@@ -75,6 +79,12 @@ pub(crate) struct Taker {
     /// that waited longer than [`FIGURE_WAIT`] publish intervals counts as settled: see
     /// [`LeaseView::settled`](crate::balance::LeaseView::settled)).
     unmeasured: HashMap<LeaseKey, Instant>,
+    /// Each member's session and the heartbeat this worker first saw it at: a member whose
+    /// heartbeat has not moved since is not yet known to live (see [`Taker::proven`]).
+    first_beats: HashMap<WorkerId, (Option<Incarnation>, u64)>,
+    /// A placement this round skipped a receiver not yet known to live: look again once it
+    /// may have beaten.
+    unproven: bool,
 }
 
 /// How many load publish intervals a held lease without a figure is waited for before a load
@@ -144,6 +154,7 @@ impl Taker {
             members: ExpiryTracker::new(duration),
             identity,
             ended: ExpiryTracker::new(duration),
+            replaced: HashMap::new(),
             expiry: HashMap::new(),
             announced_to: None,
             last_fleet: Vec::new(),
@@ -155,6 +166,8 @@ impl Taker {
             revokes: Vec::new(),
             fenced_told: 0,
             unmeasured: HashMap::new(),
+            first_beats: HashMap::new(),
+            unproven: false,
         }
     }
 
@@ -207,6 +220,7 @@ impl Taker {
         // lost race at most: eventually consistent, at half the price.
         let mut snapshot = self.shared.store.snapshot_eventually(deadline).await?;
         self.see_announced(&mut snapshot, deadline).await;
+        self.confirm_chores(&mut snapshot, deadline).await;
         // Observed at the end of the scan: every value read was written before now, so no
         // owner's validity (counted from before its write) can outlast now + lease duration.
         let now = self.shared.now();
@@ -225,6 +239,7 @@ impl Taker {
             members = snapshot.members.len(),
             "taker round"
         );
+        self.note_first_beats(&snapshot);
         let expiry = self.observe_sessions(&snapshot, now).await;
         let live = self.live_sessions(&snapshot, now);
         let statuses = lifecycle::statuses(&snapshot.leases);
@@ -321,6 +336,76 @@ impl Taker {
                 .unwrap_or_else(|e| e.into_inner())
                 .extend(unread);
         }
+    }
+
+    /// The worker with the smallest live id does the fleet's chores (the slow scan, discovery),
+    /// and a worker that is not it has no round due at rest. An eventually consistent scan may
+    /// show a smaller worker that has left (its record gone, or its capacity 0): a worker
+    /// that trusted it neither did the chores nor was ever told to, since the others had
+    /// seen the change already and told it once (seen in the campaign: leases of removed
+    /// shards never retired, the discoverer standing by for a worker that had left, `--schedule
+    /// 9229047805681788593 --faults all`). So the smallest other worker the scan shows below
+    /// this one is read consistently, and, while the read shows it gone or leaving, the next
+    /// one. A read that fails leaves the scan's figure: the next round reads again.
+    async fn confirm_chores(&self, snapshot: &mut Snapshot, deadline: Instant) {
+        let me = &self.shared.id;
+        loop {
+            let Some(at) = snapshot
+                .members
+                .iter()
+                .position(|m| m.worker < *me && m.capacity != Some(0))
+            else {
+                return;
+            };
+            let worker = snapshot.members[at].worker.clone();
+            match self.shared.store.get_member(&worker, true, deadline).await {
+                Ok(Some(member)) => {
+                    let leaving = member.capacity == Some(0);
+                    snapshot.members[at] = member;
+                    if !leaving {
+                        return;
+                    }
+                }
+                Ok(None) => {
+                    snapshot.members.remove(at);
+                }
+                Err(err) => {
+                    tracing::debug!(worker = %worker, error = %err, "could not read the worker that does the chores; the next round reads it");
+                    return;
+                }
+            }
+        }
+    }
+
+    /// Notes the heartbeat each member's session was first seen at here; forgets the members
+    /// the scan does not show.
+    fn note_first_beats(&mut self, snapshot: &Snapshot) {
+        let mut still = HashMap::with_capacity(snapshot.members.len());
+        for member in &snapshot.members {
+            let first = match self.first_beats.get(&member.worker) {
+                Some((incarnation, heartbeat)) if *incarnation == member.incarnation => {
+                    (*incarnation, (*heartbeat).min(member.heartbeat))
+                }
+                _ => (member.incarnation, member.heartbeat),
+            };
+            still.insert(member.worker.clone(), first);
+        }
+        self.first_beats = still;
+    }
+
+    /// Whether `member`'s session is known to live: its heartbeat moved since this worker first
+    /// saw it. A record first seen now may be that of a process that died long ago, right
+    /// after it opened its session (nobody had looked at the table since): leases asked from
+    /// their owners on its behalf would wait for it, unprocessed, until its session is fenced
+    /// a lease duration later (`--schedule 12021474995628492425 --faults all`: 12 leases
+    /// unprocessed for 8 s after the fleet had settled). A worker that joins takes its share by
+    /// itself meanwhile; others place leases with it once it has beaten.
+    fn proven(&self, member: &Member) -> bool {
+        self.first_beats
+            .get(&member.worker)
+            .is_some_and(|(incarnation, first)| {
+                *incarnation == member.incarnation && member.heartbeat > *first
+            })
     }
 
     /// Whether this round only gathers, because it saw workers join (`joined`)

@@ -327,14 +327,23 @@ impl Taker {
             };
             let lease = (*lease).clone();
             // A take of a lease whose owner is alive is a steal (a policy like KCL's): the
-            // owner may still be working, so the lease is reported only once that session
-            // acknowledged or is surely over, as after a forced handoff.
+            // owner may still be working. It is asked as a handoff instead, which the owner
+            // completes once its application let go (or gives up when told the handoff is
+            // late). A take could not be reported before that session acknowledged it; but
+            // that wait lives only in this process, and should this process die first (its
+            // answer lost, say), the table would show the lease as its dead session's, which
+            // the fleet gives on at once while the old owner still processes it (`--schedule
+            // 14039232530547505955 --faults all`: `overlap at 38.115 s`).
             let steal =
                 self.identity.ownership(&lease) != Ownership::Ours && self.owner_alive(&lease, now);
-            let report = if steal {
-                self.forced_report(&lease, now)
-            } else {
-                Report::Quiet
+            let step = match (step, &lease.owner) {
+                (Move::Take(key), Some(owner)) if steal && lease.owner_incarnation.is_some() => {
+                    Move::RequestHandoff {
+                        key,
+                        from: owner.clone(),
+                    }
+                }
+                (step, _) => step,
             };
             // A lease given and not yet taken is about to be started by its receiver, whose
             // take would clear the request unseen: ask once it has.
@@ -342,7 +351,11 @@ impl Taker {
                 continue;
             }
             spawn(match step {
-                Move::Take(_) => Job::Take { lease, report },
+                // Not a steal: nobody, or no live session, holds it.
+                Move::Take(_) => Job::Take {
+                    lease,
+                    report: Report::Quiet,
+                },
                 Move::RequestHandoff { from, .. } => Job::Request { lease, from },
             });
         }

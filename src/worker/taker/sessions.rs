@@ -124,21 +124,31 @@ impl Taker {
             })
             .collect();
         self.ended.retain(|s| named.contains(s));
+        self.replaced.retain(|s, _| named.contains(s));
         let confirmed_live = self.confirm_ended(&named, now).await;
-        let expiry: Vec<Instant> = if confirmed_live.is_empty() {
+        let lease_duration = self.shared.config.lease_duration;
+        let expiry: Vec<Instant> = if confirmed_live.is_empty() && self.replaced.is_empty() {
             expiry
         } else {
             snapshot
                 .leases
                 .iter()
                 .zip(expiry)
-                .map(|(lease, at)| match &lease.owner {
-                    Some(owner)
-                        if confirmed_live.contains(&(owner.clone(), lease.owner_incarnation)) =>
-                    {
-                        far
+                .map(|(lease, at)| {
+                    let Some(owner) = &lease.owner else {
+                        return at;
+                    };
+                    let session = (owner.clone(), lease.owner_incarnation);
+                    if confirmed_live.contains(&session) {
+                        return far;
                     }
-                    _ => at,
+                    // Replaced by another process of its id: over a lease duration after the
+                    // read that first showed it so (a session this one's opening replaced
+                    // is judged by `Shared::predecessors` instead).
+                    match self.replaced.get(&session) {
+                        Some(seen) if *owner != self.shared.id => at.max(*seen + lease_duration),
+                        _ => at,
+                    }
                 })
                 .collect()
         };
@@ -173,11 +183,15 @@ impl Taker {
     /// consistently: the scan that showed no record may have been served by a replica that
     /// had not seen it yet (a session just opened), and a live session's leases must never
     /// be taken for orphans. A record that is there, of that session, means the session lives:
-    /// it is forgotten here. A record that is gone, or another session's, is a
-    /// fact: that session can never beat again, and its validity has ended (a record is
-    /// removed by its owner leaving, by a fence after it expired, or replaced after it was
-    /// seen unchanged for a lease duration). A failed read keeps the session waiting. Returns
-    /// the sessions whose leases wait this round.
+    /// it is forgotten here. A record that is gone is a fact: that session can never beat
+    /// again, and its validity has ended (a record is removed by its owner leaving, or by a
+    /// fence after it expired). A record of another session of the same id means the first
+    /// can never beat again, but not that its validity ended: a new process of the id (a
+    /// restart, a twin) replaces the record at once, and the session it replaced may have
+    /// beaten just before. Its leases wait a lease duration from the first read that showed
+    /// it replaced (`Taker::replaced`; a twin started a lease its other process still held:
+    /// `--schedule 12123154400683567586 --faults all`, `overlap at 72.354 s`). A failed read
+    /// keeps the session waiting. Returns the sessions whose leases wait this round.
     async fn confirm_ended(
         &mut self,
         named: &HashSet<(WorkerId, Option<Incarnation>)>,
@@ -202,7 +216,10 @@ impl Taker {
                     tracing::info!(worker = %worker, "a scan showed no record of a live session: its leases stay");
                     live.insert(session);
                 }
-                Ok(_) => {}
+                Ok(Some(_)) => {
+                    self.replaced.entry(session).or_insert(now);
+                }
+                Ok(None) => {}
                 Err(err) => {
                     tracing::debug!(worker = %worker, error = %err, "could not read a session's record; its leases wait");
                     waiting.insert(session);
@@ -269,8 +286,18 @@ impl Taker {
         // In id order: a seeded simulation must replay the same store calls.
         let mut receivers: Vec<(&WorkerId, &Vec<Move>)> = assignment.moves.iter().collect();
         receivers.sort_by(|a, b| a.0.cmp(b.0));
+        self.unproven = false;
         for (worker, moves) in receivers {
             if worker == me || !incarnations.contains_key(worker) {
+                continue;
+            }
+            let proven = snapshot
+                .members
+                .iter()
+                .find(|m| m.worker == *worker)
+                .is_some_and(|m| self.proven(m));
+            if !proven {
+                self.unproven = true;
                 continue;
             }
             for step in moves {
@@ -391,6 +418,9 @@ impl Taker {
         }
         if moved {
             next = next.min(now + config.renew_interval / 2);
+        }
+        if self.unproven {
+            next = next.min(now + config.renew_interval);
         }
         for pending in self.shared.lock().pending.values() {
             next = next.min((pending.since + config.handoff_timeout).max(now));

@@ -23,6 +23,10 @@ use super::schedule::{clock_rate, Balancing, Event, Schedule};
 use crate::sim::clock::SimClock;
 use crate::sim::net::{Chaos, Link, Net, SimStore};
 
+/// How far past its documented bound a graceful shutdown may return: its last wait ends on
+/// the bound, and timers fire up to a millisecond late.
+const TIMER_SLACK: Duration = Duration::from_millis(10);
+
 /// One worker process.
 pub struct Process {
     /// The worker id's number: processes of one host share it (restarts, twins).
@@ -45,6 +49,8 @@ pub struct Leaving {
     /// process's clock).
     pub limit: Instant,
     pub link: Link,
+    pub clock: SimClock,
+    pub control: AppControl,
     pub app: JoinHandle<()>,
     pub shutdown: JoinHandle<()>,
 }
@@ -253,8 +259,13 @@ impl Fleet {
             process,
             host: p.host,
             since,
-            limit: p.clock.real(local),
+            // The worker's last wait ends at this very instant, on a timer that fires up to a
+            // millisecond after it (tokio rounds up), and a poll may fall in between: the
+            // bound is held to within `TIMER_SLACK`.
+            limit: p.clock.real(local) + TIMER_SLACK,
             link: p.link,
+            clock: p.clock.clone(),
+            control: p.control.clone(),
             app: p.app,
             shutdown: tokio::spawn(p.worker.shutdown()),
         });
@@ -322,8 +333,13 @@ impl Fleet {
             process,
             host: p.host,
             since,
-            limit: p.clock.real(local),
+            // The worker's last wait ends at this very instant, on a timer that fires up to a
+            // millisecond after it (tokio rounds up), and a poll may fall in between: the
+            // bound is held to within `TIMER_SLACK`.
+            limit: p.clock.real(local) + TIMER_SLACK,
             link: p.link,
+            clock: p.clock.clone(),
+            control: p.control.clone(),
             app: p.app,
             shutdown,
         });
@@ -430,6 +446,19 @@ impl Fleet {
             p.link.set_cut_off(false);
             p.link.end_spike();
             p.control.late.set(false);
+        }
+        // A process leaving (shutting down, or drained and not yet noticed) heals too: its
+        // application finishes a handoff at once from now on, as every other one does.
+        for leaving in &self.leaving {
+            leaving.clock.thaw();
+            leaving.link.thaw();
+            leaving.link.set_cut_off(false);
+            leaving.link.end_spike();
+            leaving.control.late.set(false);
+        }
+        let thawed: Vec<u64> = self.leaving.iter().map(|l| l.process).collect();
+        for process in thawed {
+            self.ledger().thaw(process);
         }
         let mut seen = BTreeSet::new();
         for process in self.running().into_iter().rev() {

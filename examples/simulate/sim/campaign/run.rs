@@ -574,6 +574,9 @@ async fn after_heal(driver: &mut Driver, schedule: &Schedule, healed: Instant) {
             keys.join(" ")
         );
         driver.violate("not-retired", detail);
+        if std::env::var_os("SIM_DEBUG").is_some() {
+            driver.fleet.dump_table().await;
+        }
     }
 }
 

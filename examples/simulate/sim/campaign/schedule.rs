@@ -305,6 +305,7 @@ impl Event {
             Event::Delete { .. } => Fault::OpDelete,
             Event::Aim(aim) => match aim.fault {
                 Aimed::Unanswered => Fault::Never,
+                Aimed::Stale(_) => Fault::StaleRead,
             },
         }
     }
@@ -541,7 +542,7 @@ fn draw_protocol_faults(seed: u64, enabled: &BTreeSet<Fault>, schedule: &mut Sch
 
 /// The scripted schedules (`--script NAME`): a few faults aimed at single requests, for the
 /// holes that random schedules meet too rarely.
-pub const SCRIPTS: [&str; 1] = ["lost-steal"];
+pub const SCRIPTS: [&str; 2] = ["lost-steal", "restart-stale"];
 
 /// A calm schedule of three workers over nine leases, no fault drawn: a script adds its own.
 fn calm(seed: u64) -> Schedule {
@@ -596,6 +597,40 @@ pub fn script(name: &str) -> Option<Schedule> {
                 ),
                 (secs(20), Event::Join),
             ];
+        }
+        // Hole 6's restart: the only worker restarts under its id just before the faults
+        // end, and the first rounds of its new process (p1) scan lagging replicas, which
+        // still show the record of the session its opening replaced, beating, and that
+        // session's leases. Judged by the scans alone, they are held by a live session until
+        // a scan shows the record replaced, and for a lease duration after that; the new
+        // session knows its opening replaced that session (`Shared::predecessors`). It also
+        // passes with that knowledge taken away: a replica that shows the old record never
+        // beating again lets the session be fenced a lease duration after the opening.
+        "restart-stale" => {
+            s.workers = 1;
+            // Lags chosen so that each round's replica shows a later beat of the old session
+            // (which beat every 2.5 s until the restart): the rounds at +0 s, +0.6 s and +10 s
+            // (a lease duration without a new beat seen) see it alive each time; the fourth
+            // round's replica shows the new record.
+            s.events = [12, 9, 12, 14]
+                .into_iter()
+                .map(|lag| {
+                    let aim = Aim {
+                        process: Some(1),
+                        operation: "scan",
+                        key: None,
+                        fault: Aimed::Stale(secs(lag)),
+                    };
+                    (secs(85), Event::Aim(aim))
+                })
+                .collect();
+            s.events.push((
+                secs(85),
+                Event::Restart {
+                    pick: 0,
+                    down: secs(1),
+                },
+            ));
         }
         _ => return None,
     }

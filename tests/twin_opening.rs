@@ -1,0 +1,102 @@
+//! A second process of one worker id (a twin, or a restart while the old process still runs)
+//! opens its session in place of the first one's. The read of the record that its opening
+//! replaces may be answered seconds after it was sent (a throttled read retried, a slow
+//! link), and the first process may beat in between. Its last beat keeps its leases valid up
+//! to a lease duration after that beat began; the twin must not start them before (paused
+//! time, in-memory store behind fault switches).
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use shardlease::store::fault::FaultyStore;
+use shardlease::store::memory::InMemoryStore;
+use shardlease::store::LeaseStore;
+use shardlease::worker::LeaseEvent;
+use shardlease::{LeaseKey, Worker, WorkerId};
+use tokio::time::Instant;
+
+fn far() -> Instant {
+    Instant::now() + Duration::from_secs(5)
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_twin_whose_read_was_answered_late_waits_for_the_last_beat_it_did_not_see() {
+    let inner = InMemoryStore::new();
+    let id = WorkerId::new("a").unwrap();
+    let key = LeaseKey::new("s").unwrap();
+
+    // The first process takes the lease.
+    let (first_store, first_faults) = FaultyStore::new(inner.clone());
+    let mut first = Worker::builder(Arc::new(first_store), id.clone())
+        .shards(vec![key.clone()])
+        .start()
+        .await
+        .unwrap();
+    let mut events = first.take_events().unwrap();
+    let mut grant = loop {
+        match events.recv().await {
+            Some(LeaseEvent::Acquired(grant)) => break grant,
+            Some(_) => {}
+            None => panic!("the first process stopped before it held the lease"),
+        }
+    };
+    // When the first process stops working on the lease.
+    let first_stopped = tokio::spawn(async move {
+        grant.stopped().await;
+        Instant::now()
+    });
+
+    // Just after one of its beats lands, the twin starts; its read of the record is answered
+    // 4.9 s after it was sent (under its store timeout), after the first process's next beat.
+    let heartbeat = |m: Option<shardlease::Member>| m.map(|m| (m.incarnation, m.heartbeat));
+    let before = heartbeat(inner.get_member(&id, true, far()).await.unwrap());
+    while heartbeat(inner.get_member(&id, true, far()).await.unwrap()) == before {
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    let (twin_store, twin_faults) = FaultyStore::new(inner.clone());
+    twin_faults.set_latency_on("get_member", Duration::from_millis(4_900));
+    let starting = tokio::spawn({
+        let (id, key) = (id.clone(), key.clone());
+        async move {
+            Worker::builder(Arc::new(twin_store), id)
+                .shards(vec![key])
+                .start()
+                .await
+        }
+    });
+    // Once the twin's record replaced the first one's, the first process is cut off: it
+    // never hears that its session was replaced, and keeps the lease until its validity,
+    // counted from its last beat, runs out.
+    let replaced = heartbeat(inner.get_member(&id, true, far()).await.unwrap())
+        .and_then(|(incarnation, _)| incarnation);
+    let limit = Instant::now() + Duration::from_secs(10);
+    loop {
+        let now = inner.get_member(&id, true, far()).await.unwrap();
+        if now.is_some_and(|m| m.incarnation != replaced) {
+            break;
+        }
+        assert!(Instant::now() < limit, "the twin never opened its session");
+        tokio::time::sleep(Duration::from_millis(1)).await;
+    }
+    first_faults.set_cut_off(true);
+    twin_faults.set_latency_on("get_member", Duration::ZERO);
+    let mut twin = starting.await.unwrap().expect("the twin starts");
+    let mut twin_events = twin.take_events().unwrap();
+    let started = loop {
+        match tokio::time::timeout(Duration::from_secs(60), twin_events.recv()).await {
+            Ok(Some(LeaseEvent::Acquired(_))) => break Instant::now(),
+            Ok(Some(_)) => {}
+            Ok(None) => panic!("the twin stopped before it held the lease"),
+            Err(_) => panic!("the twin never took the lease"),
+        }
+    };
+    let stopped = first_stopped.await.unwrap();
+    assert!(
+        started >= stopped,
+        "the twin started the lease {:?} before the first process stopped working on it",
+        stopped - started
+    );
+    twin.shutdown().await;
+    drop(first);
+}
