@@ -340,9 +340,9 @@ fn the_heal_ends_the_faults_of_leaving_processes_too() {
 /// Open (liveness): processes of w00006 fight over its record; the heal kills the older
 /// twin, and the lease it held waits 22.6 s for a new owner where the campaign's bound is 21.2
 /// s. Peers wait a lease duration after the consistent read that showed the record replaced
-/// (see the twin overlap above); the process that replaced it after seeing it silent for a
-/// lease duration knows the old session is over, but cannot tell its peers. Passes when that
-/// wait is taken away.
+/// (see the twin overlap above; passes when that wait is taken away), and the peer that fenced
+/// the old session assigned the lease to the new twin, which placement skips until it is seen
+/// to beat.
 #[test]
 #[ignore = "open: a lease of a twin killed at the heal waits 1.4 s past the campaign's bound"]
 fn a_lease_of_a_twin_killed_at_the_heal_is_taken_within_the_bound() {
