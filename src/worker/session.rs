@@ -67,7 +67,7 @@ pub(crate) async fn open(shared: &Shared, deadline: Instant) -> Result<bool, Sto
                 tracing::info!(replaced = %old, "session opened in place of an earlier process of this id");
             }
             shared.beaten(start, member.heartbeat);
-            shared.opened(shared.now(), replaced);
+            shared.opened(replaced);
             return Ok(true);
         }
     }
@@ -102,7 +102,7 @@ async fn adopt(
             shared.beaten(start, member.heartbeat);
             // The opening it adopts landed before the read that found it was answered, so
             // before this beat's answer.
-            shared.opened(shared.now(), replaced.to_vec());
+            shared.opened(replaced.to_vec());
             // Opened without a load report: the next beat publishes it.
             shared.loads.unpublished();
             Ok(true)

@@ -382,15 +382,16 @@ impl Shared {
     }
 
     /// The session this process has just opened (or adopted, see `session::open`), the
-    /// opening answered at `answered`, having read the sessions `replaced` in the record. Each
-    /// of those can never beat again (it was replaced, by this opening or before its next
-    /// read), and its last beat began before the replacing write landed, so before
-    /// `answered`: it is over a lease duration after `answered`. Not after the read's start:
+    /// opening answered now, having read the sessions `replaced` in the record. Each of those
+    /// can never beat again (it was replaced, by this opening or before its next read), and
+    /// its last beat began before the replacing write landed, so before now: it is over a
+    /// lease duration from now. Not from the read's start:
     /// a read answered by a retry shows the record as of that retry, and a beat that began
     /// between the two lived up to a lease duration after it (a twin took the leases of the
     /// process it replaced while that one still worked on them: `--schedule
     /// 162851439912782902 --faults all`, `overlap at 155.885 s`).
-    pub fn opened(&self, answered: Instant, replaced: Vec<Incarnation>) {
+    pub fn opened(&self, replaced: Vec<Incarnation>) {
+        let answered = self.now();
         self.session().opened = Some((answered, replaced));
     }
 

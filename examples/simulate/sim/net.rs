@@ -240,15 +240,7 @@ impl SimStore {
         }
         let lags = if kind == Kind::StaleScan {
             match self.net.chaos.aimed(self.process, "scan", "") {
-                Some(Aimed::Stale(lag)) => {
-                    self.net.chaos.count(|i| {
-                        i.stale += 1;
-                        if lag > LEASE_DURATION {
-                            i.stale_long += 1;
-                        }
-                    });
-                    [lag; PARTITIONS]
-                }
+                Some(Aimed::Stale(lag)) => [self.count_stale(lag); PARTITIONS],
                 _ => std::array::from_fn(|_| self.stale_lag()),
             }
         } else {
@@ -1482,7 +1474,11 @@ impl SimStore {
         } else {
             (10.0, MAX_LAG.as_secs_f64())
         };
-        let lag = Duration::from_secs_f64(low + (high - low) * within);
+        self.count_stale(Duration::from_secs_f64(low + (high - low) * within))
+    }
+
+    /// Counts a read served `lag` behind the table; returns `lag`.
+    fn count_stale(&self, lag: Duration) -> Duration {
         self.net.chaos.count(|i| {
             i.stale += 1;
             if lag > LEASE_DURATION {

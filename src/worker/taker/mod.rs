@@ -316,13 +316,7 @@ impl Taker {
                 continue;
             }
             match self.shared.store.get_member(&worker, true, deadline).await {
-                Ok(Some(member)) => {
-                    let at = snapshot
-                        .members
-                        .partition_point(|m| m.worker < member.worker);
-                    snapshot.members.insert(at, member);
-                }
-                Ok(None) => {}
+                Ok(read) => put_member(snapshot, &worker, read),
                 Err(err) => {
                     tracing::debug!(worker = %worker, error = %err, "could not read a worker that announced itself; the next round reads it");
                     unread.push(worker);
@@ -359,15 +353,12 @@ impl Taker {
             };
             let worker = snapshot.members[at].worker.clone();
             match self.shared.store.get_member(&worker, true, deadline).await {
-                Ok(Some(member)) => {
-                    let leaving = member.capacity == Some(0);
-                    snapshot.members[at] = member;
-                    if !leaving {
+                Ok(read) => {
+                    let gone = read.as_ref().is_none_or(|m| m.capacity == Some(0));
+                    put_member(snapshot, &worker, read);
+                    if !gone {
                         return;
                     }
-                }
-                Ok(None) => {
-                    snapshot.members.remove(at);
                 }
                 Err(err) => {
                     tracing::debug!(worker = %worker, error = %err, "could not read the worker that does the chores; the next round reads it");
@@ -482,6 +473,24 @@ impl Taker {
                 }
             }
         }
+    }
+}
+
+/// Puts `read`, a consistent read of `worker`'s record, in `snapshot` in place of what the
+/// scan showed of it (`None`: the record is gone), keeping the members in id order.
+fn put_member(snapshot: &mut Snapshot, worker: &WorkerId, read: Option<Member>) {
+    let at = snapshot.members.partition_point(|m| m.worker < *worker);
+    let shown = snapshot
+        .members
+        .get(at)
+        .is_some_and(|m| m.worker == *worker);
+    match (read, shown) {
+        (Some(member), true) => snapshot.members[at] = member,
+        (Some(member), false) => snapshot.members.insert(at, member),
+        (None, true) => {
+            snapshot.members.remove(at);
+        }
+        (None, false) => {}
     }
 }
 

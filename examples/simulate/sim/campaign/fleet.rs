@@ -23,8 +23,9 @@ use super::schedule::{clock_rate, Balancing, Event, Schedule};
 use crate::sim::clock::SimClock;
 use crate::sim::net::{Chaos, Link, Net, SimStore};
 
-/// How far past its documented bound a graceful shutdown may return: its last wait ends on
-/// the bound, and timers fire up to a millisecond late.
+/// How far past its documented bound a graceful shutdown may return: the worker's last wait
+/// ends on the bound, on a timer that fires up to a millisecond after it (tokio rounds up),
+/// and a poll may fall in between.
 const TIMER_SLACK: Duration = Duration::from_millis(10);
 
 /// One worker process.
@@ -259,9 +260,6 @@ impl Fleet {
             process,
             host: p.host,
             since,
-            // The worker's last wait ends at this very instant, on a timer that fires up to a
-            // millisecond after it (tokio rounds up), and a poll may fall in between: the
-            // bound is held to within `TIMER_SLACK`.
             limit: p.clock.real(local) + TIMER_SLACK,
             link: p.link,
             clock: p.clock.clone(),
@@ -333,9 +331,6 @@ impl Fleet {
             process,
             host: p.host,
             since,
-            // The worker's last wait ends at this very instant, on a timer that fires up to a
-            // millisecond after it (tokio rounds up), and a poll may fall in between: the
-            // bound is held to within `TIMER_SLACK`.
             limit: p.clock.real(local) + TIMER_SLACK,
             link: p.link,
             clock: p.clock.clone(),
