@@ -265,49 +265,8 @@ impl WorkerBuilder {
     /// clock) whether or not the store answers: one that does not is a transient, ambiguous
     /// failure, as for a store that gives up by itself.
     pub async fn start(mut self) -> Result<Worker, WorkerError> {
-        metrics::describe();
-        self.config.validate()?;
-        if self.id.is_operator() {
-            return Err(WorkerError::ReservedId { worker: self.id });
-        }
-        self.store = Arc::new(bounded::Bounded::new(self.store, Arc::clone(&self.clock)));
-        let fail = |source| WorkerError::Store {
-            worker: self.id.clone(),
-            source,
-        };
-        let deadline = self.clock.now() + self.config.store_timeout;
-        let refused = |worker: &WorkerId, refusal| match refusal {
-            earlier_build::Refusal::Store(source) => WorkerError::Store {
-                worker: worker.clone(),
-                source,
-            },
-            earlier_build::Refusal::Live(mut others) => {
-                others.truncate(10);
-                WorkerError::EarlierBuild {
-                    worker: worker.clone(),
-                    others,
-                }
-            }
-        };
-        earlier_build::before_start(
-            self.store.as_ref(),
-            self.clock.as_ref(),
-            self.config.lease_duration,
-            self.config.store_timeout,
-            deadline,
-        )
-        .await
-        .map_err(|r| refused(&self.id, r))?;
-        let deadline = deadline.max(self.clock.now() + self.config.store_timeout);
-        for key in &self.shards {
-            let _ = self
-                .store
-                .create(NewLease::new(key.clone()), deadline)
-                .await
-                .map_err(fail)?;
-        }
+        let deadline = self.preflight().await?;
         let incarnation = self.incarnation.unwrap_or_else(Incarnation::random);
-
         let (events_tx, events_rx) = mpsc::unbounded_channel();
         let (finished_tx, finished_rx) = mpsc::unbounded_channel();
         let policy: Arc<dyn BalancePolicy> = match self.policy.take() {
@@ -327,95 +286,11 @@ impl WorkerBuilder {
             events_tx,
             finished_tx,
         ));
-        if !session::open(&shared, deadline).await.map_err(fail)? {
-            return Err(fail(StoreError::Transient {
-                operation: "open_session",
-                key: self.id.to_string(),
-                ambiguous: false,
-                source: "the worker's membership record kept changing while the session was \
-                         being opened: is another process starting with this worker id?"
-                    .into(),
-            }));
-        }
-        if let Err(refusal) = earlier_build::after_start(shared.store.as_ref(), deadline).await {
-            // A worker of an earlier build started meanwhile: this one leaves no record.
-            let deadline = shared.now() + shared.config.store_timeout;
-            let heartbeat = shared.session().heartbeat;
-            let removed = shared
-                .store
-                .end_session(&shared.id, incarnation, heartbeat, deadline)
-                .await;
-            if let Err(error) = removed {
-                tracing::warn!(%error, "could not remove this worker's membership record after refusing to start");
-            }
-            return Err(refused(&shared.id, refusal));
-        }
-        let loops = TaskTracker::new();
-        let taker_cancel = shared.cancel.child_token();
-        let heartbeat_cancel = shared.cancel.child_token();
-        let span = |task: &'static str| tracing::info_span!("shardlease", worker = %self.id, task);
-        // Beats go on while the worker leaves (publishing capacity 0), and stop before
-        // `shutdown` ends the session.
-        loops.spawn(
-            session::run(Arc::clone(&shared), heartbeat_cancel.clone()).instrument(span("session")),
-        );
-        loops.spawn(
-            watcher::run(Arc::clone(&shared), taker_cancel.clone()).instrument(span("watcher")),
-        );
-        loops.spawn(
-            control::control(Arc::clone(&shared), finished_rx, shared.cancel.clone())
-                .instrument(span("control")),
-        );
-        loops.spawn(
-            taker::Taker::new(Arc::clone(&shared), policy)
-                .run(taker_cancel.clone())
-                .instrument(span("taker")),
-        );
-        if let Some(source) = self.source {
-            loops.spawn(
-                discoverer::run(Arc::clone(&shared), source, taker_cancel.clone())
-                    .instrument(span("discoverer")),
-            );
-        }
-        let leaving = Arc::new(Leaving {
-            loops,
-            taker_cancel,
-            heartbeat_cancel,
-            started: AtomicBool::new(false),
-            done: CancellationToken::new(),
-        });
-        // Leaves gracefully on the shutdown signal, if any, or when an operator asks this
-        // process to drain (`shardlease drain`).
+        open_first_session(&shared, deadline).await?;
+        let leaving = spawn_loops(&shared, policy, self.source, finished_rx);
         let signal = self.shutdown_signal.map(ShutdownSignal::into_future);
-        {
-            let shared = Arc::clone(&shared);
-            let leaving = Arc::clone(&leaving);
-            tokio::spawn(
-                async move {
-                    let signal = async {
-                        match signal {
-                            Some(signal) => signal.await,
-                            None => std::future::pending().await,
-                        }
-                    };
-                    tokio::select! {
-                        biased;
-                        // Dropped (a crash) or already left.
-                        _ = shared.cancel.cancelled() => {}
-                        _ = leaving.done.cancelled() => {}
-                        _ = signal => {
-                            tracing::info!(worker = %shared.id, "shutdown signal received");
-                            leave(&shared, &leaving).await;
-                        }
-                        _ = shared.drain.cancelled() => {
-                            leave(&shared, &leaving).await;
-                        }
-                    }
-                }
-                .instrument(span("shutdown-signal")),
-            );
-        }
-        tracing::info!(worker = %self.id, %incarnation, "worker started");
+        spawn_leave_on(&shared, &leaving, signal);
+        tracing::info!(worker = %shared.id, %incarnation, "worker started");
         Ok(Worker {
             shared,
             leaving,
@@ -423,6 +298,177 @@ impl WorkerBuilder {
             stopped: false,
         })
     }
+
+    /// Before a session opens: validates the configuration and the id, bounds the store's
+    /// calls by their deadlines, refuses a table an earlier build's workers use, and creates
+    /// the leases given to [`shards`](Self::shards). Returns the deadline the session's
+    /// opening keeps to.
+    async fn preflight(&mut self) -> Result<tokio::time::Instant, WorkerError> {
+        metrics::describe();
+        self.config.validate()?;
+        if self.id.is_operator() {
+            return Err(WorkerError::ReservedId {
+                worker: self.id.clone(),
+            });
+        }
+        self.store = Arc::new(bounded::Bounded::new(
+            Arc::clone(&self.store),
+            Arc::clone(&self.clock),
+        ));
+        let deadline = self.clock.now() + self.config.store_timeout;
+        earlier_build::before_start(
+            self.store.as_ref(),
+            self.clock.as_ref(),
+            self.config.lease_duration,
+            self.config.store_timeout,
+            deadline,
+        )
+        .await
+        .map_err(|r| refused(&self.id, r))?;
+        let deadline = deadline.max(self.clock.now() + self.config.store_timeout);
+        for key in &self.shards {
+            let _ = self
+                .store
+                .create(NewLease::new(key.clone()), deadline)
+                .await
+                .map_err(|source| WorkerError::Store {
+                    worker: self.id.clone(),
+                    source,
+                })?;
+        }
+        Ok(deadline)
+    }
+}
+
+/// The error for a start refused because of an earlier build's workers.
+fn refused(worker: &WorkerId, refusal: earlier_build::Refusal) -> WorkerError {
+    match refusal {
+        earlier_build::Refusal::Store(source) => WorkerError::Store {
+            worker: worker.clone(),
+            source,
+        },
+        earlier_build::Refusal::Live(mut others) => {
+            others.truncate(10);
+            WorkerError::EarlierBuild {
+                worker: worker.clone(),
+                others,
+            }
+        }
+    }
+}
+
+/// Opens the worker's first session by `deadline`; if a worker of an earlier build started
+/// meanwhile, removes the record again and refuses.
+async fn open_first_session(
+    shared: &Shared,
+    deadline: tokio::time::Instant,
+) -> Result<(), WorkerError> {
+    let fail = |source| WorkerError::Store {
+        worker: shared.id.clone(),
+        source,
+    };
+    if !session::open(shared, deadline).await.map_err(fail)? {
+        return Err(fail(StoreError::Transient {
+            operation: "open_session",
+            key: shared.id.to_string(),
+            ambiguous: false,
+            source: "the worker's membership record kept changing while the session was \
+                     being opened: is another process starting with this worker id?"
+                .into(),
+        }));
+    }
+    if let Err(refusal) = earlier_build::after_start(shared.store.as_ref(), deadline).await {
+        // A worker of an earlier build started meanwhile: this one leaves no record.
+        let deadline = shared.now() + shared.config.store_timeout;
+        let heartbeat = shared.session().heartbeat;
+        let removed = shared
+            .store
+            .end_session(&shared.id, shared.incarnation(), heartbeat, deadline)
+            .await;
+        if let Err(error) = removed {
+            tracing::warn!(%error, "could not remove this worker's membership record after refusing to start");
+        }
+        return Err(refused(&shared.id, refusal));
+    }
+    Ok(())
+}
+
+/// Starts the worker's loops: the session's beat, the watcher, the control loop, the taker
+/// and (with a shard source) the discoverer.
+fn spawn_loops(
+    shared: &Arc<Shared>,
+    policy: Arc<dyn BalancePolicy>,
+    source: Option<Arc<dyn ShardSource>>,
+    finished: mpsc::UnboundedReceiver<stop::Finished>,
+) -> Arc<Leaving> {
+    let loops = TaskTracker::new();
+    let taker_cancel = shared.cancel.child_token();
+    let heartbeat_cancel = shared.cancel.child_token();
+    let span = |task: &'static str| tracing::info_span!("shardlease", worker = %shared.id, task);
+    // Beats go on while the worker leaves (publishing capacity 0), and stop before
+    // `shutdown` ends the session.
+    loops.spawn(
+        session::run(Arc::clone(shared), heartbeat_cancel.clone()).instrument(span("session")),
+    );
+    loops.spawn(watcher::run(Arc::clone(shared), taker_cancel.clone()).instrument(span("watcher")));
+    loops.spawn(
+        control::control(Arc::clone(shared), finished, shared.cancel.clone())
+            .instrument(span("control")),
+    );
+    loops.spawn(
+        taker::Taker::new(Arc::clone(shared), policy)
+            .run(taker_cancel.clone())
+            .instrument(span("taker")),
+    );
+    if let Some(source) = source {
+        loops.spawn(
+            discoverer::run(Arc::clone(shared), source, taker_cancel.clone())
+                .instrument(span("discoverer")),
+        );
+    }
+    Arc::new(Leaving {
+        loops,
+        taker_cancel,
+        heartbeat_cancel,
+        started: AtomicBool::new(false),
+        done: CancellationToken::new(),
+    })
+}
+
+/// Leaves gracefully on the shutdown signal, if any, or when an operator asks this process to
+/// drain (`shardlease drain`).
+fn spawn_leave_on(
+    shared: &Arc<Shared>,
+    leaving: &Arc<Leaving>,
+    signal: Option<Pin<Box<dyn Future<Output = ()> + Send>>>,
+) {
+    let span = tracing::info_span!("shardlease", worker = %shared.id, task = "shutdown-signal");
+    let shared = Arc::clone(shared);
+    let leaving = Arc::clone(leaving);
+    tokio::spawn(
+        async move {
+            let signal = async {
+                match signal {
+                    Some(signal) => signal.await,
+                    None => std::future::pending().await,
+                }
+            };
+            tokio::select! {
+                biased;
+                // Dropped (a crash) or already left.
+                _ = shared.cancel.cancelled() => {}
+                _ = leaving.done.cancelled() => {}
+                _ = signal => {
+                    tracing::info!(worker = %shared.id, "shutdown signal received");
+                    leave(&shared, &leaving).await;
+                }
+                _ = shared.drain.cancelled() => {
+                    leave(&shared, &leaving).await;
+                }
+            }
+        }
+        .instrument(span),
+    );
 }
 
 /// A running worker. Call [`shutdown`](Self::shutdown) to leave gracefully; dropping it
@@ -658,18 +704,7 @@ async fn leave(shared: &Arc<Shared>, leaving: &Leaving) {
     }
     leaving.taker_cancel.cancel();
     let deadline = shared.now() + shared.config.shutdown_timeout;
-    let asking;
-    let leases: Vec<(LeaseKey, u64, u64, Phase)> = {
-        let mut state = shared.lock();
-        state.shutting_down = true;
-        state.pending.clear();
-        asking = std::mem::take(&mut state.asking);
-        state
-            .held
-            .iter()
-            .map(|(k, h)| (k.clone(), h.nonce, h.tenure, h.phase.clone()))
-            .collect()
-    };
+    let (asking, leases) = stop_taking(shared);
     tracing::info!(worker = %shared.id, leases = leases.len(), "shutting down");
     // Where the released leases go: read now, not at the last placement round.
     let _ = timeout_at(
@@ -683,33 +718,11 @@ async fn leave(shared: &Arc<Shared>, leaving: &Leaving) {
     shared.beat_now.notify_one();
     // Handoffs asked by this worker whose owners were not told yet (the taker stopped in
     // the middle): told now, they are done (and given on) at once, not when the chores
-    // find them long after the fleet settled (seed 10985549997839306136).
+    // find them long after the fleet settled
+    // (`sessions_a_leaving_worker_tells_the_owners_it_asked` in `tests/simulate.rs`).
     tell_owners(shared, asking, deadline).await;
     for (key, nonce, tenure, phase) in leases {
-        let finish = match phase {
-            // Never reported: nothing to finish here. Released at once only when its
-            // report time has come (a quiet period): a forced take (a handoff timeout, a
-            // steal, another process of this id, an unanswered take) waits for the
-            // previous holder's validity to end, and that holder may still be processing;
-            // a released lease is started at once by whoever takes it. Such a lease is left
-            // to expire instead, which no peer acts on before that validity has ended.
-            Phase::Waiting { report_at } => {
-                shared.lock().held.remove(&key);
-                if report_at <= shared.now() {
-                    Some(state::Finish::Release {
-                        nonce,
-                        tenure,
-                        ended: false,
-                    })
-                } else {
-                    tracing::info!(lease_key = %key, "taken by force and not yet reported; left to expire rather than released");
-                    None
-                }
-            }
-            Phase::Active => shared.request_stop(&key, tenure, StopReason::Shutdown { deadline }),
-            Phase::Stopping(_) => None,
-        };
-        if let Some(finish) = finish {
+        if let Some(finish) = finish_on_leaving(shared, &key, nonce, tenure, phase, deadline) {
             spawn_finish(shared, key, finish);
         }
     }
@@ -723,6 +736,72 @@ async fn leave(shared: &Arc<Shared>, leaving: &Leaving) {
         );
     }
     leaving.heartbeat_cancel.cancel();
+    end_everything(shared, leaving, deadline).await;
+    tracing::info!(worker = %shared.id, "worker stopped");
+    leaving.done.cancel();
+}
+
+/// A held lease at the start of a departure: its key, item, tenure and phase here.
+type LeavingLease = (LeaseKey, u64, u64, Phase);
+
+/// Marks the worker as shutting down (it takes and asks for nothing more) and returns the
+/// handoffs it asked for whose owners may not know yet, and the leases it holds.
+fn stop_taking(
+    shared: &Shared,
+) -> (
+    BTreeMap<LeaseKey, (WorkerId, Incarnation)>,
+    Vec<LeavingLease>,
+) {
+    let mut state = shared.lock();
+    state.shutting_down = true;
+    state.pending.clear();
+    let asking = std::mem::take(&mut state.asking);
+    let leases = state
+        .held
+        .iter()
+        .map(|(k, h)| (k.clone(), h.nonce, h.tenure, h.phase.clone()))
+        .collect();
+    (asking, leases)
+}
+
+/// What a departure does with one lease held here, by its phase.
+fn finish_on_leaving(
+    shared: &Shared,
+    key: &LeaseKey,
+    nonce: u64,
+    tenure: u64,
+    phase: Phase,
+    deadline: tokio::time::Instant,
+) -> Option<state::Finish> {
+    match phase {
+        // Never reported: nothing to finish here. Released at once only when its report time
+        // has come (a quiet period): a forced take (a handoff timeout, a steal, another
+        // process of this id, an unanswered take) waits for the previous holder's validity to
+        // end, and that holder may still be processing; a released lease is started at once
+        // by whoever takes it. Such a lease is left to expire instead, which no peer acts on
+        // before that validity has ended.
+        Phase::Waiting { report_at } => {
+            shared.lock().held.remove(key);
+            if report_at <= shared.now() {
+                Some(state::Finish::Release {
+                    nonce,
+                    tenure,
+                    ended: false,
+                })
+            } else {
+                tracing::info!(lease_key = %key, "taken by force and not yet reported; left to expire rather than released");
+                None
+            }
+        }
+        Phase::Active => shared.request_stop(key, tenure, StopReason::Shutdown { deadline }),
+        Phase::Stopping(_) => None,
+    }
+}
+
+/// The end of a departure, once the beats stopped: waits for the releases in flight and ends
+/// the session (both by one store deadline), then stops the loops and closes the event
+/// stream.
+async fn end_everything(shared: &Arc<Shared>, leaving: &Leaving, deadline: tokio::time::Instant) {
     shared.jobs.close();
     let store_deadline = shared.now().min(deadline) + shared.config.store_timeout;
     let releases = timeout_at(&*shared.clock, store_deadline, shared.jobs.wait());
@@ -731,8 +810,6 @@ async fn leave(shared: &Arc<Shared>, leaving: &Leaving) {
     leaving.loops.close();
     leaving.loops.wait().await;
     shared.close_events();
-    tracing::info!(worker = %shared.id, "worker stopped");
-    leaving.done.cancel();
 }
 
 /// Tells the owners of leases this worker asked for (`State::asking`) to look at them, one

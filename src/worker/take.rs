@@ -2,6 +2,7 @@
 //! handoff, ask for one), when a taken lease is reported to the application, and, with
 //! sessions, the wait for a live previous owner to acknowledge that it dropped the lease.
 
+use std::collections::HashMap;
 use std::sync::Arc;
 
 use tokio::time::Instant;
@@ -186,33 +187,13 @@ pub(crate) async fn take(
     report: Report,
     start: Instant,
 ) -> Answer {
-    let (me, config) = (&shared.id, &shared.config);
-    let deadline = start + config.store_timeout;
-    {
-        // One take of a lease at a time here, and none of a lease held here: a
-        // notice and a round can both see a lease handed over to this worker.
-        let mut state = shared.lock();
-        if state.held.contains_key(&lease.key) || !state.taking.insert(lease.key.clone()) {
-            return Answer::None;
-        }
+    let me = &shared.id;
+    let deadline = start + shared.config.store_timeout;
+    if !begin_take(shared, &lease.key) {
+        return Answer::None;
     }
     let incarnation = shared.incarnation();
-    // A take from a live session needs that session's acknowledgement before the lease is
-    // reported. It is recorded before the take is sent: should the answer be lost, the lease
-    // turns up as this process's own at a later round, and that round must wait for the same
-    // acknowledgement (the owner was never told, and its session keeps beating).
-    let needs_ack = match &report {
-        Report::Acknowledged { owner, incarnation } => {
-            let mut waiting = shared
-                .unacknowledged
-                .lock()
-                .unwrap_or_else(|e| e.into_inner());
-            waiting
-                .insert(lease.key.clone(), (owner.clone(), *incarnation))
-                .is_none()
-        }
-        _ => false,
-    };
+    let needs_ack = await_ack_before_sending(shared, &lease.key, &report);
     let outcome = shared
         .store
         .take(
@@ -238,14 +219,86 @@ pub(crate) async fn take(
     };
     if needs_ack && !landed_maybe {
         // Surely not applied: nothing waits on that session.
-        shared
-            .unacknowledged
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .remove(&lease.key);
+        unacknowledged(shared).remove(&lease.key);
     }
-    let taken = match outcome {
-        Ok(Outcome::Done(taken)) => taken,
+    let previous = (lease.owner.clone(), lease.owner_incarnation);
+    let taken = match judge_take(shared, lease, outcome, incarnation, took_before) {
+        Ok(taken) => taken,
+        Err(Judged::Lost) => return Answer::LostRace,
+        Err(Judged::NotApplied) => return Answer::None,
+        Err(Judged::Unanswered(observed)) => {
+            let since = match report {
+                Report::ForcedSince(since) => since,
+                Report::Quiet | Report::Acknowledged { .. } => start,
+            };
+            return Answer::Unanswered { observed, since };
+        }
+    };
+    if shared.incarnation() != incarnation {
+        // Taken for a session that has ended since (fenced while the answer was on its way):
+        // a peer that fenced it may have started the lease already, taking it for an orphan
+        // of that session. Held under the next session, it would be processed twice
+        // (`sessions_do_not_hold_a_lease_taken_for_an_ended_session` in
+        // `tests/simulate.rs`). A placement round looks at it again.
+        tracing::info!(lease_key = %taken.key, tenure = taken.tenure, "taken for a session that has ended since: not held");
+        shared.rescan.notify_one();
+        return Answer::LostRace;
+    }
+    hold_taken(shared, taken, previous, report, start)
+}
+
+/// One take of a lease at a time here, and none of a lease held here: a notice and a round
+/// can both see a lease handed over to this worker. False when this take must not be sent.
+fn begin_take(shared: &Shared, key: &LeaseKey) -> bool {
+    let mut state = shared.lock();
+    !state.held.contains_key(key) && state.taking.insert(key.clone())
+}
+
+/// The leases taken here from a live session whose acknowledgement has not come yet.
+fn unacknowledged(
+    shared: &Shared,
+) -> std::sync::MutexGuard<'_, HashMap<LeaseKey, (WorkerId, Option<Incarnation>)>> {
+    shared
+        .unacknowledged
+        .lock()
+        .unwrap_or_else(|e| e.into_inner())
+}
+
+/// A take from a live session needs that session's acknowledgement before the lease is
+/// reported. It is recorded before the take is sent: should the answer be lost, the lease
+/// turns up as this process's own at a later round, and that round must wait for the same
+/// acknowledgement (the owner was never told, and its session keeps beating). True when this
+/// take recorded it.
+fn await_ack_before_sending(shared: &Shared, key: &LeaseKey, report: &Report) -> bool {
+    match report {
+        Report::Acknowledged { owner, incarnation } => unacknowledged(shared)
+            .insert(key.clone(), (owner.clone(), *incarnation))
+            .is_none(),
+        _ => false,
+    }
+}
+
+/// Why a take's answer gave no lease.
+enum Judged {
+    /// Somebody else's write came first.
+    Lost,
+    /// Throttled, or failed before it was sent: not applied.
+    NotApplied,
+    /// It may have landed: the lease as observed before the take.
+    Unanswered(Lease),
+}
+
+/// The lease a take's answer shows taken by this process (`incarnation`), or why not.
+fn judge_take(
+    shared: &Shared,
+    lease: Lease,
+    outcome: crate::store::StoreResult<Outcome<Lease>>,
+    incarnation: Incarnation,
+    took_before: Option<(u64, u64)>,
+) -> Result<Lease, Judged> {
+    let me = &shared.id;
+    match outcome {
+        Ok(Outcome::Done(taken)) => Ok(taken),
         // Our own take, read back as a lost race: its answer was lost, and a retry found the
         // item changed since by somebody else's request. Only this process writes its
         // incarnation, one tenure on from what it observed; unless an earlier take of this
@@ -257,48 +310,42 @@ pub(crate) async fn take(
             && current.tenure == lease.tenure + 1
             && took_before != Some((current.nonce, current.tenure)) =>
         {
-            current
+            Ok(current)
         }
         Ok(Outcome::LostRace { .. }) => {
             tracing::debug!(lease_key = %lease.key, "take lost the race");
-            return Answer::LostRace;
+            Err(Judged::Lost)
         }
-        // Throttled, or failed before it was sent: not applied.
         Err(err) if err.is_retryable() && !err.is_ambiguous() => {
             metrics::store_error(me, "take");
             tracing::warn!(lease_key = %lease.key, error = %err, "take failed");
-            return Answer::None;
+            Err(Judged::NotApplied)
         }
         Err(err) => {
             metrics::store_error(me, "take");
             tracing::warn!(lease_key = %lease.key, error = %err, "take unanswered; if it landed, the lease is reported as a forced take");
-            let since = match report {
-                Report::ForcedSince(since) => since,
-                Report::Quiet | Report::Acknowledged { .. } => start,
-            };
-            return Answer::Unanswered {
-                observed: lease,
-                since,
-            };
+            Err(Judged::Unanswered(lease))
         }
-    };
-    if shared.incarnation() != incarnation {
-        // Taken for a session that has ended since (fenced while the answer was on its way):
-        // a peer that fenced it may have started the lease already, taking it for an orphan
-        // of that session. Held under the next session, it would be processed twice (seed
-        // 9914874745643150272, `--faults transient,lost,never,cutoff,crash`). A placement
-        // round looks at it again.
-        tracing::info!(lease_key = %taken.key, tenure = taken.tenure, "taken for a session that has ended since: not held");
-        shared.rescan.notify_one();
-        return Answer::LostRace;
     }
+}
+
+/// Holds a lease taken by a take started at `start` (under the current session), and, when
+/// it was taken from a live session, waits for that session's acknowledgement to report it.
+fn hold_taken(
+    shared: &Arc<Shared>,
+    taken: Lease,
+    previous: (Option<WorkerId>, Option<Incarnation>),
+    report: Report,
+    start: Instant,
+) -> Answer {
+    let (me, config) = (&shared.id, &shared.config);
     let quiet = start + config.quiet_period;
     let report_at = report.time(start, config);
     let forced = report != Report::Quiet;
     if forced {
         metrics::stolen(me);
     }
-    tracing::info!(lease_key = %taken.key, previous = ?lease.owner, previous_incarnation = ?lease.owner_incarnation, forced, tenure = taken.tenure, "lease taken");
+    tracing::info!(lease_key = %taken.key, previous = ?previous.0, previous_incarnation = ?previous.1, forced, tenure = taken.tenure, "lease taken");
     let key = taken.key.clone();
     let tenure = taken.tenure;
     let took = Took {
@@ -311,11 +358,7 @@ pub(crate) async fn take(
         spawn_finish(shared, key.clone(), release);
     }
     if let Report::Acknowledged { owner, incarnation } = report {
-        shared
-            .unacknowledged
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .insert(key.clone(), (owner.clone(), incarnation));
+        unacknowledged(shared).insert(key.clone(), (owner.clone(), incarnation));
         let task_shared = Arc::clone(shared);
         let task_key = key.clone();
         let nonce = took.nonce;
@@ -326,10 +369,7 @@ pub(crate) async fn take(
                 {
                     // Only this take's entry: a later take of the key (of an item created
                     // again) has its own.
-                    let mut waiting = task_shared
-                        .unacknowledged
-                        .lock()
-                        .unwrap_or_else(|e| e.into_inner());
+                    let mut waiting = unacknowledged(&task_shared);
                     if waiting.get(&task_key) == Some(&waited_on) {
                         waiting.remove(&task_key);
                     }

@@ -24,7 +24,7 @@ use tokio_util::sync::CancellationToken;
 use super::identity::{Identity, Ownership};
 use super::metrics;
 use super::state::{revoke_notice, SessionVersion, Shared};
-use super::take::{Job, Report};
+use super::take::Job;
 use crate::balance::{BalancePolicy, Move};
 use crate::expiry::ExpiryTracker;
 use crate::lease::{Incarnation, Lease, LeaseKey, Member, Snapshot, WorkerId};
@@ -32,6 +32,7 @@ use crate::lifecycle;
 use crate::store::StoreError;
 
 mod chores;
+mod decide;
 mod moves;
 mod sessions;
 
@@ -63,16 +64,16 @@ pub(crate) struct Taker {
     /// The worker that does the fleet's chores, as the last round saw it.
     chores: Option<WorkerId>,
     /// On the worker doing the chores: who held each lease at its last round.
-    holders: HashMap<LeaseKey, Holding>,
+    holders: HashMap<LeaseKey, decide::Holding>,
     /// On the worker doing the chores: each lease that waits on a worker (given
     /// and not yet taken, or asked of its holder in a handoff not yet done), and since when
     /// (this worker's clock) it has waited so.
-    waiting: HashMap<LeaseKey, (Waiting, Instant)>,
+    waiting: HashMap<LeaseKey, (decide::Waiting, Instant)>,
     /// On the worker doing the chores: when it last looked for leases waiting.
     last_look: Option<Instant>,
     /// Handoffs asked by this worker and not done in time, whose owners this
     /// round tells to give them up (see `REVOKE`).
-    revokes: Vec<(WorkerId, Incarnation, LeaseKey)>,
+    revokes: Vec<decide::Revoke>,
     /// How many sessions this process had fenced at its last round.
     fenced_told: u64,
     /// Held leases without a load figure, since when this worker has seen them so (a lease
@@ -92,57 +93,8 @@ pub(crate) struct Taker {
 /// write after measuring it for one interval.
 pub(crate) const FIGURE_WAIT: u32 = 2;
 
-/// Who holds a lease, as the worker doing the chores last saw it: the session, the tenure,
-/// and the worker a handoff was asked for.
-type Holding = (WorkerId, Incarnation, u64, Option<WorkerId>);
-
-/// A lease that waits on a worker, as [`Taker::waiting`] saw it: its owner, that owner's
-/// session (none: given to the id, not yet taken), its counter when given or its tenure when
-/// asked for, and the worker that asked for it.
-type Waiting = (WorkerId, Option<Incarnation>, u64, Option<WorkerId>);
-
-/// How long the worker doing the chores lets a lease wait before it tells the worker it waits
-/// on again. A receiver takes a lease given to it within a beat of the notice: two beats
-/// without a take mean the notice never came (its giver died between the give and the notice:
-/// seed 2087271171323689699). An owner asked for a handoff first lets its application finish:
-/// a lease duration.
-fn patience(config: &crate::config::WorkerConfig, what: &Waiting) -> std::time::Duration {
-    match what.3 {
-        None => (config.renew_interval * 2).min(config.lease_duration),
-        Some(_) => config.lease_duration,
-    }
-}
-
 /// A value of [`Taker::ended`]: the session has no record of its own any more.
 const NO_RECORD: u64 = u64::MAX;
-
-/// What the taker does with one lease of the snapshot before planning.
-enum Action {
-    /// Taken by this process but not held here: its validity ran out while the store was
-    /// unreachable, or the answer of its take was lost. Take it back in a new tenure.
-    Resume(Lease),
-    /// Owned by this worker's id but by another process (see [`Identity`]): take it.
-    Foreign(Lease),
-    /// A handoff we asked for was completed: start it.
-    Adopt(Lease),
-    /// A handoff we asked for was not completed in time: take it anyway.
-    Force(Lease),
-    /// Given to this worker's id (by a placement round, or a handoff nobody
-    /// here waits on): its giver made sure nobody works on it.
-    Given(Lease),
-}
-
-impl Action {
-    fn key(&self) -> &LeaseKey {
-        match self {
-            Action::Resume(lease)
-            | Action::Foreign(lease)
-            | Action::Adopt(lease)
-            | Action::Force(lease)
-            | Action::Given(lease) => &lease.key,
-        }
-    }
-}
 
 impl Taker {
     pub fn new(shared: Arc<Shared>, policy: Arc<dyn BalancePolicy>) -> Self {
@@ -277,10 +229,15 @@ impl Taker {
         self.place(&snapshot, &placement, &by_key, gathering, now)
             .await;
         let deadline = now + config.store_timeout;
-        for (owner, incarnation, key) in std::mem::take(&mut self.revokes) {
+        for revoke in std::mem::take(&mut self.revokes) {
+            let decide::Revoke {
+                owner,
+                session,
+                key,
+            } = revoke;
             tracing::info!(lease_key = %key, owner = %owner, "handoff not done in time: telling its owner to give the lease up");
             self.shared
-                .notify(&owner, incarnation, &[revoke_notice(&key)], deadline)
+                .notify(&owner, session, &[revoke_notice(&key)], deadline)
                 .await;
         }
         self.execute(actions, moves, &by_key, now).await;
@@ -424,28 +381,6 @@ impl Taker {
             self.joining = None;
             false
         }
-    }
-
-    /// How to report a take of a lease someone else may still be working on (a forced
-    /// handoff, a steal, a lease of another process with this id): at once if it has expired
-    /// here (its owner's validity has surely ended), else as a forced take bounded by that
-    /// expiry.
-    fn forced_report(&self, lease: &Lease, now: Instant) -> Report {
-        if self.lease_expired(&lease.key, now) {
-            Report::Quiet
-        } else {
-            Report::Acknowledged {
-                owner: lease
-                    .owner
-                    .clone()
-                    .unwrap_or_else(|| self.shared.id.clone()),
-                incarnation: lease.owner_incarnation,
-            }
-        }
-    }
-
-    fn owner_alive(&self, lease: &Lease, now: Instant) -> bool {
-        lease.owner.is_some() && !self.lease_expired(&lease.key, now)
     }
 
     /// Reads the leases we wait on; starts those handed over to us.

@@ -10,7 +10,7 @@ use tokio::task::JoinSet;
 use tokio::time::Instant;
 use tracing::Instrument;
 
-use super::{alive, incarnations, patience, Taker, NO_RECORD};
+use super::{alive, incarnations, Taker, NO_RECORD};
 use crate::balance::{Assignment, Move};
 use crate::lease::{Incarnation, Lease, LeaseKey, Snapshot, WorkerId};
 use crate::store::Outcome;
@@ -410,7 +410,7 @@ impl Taker {
             // the worker it waits on is told again (a receiver without a session is not told:
             // a placement round gives it on).
             for (what, since) in self.waiting.values() {
-                let due = *since + patience(config, what);
+                let due = *since + what.patience(config);
                 if due > now {
                     next = next.min(due);
                 }
@@ -435,10 +435,6 @@ impl Taker {
 
     /// Whether `key` may be taken by this worker without its owner's consent: its expiry has
     /// come on this worker's clock (its owner's session is surely over).
-    pub(super) fn lease_expired(&self, key: &LeaseKey, now: Instant) -> bool {
-        self.expiry.get(key).is_some_and(|at| *at <= now)
-    }
-
     /// This worker has the smallest id among the live ones: it does the fleet's chores
     /// (membership clean-up, discovery).
     /// This worker's rank by id among the live workers that are not leaving (a leaving

@@ -1,0 +1,634 @@
+//! The taker's decisions as plain functions over plain data: what to do with each lease of a
+//! round's snapshot, the fleet as the balance policy sees it, the jobs that carry a round's
+//! moves out, and, on the worker doing the chores, which sessions to tell of what. Nothing
+//! here reads a clock, locks or awaits: the round (`mod.rs`) reads, calls these, and writes.
+
+use std::collections::{BTreeMap, HashMap, HashSet};
+use std::time::Duration;
+
+use tokio::time::Instant;
+
+use super::alive;
+use crate::balance::{FleetView, Holder, LeaseView, Move, WorkerView};
+use crate::config::WorkerConfig;
+use crate::lease::{Incarnation, Lease, LeaseKey, Member, Snapshot, WorkerId};
+use crate::lifecycle::LeaseStatus;
+use crate::worker::identity::{Identity, Ownership};
+use crate::worker::state::Pending;
+use crate::worker::take::{Job, Report};
+
+/// What the taker does with one lease of the snapshot before planning.
+#[derive(Debug, Clone, PartialEq)]
+pub(crate) enum Action {
+    /// Taken by this process but not held here: its validity ran out while the store was
+    /// unreachable, or the answer of its take was lost. Take it back in a new tenure.
+    Resume(Lease),
+    /// Owned by this worker's id but by another process (see [`Identity`]): take it.
+    Foreign(Lease),
+    /// A handoff we asked for was completed: start it.
+    Adopt(Lease),
+    /// A handoff we asked for was not completed in time: take it anyway.
+    Force(Lease),
+    /// Given to this worker's id (by a placement round, or a handoff nobody
+    /// here waits on): its giver made sure nobody works on it.
+    Given(Lease),
+}
+
+impl Action {
+    pub(crate) fn key(&self) -> &LeaseKey {
+        match self {
+            Action::Resume(lease)
+            | Action::Foreign(lease)
+            | Action::Adopt(lease)
+            | Action::Force(lease)
+            | Action::Given(lease) => &lease.key,
+        }
+    }
+}
+
+/// A handoff asked by this worker and not done in time, whose owner is told to give the lease
+/// up (see `REVOKE` in `notice.rs`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct Revoke {
+    pub owner: WorkerId,
+    pub session: Incarnation,
+    pub key: LeaseKey,
+}
+
+/// What a round knows when it decides: who it is, its settings, its reading of the sessions.
+pub(crate) struct Judge<'a> {
+    pub me: &'a WorkerId,
+    pub config: &'a WorkerConfig,
+    pub identity: &'a Identity,
+    /// When each lease of the round may be started by others (its owner's session surely
+    /// over); a lease whose session lives is absent.
+    pub expiry: &'a HashMap<LeaseKey, Instant>,
+    pub now: Instant,
+}
+
+impl Judge<'_> {
+    /// The lease's owner's session is surely over on this worker's clock.
+    pub(crate) fn expired(&self, key: &LeaseKey) -> bool {
+        self.expiry.get(key).is_some_and(|at| *at <= self.now)
+    }
+
+    /// How to report a take of a lease someone else may still be working on (a forced
+    /// handoff, a steal, a lease of another process with this id): at once if it has expired
+    /// here (its owner's validity has surely ended), else once its owner acknowledged.
+    pub(crate) fn forced_report(&self, lease: &Lease) -> Report {
+        if self.expired(&lease.key) {
+            Report::Quiet
+        } else {
+            Report::Acknowledged {
+                owner: lease.owner.clone().unwrap_or_else(|| self.me.clone()),
+                incarnation: lease.owner_incarnation,
+            }
+        }
+    }
+}
+
+/// What [`decide_actions`] decided.
+#[derive(Debug, Default)]
+pub(crate) struct Decided {
+    pub actions: Vec<Action>,
+    /// The handoffs this worker still waits on (replacing the ones it waited on).
+    pub pending: BTreeMap<LeaseKey, Pending>,
+    pub revokes: Vec<Revoke>,
+}
+
+/// What to do with each lease of `snapshot` (with its lifecycle `statuses`) before planning,
+/// for a worker that holds `held` and waits on the handoffs `pending`.
+pub(crate) fn decide_actions<H>(
+    judge: &Judge<'_>,
+    snapshot: &Snapshot,
+    statuses: &[LeaseStatus],
+    held: &BTreeMap<LeaseKey, H>,
+    pending: &BTreeMap<LeaseKey, Pending>,
+) -> Decided {
+    let mut room = (judge.config.max_leases_per_worker as usize).saturating_sub(held.len());
+    let mut decided = Decided::default();
+    for (lease, status) in snapshot.leases.iter().zip(statuses) {
+        let held_here = held.contains_key(&lease.key);
+        if let Some(pending) = pending.get(&lease.key) {
+            decide_pending(judge, lease, held_here, pending, &mut decided);
+            continue;
+        }
+        // Ours or foreign in the table, not held here, ready, and not on its way to somebody
+        // else.
+        let on_its_way = lease.handoff_to.as_ref().is_some_and(|to| to != judge.me);
+        let ready = *status == LeaseStatus::Ready;
+        if held_here || on_its_way || !ready || room == 0 {
+            continue;
+        }
+        let action = match judge.identity.ownership(lease) {
+            Ownership::Ours => Action::Resume(lease.clone()),
+            // Given to this id: one session per id, so it is this one's.
+            Ownership::Foreign if lease.owner_incarnation.is_none() => Action::Given(lease.clone()),
+            // Another process with this id works on it: never taken before its session is
+            // surely over. That session may be the one that replaced this process's own, and
+            // a take from it would leave the table naming a session that, once fenced, nobody
+            // waits on, while the other process still works on the lease.
+            Ownership::Foreign if judge.expired(&lease.key) => Action::Foreign(lease.clone()),
+            Ownership::Foreign | Ownership::Other => continue,
+        };
+        room -= 1;
+        decided.actions.push(action);
+    }
+    decided
+}
+
+/// What to do with a lease this worker asked for in a handoff.
+fn decide_pending(
+    judge: &Judge<'_>,
+    lease: &Lease,
+    held_here: bool,
+    pending: &Pending,
+    decided: &mut Decided,
+) {
+    let (config, now) = (judge.config, judge.now);
+    match judge.identity.ownership(lease) {
+        // Handed over to this id: start it with a take of this process (and keep waiting on it
+        // until that take lands or loses the race).
+        Ownership::Foreign if lease.owner_incarnation.is_none() && !held_here => {
+            decided.actions.push(Action::Adopt(lease.clone()));
+            decided.pending.insert(lease.key.clone(), pending.clone());
+        }
+        // Our take of it landed (a forced take, or an adoption, whose answer was lost).
+        Ownership::Ours if !held_here => decided.actions.push(Action::Resume(lease.clone())),
+        // Not handed over in time, or its owner died meanwhile (its lease expired): take it
+        // (reported at once if expired).
+        _ if lease.owner.as_ref() == Some(&pending.from)
+            && lease.handoff_to.as_ref() == Some(judge.me) =>
+        {
+            let expired = judge.expired(&lease.key);
+            let late = now >= pending.since + config.handoff_timeout;
+            match (expired, late, lease.owner_incarnation) {
+                // A live owner is never taken from: the table would then name neither the
+                // session still finishing the lease nor anything to wait for, should this
+                // worker's own session end before the owner let go. The owner is told to give
+                // the lease up now (it tells its application the lease is lost, then hands it
+                // over); told again each lease duration until it does, or its session is over.
+                (false, true, Some(session)) => {
+                    decided.revokes.push(Revoke {
+                        owner: pending.from.clone(),
+                        session,
+                        key: lease.key.clone(),
+                    });
+                    let again = (now + config.lease_duration)
+                        .checked_sub(config.handoff_timeout)
+                        .unwrap_or(now);
+                    let from = pending.from.clone();
+                    let again = Pending { since: again, from };
+                    decided.pending.insert(lease.key.clone(), again);
+                }
+                (true, _, _) | (_, true, _) => decided.actions.push(Action::Force(lease.clone())),
+                _ => {
+                    decided.pending.insert(lease.key.clone(), pending.clone());
+                }
+            }
+        }
+        // Taken by somebody else (another process with this id included).
+        _ => {}
+    }
+}
+
+/// The jobs that carry out a round's `actions`. `unacknowledged`: the leases taken here from a
+/// live session that has not acknowledged yet, with that session.
+pub(crate) fn action_jobs(
+    judge: &Judge<'_>,
+    actions: Vec<Action>,
+    unacknowledged: &HashMap<LeaseKey, (WorkerId, Option<Incarnation>)>,
+) -> Vec<Job> {
+    actions
+        .into_iter()
+        .map(|action| match action {
+            // Ours: nobody else worked on it since, unless our take's answer was lost.
+            Action::Resume(lease) => {
+                let waiting = unacknowledged.get(&lease.key).cloned();
+                let report = match (
+                    waiting,
+                    judge.identity.unanswered_since(&lease.key, lease.nonce),
+                ) {
+                    // Forced from a session that has not acknowledged yet: still waits.
+                    (Some((owner, incarnation)), _) => Report::Acknowledged { owner, incarnation },
+                    (None, Some(since)) => Report::ForcedSince(since),
+                    (None, None) => Report::Quiet,
+                };
+                Job::Take { lease, report }
+            }
+            // The other process of this id may still beat (it may have replaced this one's
+            // record, unknown here yet): its lease is reported once it acknowledges or its
+            // session is surely over, as any forced take.
+            Action::Foreign(lease) | Action::Force(lease) => {
+                let report = judge.forced_report(&lease);
+                Job::Take { lease, report }
+            }
+            Action::Adopt(lease) => Job::Adopt(lease),
+            Action::Given(lease) => Job::Take {
+                lease,
+                report: Report::Quiet,
+            },
+        })
+        .collect()
+}
+
+/// The jobs that carry out the balance policy's `moves`, leaving out the leases an action of
+/// this round (`acted`) takes already.
+pub(crate) fn move_jobs(
+    judge: &Judge<'_>,
+    moves: Vec<Move>,
+    by_key: &HashMap<&LeaseKey, &Lease>,
+    acted: &HashSet<LeaseKey>,
+) -> Vec<Job> {
+    let mut jobs = Vec::new();
+    for step in moves {
+        let key = match &step {
+            Move::Take(key) | Move::RequestHandoff { key, .. } => key,
+        };
+        let Some(lease) = by_key.get(key).filter(|_| !acted.contains(key)) else {
+            continue;
+        };
+        let lease = (*lease).clone();
+        // A take of a lease whose owner is alive is a steal (a policy like KCL's): the owner
+        // may still be working. It is asked as a handoff instead, which the owner completes
+        // once its application let go (or gives up when told the handoff is late). A take
+        // could not be reported before that session acknowledged it; but that wait lives only
+        // in this process, and should this process die first (its answer lost, say), the
+        // table would show the lease as its dead session's, which the fleet gives on at once
+        // while the old owner still processes it (`tests/steal_handoff.rs`).
+        let owner_alive = lease.owner.is_some() && !judge.expired(&lease.key);
+        let steal = judge.identity.ownership(&lease) != Ownership::Ours && owner_alive;
+        let step = match (step, &lease.owner) {
+            (Move::Take(key), Some(owner)) if steal && lease.owner_incarnation.is_some() => {
+                Move::RequestHandoff {
+                    key,
+                    from: owner.clone(),
+                }
+            }
+            (step, _) => step,
+        };
+        // A lease given and not yet taken is about to be started by its receiver, whose take
+        // would clear the request unseen: ask once it has.
+        if matches!(step, Move::RequestHandoff { .. }) && lease.owner_incarnation.is_none() {
+            continue;
+        }
+        jobs.push(match step {
+            // Not a steal: nobody, or no live session, holds it.
+            Move::Take(_) => Job::Take {
+                lease,
+                report: Report::Quiet,
+            },
+            Move::RequestHandoff { from, .. } => Job::Request { lease, from },
+        });
+    }
+    jobs
+}
+
+/// The load figures a round reads: from each member's record, and how long a held lease
+/// without one is waited for.
+pub(crate) struct Figures<'a> {
+    /// Held leases without a load figure, since when this worker has seen them so.
+    pub unmeasured: &'a HashMap<LeaseKey, Instant>,
+    /// How long a held lease's first figure is waited for (see `FIGURE_WAIT`).
+    pub wait: Duration,
+}
+
+/// The fleet as the balance policy sees it: ready leases only (blocked, finished and retiring
+/// ones are nobody's to take or ask for), each lease's holder among the `live` workers (with
+/// their capacity), `expiry` in the order of `snapshot.leases`.
+pub(crate) fn fleet_view(
+    snapshot: &Snapshot,
+    statuses: &[LeaseStatus],
+    live: &HashMap<WorkerId, Option<u32>>,
+    expiry: &[Instant],
+    figures: &Figures<'_>,
+    now: Instant,
+) -> FleetView {
+    let mut members: Vec<&Member> = snapshot.members.iter().collect();
+    members.sort_by(|a, b| a.worker.cmp(&b.worker));
+    let reported: HashMap<&WorkerId, &Member> = members.iter().map(|m| (&m.worker, *m)).collect();
+    let loads = Loads::read(&members, &reported, figures, now);
+    let leases = snapshot
+        .leases
+        .iter()
+        .zip(statuses)
+        .zip(expiry)
+        .filter(|((_, status), _)| **status == LeaseStatus::Ready)
+        // A lease whose session may still live but is not counted live (not yet fenced, or
+        // without a record for less than a lease duration) is nobody's to plan with until it
+        // is.
+        .filter(|((lease, _), at)| {
+            !alive(lease, **at, now) || lease.owner.as_ref().is_some_and(|o| live.contains_key(o))
+        })
+        .map(|((lease, _), at)| {
+            let holder = match &lease.owner {
+                Some(owner) if alive(lease, *at, now) && live.contains_key(owner) => {
+                    match &lease.handoff_to {
+                        Some(to) if live.contains_key(to) => Holder::Moving {
+                            from: owner.clone(),
+                            to: to.clone(),
+                        },
+                        _ => Holder::Held(owner.clone()),
+                    }
+                }
+                _ => Holder::Available,
+            };
+            let (load, settled) = loads.figure(lease);
+            LeaseView {
+                key: lease.key.clone(),
+                settled: holder == Holder::Available || settled,
+                holder,
+                load,
+            }
+        })
+        .collect();
+    let workers = live
+        .iter()
+        .map(|(id, capacity)| {
+            let member = reported.get(id);
+            WorkerView {
+                id: id.clone(),
+                capacity: capacity.unwrap_or(u32::MAX),
+                weight: member.and_then(|m| m.weight).unwrap_or(1.0),
+                reported: member.is_some_and(|m| m.weight.is_some()),
+                load: member.and_then(|m| m.load),
+            }
+        })
+        .collect();
+    FleetView { leases, workers }
+}
+
+/// The load figures published in the members' records.
+struct Loads<'a> {
+    reported: &'a HashMap<&'a WorkerId, &'a Member>,
+    /// Each lease's figure in the first record (by worker id) that publishes one.
+    anyone: HashMap<&'a LeaseKey, f64>,
+    figures: &'a Figures<'a>,
+    now: Instant,
+}
+
+impl<'a> Loads<'a> {
+    fn read(
+        members: &[&'a Member],
+        reported: &'a HashMap<&'a WorkerId, &'a Member>,
+        figures: &'a Figures<'a>,
+        now: Instant,
+    ) -> Self {
+        let mut anyone: HashMap<&LeaseKey, f64> = HashMap::new();
+        for member in members {
+            for (key, load) in &member.lease_loads {
+                anyone.entry(key).or_insert(*load);
+            }
+        }
+        Self {
+            reported,
+            anyone,
+            figures,
+            now,
+        }
+    }
+
+    /// A lease's figure: from its holder's record, else from the record of a worker that held
+    /// it moments ago (kept there until the new holder publishes its own), else from the lease
+    /// item (written there by an earlier build's renewals); and whether it is settled: the
+    /// holder published the figure itself (a renewal's figure is its holder's too), or nobody
+    /// published one although its holder has had the time to.
+    fn figure(&self, lease: &Lease) -> (Option<f64>, bool) {
+        let own = lease
+            .owner
+            .as_ref()
+            .and_then(|o| self.reported.get(o))
+            .and_then(|m| m.lease_loads.get(&lease.key))
+            .copied();
+        let load = own
+            .or_else(|| self.anyone.get(&lease.key).copied())
+            .or(lease.load);
+        let waited =
+            |since: &Instant| self.now.saturating_duration_since(*since) >= self.figures.wait;
+        let settled = own.is_some()
+            || lease.load.is_some() && !self.anyone.contains_key(&lease.key)
+            || load.is_none() && self.figures.unmeasured.get(&lease.key).is_some_and(waited);
+        (load, settled)
+    }
+}
+
+/// Who holds a lease, as the worker doing the chores last saw it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct Holding {
+    pub owner: WorkerId,
+    pub session: Incarnation,
+    pub tenure: u64,
+    /// The worker a handoff of the lease was asked for.
+    pub handoff_to: Option<WorkerId>,
+}
+
+/// A lease that waits on a worker, as the worker doing the chores saw it: given and not yet
+/// taken, or asked of its holder in a handoff not yet done.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct Waiting {
+    /// The worker it waits on: the receiver of a give, the owner asked for a handoff.
+    pub on: WorkerId,
+    /// That owner's session (none: given to the id, not yet taken).
+    pub session: Option<Incarnation>,
+    /// Its counter when given, its tenure when asked for: a change is a new wait.
+    pub mark: u64,
+    /// The worker that asked for it in a handoff (none: given).
+    pub asked_by: Option<WorkerId>,
+}
+
+impl Waiting {
+    /// How long the worker doing the chores lets a lease wait before it tells the worker it
+    /// waits on again. A receiver takes a lease given to it within a beat of the notice: two
+    /// beats without a take mean the notice never came (its giver died between the give and
+    /// the notice: `sessions_tell_again_a_lease_given_by_a_process_that_died` in
+    /// `tests/simulate.rs`). An owner asked for a handoff first lets its application finish:
+    /// a lease duration.
+    pub(crate) fn patience(&self, config: &WorkerConfig) -> Duration {
+        match self.asked_by {
+            None => (config.renew_interval * 2).min(config.lease_duration),
+            Some(_) => config.lease_duration,
+        }
+    }
+}
+
+/// The notices the worker doing the chores sends, by session: the keys to look at.
+pub(crate) type Told = BTreeMap<(WorkerId, Incarnation), Vec<String>>;
+
+/// Who holds each lease of `snapshot` in a session.
+pub(crate) fn holdings(snapshot: &Snapshot) -> HashMap<LeaseKey, Holding> {
+    snapshot
+        .leases
+        .iter()
+        .filter_map(|l| match (&l.owner, l.owner_incarnation) {
+            (Some(owner), Some(session)) => Some((
+                l.key.clone(),
+                Holding {
+                    owner: owner.clone(),
+                    session,
+                    tenure: l.tenure,
+                    handoff_to: l.handoff_to.clone(),
+                },
+            )),
+            _ => None,
+        })
+        .collect()
+}
+
+/// The open sessions of `snapshot`'s members.
+pub(crate) fn open_sessions(snapshot: &Snapshot) -> HashSet<(&WorkerId, Incarnation)> {
+    snapshot
+        .members
+        .iter()
+        .filter_map(|m| m.incarnation.map(|i| (&m.worker, i)))
+        .collect()
+}
+
+/// Tells each open session that held a lease at the last look (`before`) and holds it no
+/// longer the same way (`now`) to look at it: it may have been edited or deleted by hand.
+pub(crate) fn tell_changed(
+    before: &HashMap<LeaseKey, Holding>,
+    now: &HashMap<LeaseKey, Holding>,
+    open: &HashSet<(&WorkerId, Incarnation)>,
+    told: &mut Told,
+) {
+    for (key, holding) in before {
+        // Unchanged. (A handoff asked since is told to its holder too: the requester may have
+        // died before it told the owner, and nothing else would.)
+        if now.get(key) == Some(holding) {
+            continue;
+        }
+        if open.contains(&(&holding.owner, holding.session)) {
+            told.entry((holding.owner.clone(), holding.session))
+                .or_default()
+                .push(key.as_str().to_owned());
+        }
+    }
+}
+
+/// What the chores last saw waiting, and when they looked.
+pub(crate) struct Looked<'a> {
+    pub waiting: &'a HashMap<LeaseKey, (Waiting, Instant)>,
+    pub at: Option<Instant>,
+}
+
+/// The leases of `snapshot` that wait on a worker, with since when (this worker's clock);
+/// each that waited longer than its patience has the worker it waits on told again (in
+/// `told`), and waits from `now`.
+pub(crate) fn look_for_waiting(
+    snapshot: &Snapshot,
+    open: &HashSet<(&WorkerId, Incarnation)>,
+    last: &Looked<'_>,
+    config: &WorkerConfig,
+    now: Instant,
+    told: &mut Told,
+) -> HashMap<LeaseKey, (Waiting, Instant)> {
+    let incarnations = super::incarnations(snapshot);
+    let mut waiting = HashMap::new();
+    for lease in &snapshot.leases {
+        let Some(owner) = &lease.owner else {
+            continue;
+        };
+        let (what, session) = match (lease.owner_incarnation, &lease.handoff_to) {
+            (None, _) => {
+                let given = Waiting {
+                    on: owner.clone(),
+                    session: None,
+                    mark: lease.counter,
+                    asked_by: None,
+                };
+                (given, incarnations.get(owner).copied())
+            }
+            (Some(incarnation), Some(to)) => {
+                let asked = Waiting {
+                    on: owner.clone(),
+                    session: Some(incarnation),
+                    mark: lease.tenure,
+                    asked_by: Some(to.clone()),
+                };
+                let open = open.contains(&(owner, incarnation));
+                (asked, open.then_some(incarnation))
+            }
+            (Some(_), None) => continue,
+        };
+        // A give first seen now happened since this worker last looked, and may be as old as
+        // that look: its giver may have died before it told the receiver, and nothing may
+        // have made this worker look for a while. If it is fresh after all, the receiver is
+        // told twice, harmlessly.
+        let first_seen = match (&what.asked_by, last.at) {
+            (None, Some(looked)) => looked,
+            _ => now,
+        };
+        let since = match last.waiting.get(&lease.key) {
+            Some((seen, since)) if *seen == what => *since,
+            _ => first_seen,
+        };
+        let since = match session {
+            Some(session) if now.saturating_duration_since(since) >= what.patience(config) => {
+                match &what.asked_by {
+                    None => {
+                        tracing::info!(lease_key = %lease.key, to = %owner, "a lease given long ago is not taken yet: telling its receiver again")
+                    }
+                    Some(to) => {
+                        tracing::info!(lease_key = %lease.key, owner = %owner, to = %to, "a handoff asked long ago is not done yet: telling the owner again")
+                    }
+                }
+                told.entry((owner.clone(), session))
+                    .or_default()
+                    .push(lease.key.as_str().to_owned());
+                now
+            }
+            _ => since,
+        };
+        waiting.insert(lease.key.clone(), (what, since));
+    }
+    waiting
+}
+
+/// The worker after `me` and the one before it in id order among the `live` ones, around
+/// (none while `me` is alone).
+pub(crate) fn neighbours(
+    live: &HashMap<WorkerId, Option<u32>>,
+    me: &WorkerId,
+) -> (Option<WorkerId>, Option<WorkerId>) {
+    let mut ids: Vec<&WorkerId> = live.keys().collect();
+    ids.sort();
+    let position = ids.iter().position(|w| *w == me).unwrap_or(0);
+    let successor = (ids.len() > 1).then(|| ids[(position + 1) % ids.len()].clone());
+    let predecessor = (ids.len() > 1).then(|| ids[(position + ids.len() - 1) % ids.len()].clone());
+    (successor, predecessor)
+}
+
+/// The worker that does the fleet's chores: the smallest live id not leaving.
+pub(crate) fn chores_worker(live: &HashMap<WorkerId, Option<u32>>) -> Option<WorkerId> {
+    live.iter()
+        .filter(|(_, capacity)| **capacity != Some(0))
+        .map(|(w, _)| w)
+        .min()
+        .cloned()
+}
+
+/// The live sessions other than `me` that a lease released here may go to (not leaving),
+/// with how many leases each holds in `view` (a lease on its way counts as its receiver's).
+pub(crate) fn receivers(
+    live: &HashMap<WorkerId, Option<u32>>,
+    view: &FleetView,
+    incarnations: &HashMap<&WorkerId, Incarnation>,
+    me: &WorkerId,
+) -> Vec<crate::worker::state::Receiver> {
+    let mut counts: HashMap<&WorkerId, u32> = HashMap::new();
+    for lease in &view.leases {
+        if let Holder::Held(w) | Holder::Moving { to: w, .. } = &lease.holder {
+            *counts.entry(w).or_default() += 1;
+        }
+    }
+    live.iter()
+        .filter(|(w, capacity)| *w != me && **capacity != Some(0))
+        .filter_map(|(w, _)| {
+            incarnations.get(w).map(|i| crate::worker::state::Receiver {
+                worker: w.clone(),
+                incarnation: *i,
+                held: counts.get(w).copied().unwrap_or(0),
+            })
+        })
+        .collect()
+}
