@@ -73,6 +73,92 @@ impl Role {
     }
 }
 
+/// When the discoverer lists next, by its role and how its listings went.
+struct Cadence {
+    role: Role,
+    next_call: Instant,
+    /// Listings failed in a row.
+    failures: u32,
+    /// Listings left at the full interval for a standby that found work.
+    busy: u32,
+    interval: Duration,
+}
+
+impl Cadence {
+    /// Follows a change of role (`now_role`): an elected discoverer lists at once, a standby
+    /// after a standby period.
+    fn follow(&mut self, now_role: Role, discovery: &mut Discovery, now: Instant) {
+        if now_role == self.role {
+            return;
+        }
+        tracing::debug!(from = ?self.role, to = ?now_role, "discovery role changed");
+        discovery.step_down();
+        (self.failures, self.busy) = (0, 0);
+        self.next_call = match now_role {
+            Role::Elected => now,
+            Role::Standby => now + jittered(standby_period(self.interval)),
+            Role::Idle => self.next_call,
+        };
+        self.role = now_role;
+    }
+
+    /// The time between listings now.
+    fn period(&self) -> Duration {
+        match self.role {
+            Role::Standby if self.busy == 0 => standby_period(self.interval),
+            _ => self.interval,
+        }
+    }
+
+    /// A listing failed (`kind`: throttled, failed or timeout): backs off.
+    fn failed(
+        &mut self,
+        kind: &'static str,
+        error: Option<&SourceError>,
+        me: &WorkerId,
+        now: Instant,
+    ) {
+        self.failures = self.failures.saturating_add(1);
+        let (wait, failures, role) = (
+            backoff(self.period(), self.failures),
+            self.failures,
+            self.role,
+        );
+        metrics::source_error(me, kind);
+        match error {
+            Some(err) => {
+                tracing::warn!(error = %err, source = ?std::error::Error::source(err), ?wait, failures, ?role, "shard listing failed; backing off");
+            }
+            None => tracing::warn!(
+                ?wait,
+                failures,
+                ?role,
+                "shard listing timed out; backing off"
+            ),
+        }
+        if role == Role::Elected && failures == STANDBY_QUIET_LISTINGS {
+            tracing::error!(failures, "this worker cannot list the shard source; the standby discoverer carries on within a standby period while it keeps failing");
+        }
+        self.next_call = now + wait;
+    }
+
+    /// A listing's plan was made; `work`: it has something to do. A standby that found work
+    /// lists at the full interval for a while.
+    fn planned(&mut self, work: bool, now: Instant) {
+        if self.role == Role::Standby {
+            if work {
+                if self.busy == 0 {
+                    tracing::info!("the standby discoverer found work the discoverer has not done; discovering at the full interval");
+                }
+                self.busy = STANDBY_QUIET_LISTINGS;
+            } else {
+                self.busy = self.busy.saturating_sub(1);
+            }
+        }
+        self.next_call = now + jittered(self.period());
+    }
+}
+
 pub(crate) async fn run(
     shared: Arc<Shared>,
     source: Arc<dyn ShardSource>,
@@ -82,11 +168,13 @@ pub(crate) async fn run(
     let mut views = shared.view.subscribe();
     let mut discovery = Discovery::new(config.retire_after)
         .skipping_closed_ancestors(source.skips_closed_ancestors());
-    let mut role = Role::Idle;
-    let mut next_call = shared.now();
-    let mut failures: u32 = 0;
-    // Listings left at the full interval for a standby that found work.
-    let mut busy: u32 = 0;
+    let mut cadence = Cadence {
+        role: Role::Idle,
+        next_call: shared.now(),
+        failures: 0,
+        busy: 0,
+        interval: config.discovery_interval,
+    };
     loop {
         let view = views.borrow_and_update().clone();
         if let Some(view) = &view {
@@ -94,27 +182,12 @@ pub(crate) async fn run(
             // re-create a lease deleted by hand from where it was.
             discovery.observe(&view.leases, shared.now());
         }
-        let now_role = Role::of(view.as_deref());
-        if now_role != role {
-            tracing::debug!(worker = %shared.id, from = ?role, to = ?now_role, "discovery role changed");
-            discovery.step_down();
-            (failures, busy) = (0, 0);
-            next_call = match now_role {
-                Role::Elected => shared.now(),
-                Role::Standby => shared.now() + jittered(standby_period(config.discovery_interval)),
-                Role::Idle => next_call,
-            };
-            role = now_role;
-        }
-        let period = match role {
-            Role::Standby if busy == 0 => standby_period(config.discovery_interval),
-            _ => config.discovery_interval,
-        };
+        cadence.follow(Role::of(view.as_deref()), &mut discovery, shared.now());
         let due = async {
-            if role == Role::Idle {
+            if cadence.role == Role::Idle {
                 std::future::pending::<()>().await;
             } else {
-                shared.clock.sleep_until(next_call).await;
+                shared.clock.sleep_until(cadence.next_call).await;
             }
         };
         tokio::select! {
@@ -128,84 +201,66 @@ pub(crate) async fn run(
             }
             _ = due => {}
         }
-        let listing = timeout_at(
-            &*shared.clock,
-            shared.now() + config.discovery_interval.max(config.store_timeout),
-            source.list_shards(),
-        );
-        let listed = tokio::select! {
-            biased;
-            _ = cancel.cancelled() => return,
-            listed = listing => listed,
-        };
-        let shards = match listed {
-            Ok(Ok(shards)) => shards,
-            failed => {
-                let kind = match failed {
-                    Ok(Err(SourceError::Throttled(_))) => "throttled",
-                    Ok(Err(_)) => "failed",
-                    _ => "timeout",
-                };
-                failures = failures.saturating_add(1);
-                let wait = backoff(period, failures);
-                metrics::source_error(&shared.id, kind);
-                match failed {
-                    Ok(Err(err)) => {
-                        tracing::warn!(error = %err, source = ?std::error::Error::source(&err), ?wait, failures, ?role, "shard listing failed; backing off");
-                    }
-                    _ => tracing::warn!(
-                        ?wait,
-                        failures,
-                        ?role,
-                        "shard listing timed out; backing off"
-                    ),
-                }
-                if role == Role::Elected && failures == STANDBY_QUIET_LISTINGS {
-                    tracing::error!(failures, "this worker cannot list the shard source; the standby discoverer carries on within a standby period while it keeps failing");
-                }
-                next_call = shared.now() + wait;
-                continue;
-            }
-        };
-        failures = 0;
-        // The freshest reading of the table; the conditions make an older one harmless.
-        let Some(view) = views.borrow().clone() else {
-            next_call = shared.now() + jittered(period);
-            continue;
-        };
-        let table = TableState {
-            leases: &view.leases,
-            owner_alive: &view.owner_alive,
-            malformed: view.malformed,
-        };
-        let plan = discovery.plan(&shards, table, shared.now());
-        let work = !(plan.creates.is_empty() && plan.actions.is_empty());
-        if role == Role::Standby {
-            if work {
-                if busy == 0 {
-                    tracing::info!("the standby discoverer found work the discoverer has not done; discovering at the full interval");
-                }
-                busy = STANDBY_QUIET_LISTINGS;
-            } else {
-                busy = busy.saturating_sub(1);
-            }
-        }
-        let period = match role {
-            Role::Standby if busy == 0 => standby_period(config.discovery_interval),
-            _ => config.discovery_interval,
-        };
-        next_call = shared.now() + jittered(period);
-        if !work {
-            continue;
-        }
+        // Only the listing and the writes are awaited: cancelled, the listing ends there.
         tokio::select! {
             biased;
             _ = cancel.cancelled() => return,
-            _ = apply(&shared, &mut discovery, plan) => {}
+            _ = discover(&shared, &*source, &views, &mut discovery, &mut cadence) => {}
         }
-        // Let the taker pick up the new leases now rather than at its next round.
-        shared.rescan.notify_one();
     }
+}
+
+/// One listing: lists the shards, plans against the freshest reading of the table, and
+/// writes the plan.
+async fn discover(
+    shared: &Arc<Shared>,
+    source: &dyn ShardSource,
+    views: &tokio::sync::watch::Receiver<Option<Arc<TableView>>>,
+    discovery: &mut Discovery,
+    cadence: &mut Cadence,
+) {
+    let config = &shared.config;
+    let listed = timeout_at(
+        &*shared.clock,
+        shared.now() + config.discovery_interval.max(config.store_timeout),
+        source.list_shards(),
+    )
+    .await;
+    let shards = match listed {
+        Ok(Ok(shards)) => shards,
+        Ok(Err(err)) => {
+            let kind = match err {
+                SourceError::Throttled(_) => "throttled",
+                _ => "failed",
+            };
+            cadence.failed(kind, Some(&err), &shared.id, shared.now());
+            return;
+        }
+        Err(_) => {
+            cadence.failed("timeout", None, &shared.id, shared.now());
+            return;
+        }
+    };
+    cadence.failures = 0;
+    // The freshest reading of the table; the conditions make an older one harmless.
+    let Some(view) = views.borrow().clone() else {
+        cadence.next_call = shared.now() + jittered(cadence.period());
+        return;
+    };
+    let table = TableState {
+        leases: &view.leases,
+        owner_alive: &view.owner_alive,
+        malformed: view.malformed,
+    };
+    let plan = discovery.plan(&shards, table, shared.now());
+    let work = !(plan.creates.is_empty() && plan.actions.is_empty());
+    cadence.planned(work, shared.now());
+    if !work {
+        return;
+    }
+    apply(shared, discovery, plan).await;
+    // Let the taker pick up the new leases now rather than at its next round.
+    shared.rescan.notify_one();
 }
 
 /// How often the standby lists while it finds nothing to do.

@@ -128,11 +128,7 @@ pub(crate) async fn run(shared: Arc<Shared>, cancel: CancellationToken) {
         shared.now() + interval
     };
     let notices = Arc::new(Mutex::new(Notices::default()));
-    // The record of another process with this id, while the session is closed.
-    let mut other =
-        ExpiryTracker::<(), (Option<Incarnation>, u64)>::new(shared.config.lease_duration);
-    // An open of this incarnation whose answer was lost: it may have landed unseen.
-    let mut unseen_open = false;
+    let mut closed = Closed::new(shared.config.lease_duration);
     loop {
         tokio::select! {
             biased;
@@ -151,66 +147,96 @@ pub(crate) async fn run(shared: Arc<Shared>, cancel: CancellationToken) {
             tokio::select! {
                 biased;
                 _ = cancel.cancelled() => return,
-                _ = reopen(&shared, &mut other, &mut unseen_open, next) => {}
+                _ = reopen(&shared, &mut closed, next) => {}
             }
             continue;
         }
-        let seen = std::mem::take(&mut lock(&notices).handled);
-        let start = shared.now();
-        let capacity = shared.published_capacity();
-        let report = shared.load_report();
-        let beat = shared.store.beat(
+        // Only the store's answer is awaited in a beat: cancelled, the beat ends there.
+        next = tokio::select! {
+            biased;
+            _ = cancel.cancelled() => return,
+            next = beat(&shared, &notices, next) => next,
+        };
+    }
+}
+
+/// One beat of the open session, due by `next`: publishes capacity and load, names the
+/// notices handled, and hands the new ones on. Returns when the next beat is due.
+async fn beat(shared: &Arc<Shared>, notices: &Arc<Mutex<Notices>>, next: Instant) -> Instant {
+    let interval = shared.config.renew_interval;
+    let seen = std::mem::take(&mut lock(notices).handled);
+    let start = shared.now();
+    let capacity = shared.published_capacity();
+    let report = shared.load_report();
+    let result = shared
+        .store
+        .beat(
             &shared.id,
             shared.incarnation(),
             capacity,
             report.as_ref(),
             &seen,
             next,
-        );
-        let result = tokio::select! {
-            biased;
-            _ = cancel.cancelled() => return,
-            result = beat => result,
-        };
-        match &result {
-            Ok(_) => {
-                if shared.health.answered(&shared.id, start, shared.now()) {
-                    // This beat may have published capacity 0 (sent while the spell lasted):
-                    // publish the real one at once, and look at the fleet (see `finish`).
-                    shared.beat_now.notify_one();
+        )
+        .await;
+    match &result {
+        Ok(_) => {
+            if shared.health.answered(&shared.id, start, shared.now()) {
+                // This beat may have published capacity 0 (sent while the spell lasted):
+                // publish the real one at once, and look at the fleet (see `finish`).
+                shared.beat_now.notify_one();
+                shared.rescan.notify_one();
+            }
+        }
+        Err(err) if err.is_ambiguous() => shared.health.unanswered(&shared.id, start),
+        Err(_) => {}
+    }
+    match result {
+        Ok(Outcome::Done(member)) => {
+            metrics::renewal(&shared.id, shared.now() - start);
+            shared.beaten(start, member.heartbeat);
+            if let Some(report) = report {
+                // New figures may change the assignment: this worker's next round places by
+                // them (it asks handoffs on the receivers' behalf), as nothing else would
+                // bring a round. A refresh of the same figures does not.
+                if shared.loads.published(report, start) {
                     shared.rescan.notify_one();
                 }
             }
-            Err(err) if err.is_ambiguous() => shared.health.unanswered(&shared.id, start),
-            Err(_) => {}
+            dispatch(shared, notices, member);
+            next
         }
-        match result {
-            Ok(Outcome::Done(member)) => {
-                metrics::renewal(&shared.id, shared.now() - start);
-                shared.beaten(start, member.heartbeat);
-                if let Some(report) = report {
-                    // New figures may change the assignment: this worker's next round places
-                    // by them (it asks handoffs on the receivers' behalf), as
-                    // nothing else would bring a round. A refresh of the same figures does not.
-                    if shared.loads.published(report, start) {
-                        shared.rescan.notify_one();
-                    }
-                }
-                dispatch(&shared, &notices, member);
-            }
-            Ok(Outcome::LostRace { current }) => {
-                lost(&shared, current.as_ref());
-                *lock(&notices) = Notices::default();
-            }
-            Err(err) => {
-                // Tried again soon: the session's validity runs out a lease duration after
-                // the last accepted beat began, and a beat interval may be half of that.
-                next = next.min(shared.now() + interval / 4);
-                // Named again in the next beat: removing a notice twice is harmless.
-                lock(&notices).handled.extend(seen);
-                metrics::store_error(&shared.id, "beat");
-                tracing::warn!(error = %err, "session beat failed");
-            }
+        Ok(Outcome::LostRace { current }) => {
+            lost(shared, current.as_ref());
+            *lock(notices) = Notices::default();
+            next
+        }
+        Err(err) => {
+            // Tried again soon: the session's validity runs out a lease duration after the
+            // last accepted beat began, and a beat interval may be half of that.
+            let next = next.min(shared.now() + interval / 4);
+            // Named again in the next beat: removing a notice twice is harmless.
+            lock(notices).handled.extend(seen);
+            metrics::store_error(&shared.id, "beat");
+            tracing::warn!(error = %err, "session beat failed");
+            next
+        }
+    }
+}
+
+/// What the session loop keeps while the session is closed.
+struct Closed {
+    /// The record of another process with this id.
+    other: ExpiryTracker<(), (Option<Incarnation>, u64)>,
+    /// An open of this incarnation whose answer was lost: it may have landed unseen.
+    unseen_open: bool,
+}
+
+impl Closed {
+    fn new(lease_duration: std::time::Duration) -> Self {
+        Self {
+            other: ExpiryTracker::new(lease_duration),
+            unseen_open: false,
         }
     }
 }
@@ -277,12 +303,7 @@ fn lost(shared: &Shared, current: Option<&Member>) {
 }
 
 /// While the session is closed: opens a new one once nobody else holds this id's record.
-async fn reopen(
-    shared: &Shared,
-    other: &mut ExpiryTracker<(), (Option<Incarnation>, u64)>,
-    unseen_open: &mut bool,
-    deadline: Instant,
-) {
+async fn reopen(shared: &Shared, closed: &mut Closed, deadline: Instant) {
     let start = shared.now();
     let current = match shared.store.get_member(&shared.id, true, deadline).await {
         Ok(current) => current,
@@ -296,37 +317,55 @@ async fn reopen(
         // This process's own session, opened by an attempt whose answer was lost: taken up
         // with a beat, never counted from this read.
         Some(member) if member.incarnation == Some(shared.incarnation()) => {
-            match adopt(shared, &[], deadline).await {
-                Ok(true) => {
-                    *unseen_open = false;
-                    tracing::info!("session taken up again from its record");
-                    shared.rescan.notify_one();
-                }
-                Ok(false) => {}
-                Err(err) => {
-                    tracing::warn!(error = %err, "could not beat this process's own record to take its session up again");
-                }
-            }
+            take_up_own(shared, closed, deadline).await;
             return;
         }
         Some(member) => {
             let version = (member.incarnation, member.heartbeat);
             let now = shared.now();
-            other.observe(&(), version, now);
-            if !other.is_expired(&(), now) {
+            closed.other.observe(&(), version, now);
+            if !closed.other.is_expired(&(), now) {
                 return;
             }
             Some(member)
         }
     };
-    if std::mem::take(unseen_open) {
+    if std::mem::take(&mut closed.unseen_open) {
         // An earlier open of this incarnation may have landed and been fenced since (its
         // record is gone, or replaced): a peer that fenced it holds its leases for orphans.
         // Opened again under the same incarnation, at the same heartbeat, the new session
-        // would be that fenced one in the peer's eyes (seed 2207009584190925347, an overlap).
+        // would be that fenced one in the peer's eyes
+        // (`sessions_open_anew_after_an_open_that_may_have_landed` in `tests/simulate.rs`).
         let next = shared.new_incarnation();
         tracing::info!(incarnation = %next, "an earlier open may have landed unseen: the next session is this incarnation");
     }
+    open_again(shared, closed, replacing, start, deadline).await;
+}
+
+/// Takes up this process's own session, whose opening landed unseen, with a beat.
+async fn take_up_own(shared: &Shared, closed: &mut Closed, deadline: Instant) {
+    match adopt(shared, &[], deadline).await {
+        Ok(true) => {
+            closed.unseen_open = false;
+            tracing::info!("session taken up again from its record");
+            shared.rescan.notify_one();
+        }
+        Ok(false) => {}
+        Err(err) => {
+            tracing::warn!(error = %err, "could not beat this process's own record to take its session up again");
+        }
+    }
+}
+
+/// Opens a session (started at `start`), replacing `replacing`, a record of another process
+/// of this id seen unchanged for a lease duration, if any.
+async fn open_again(
+    shared: &Shared,
+    closed: &mut Closed,
+    replacing: Option<Member>,
+    start: Instant,
+    deadline: Instant,
+) {
     let opened = shared
         .store
         .open_session(
@@ -345,7 +384,7 @@ async fn reopen(
             if let Some(old) = replacing.as_ref().and_then(|m| m.incarnation) {
                 shared.note_fenced(&shared.id, old);
             }
-            *other = ExpiryTracker::new(shared.config.lease_duration);
+            closed.other = ExpiryTracker::new(shared.config.lease_duration);
             shared.beaten(start, member.heartbeat);
             // The new record has no load report: the next beat publishes it.
             shared.loads.unpublished();
@@ -353,7 +392,7 @@ async fn reopen(
         }
         Ok(Outcome::LostRace { .. }) => {}
         Err(err) => {
-            *unseen_open = err.is_ambiguous();
+            closed.unseen_open = err.is_ambiguous();
             tracing::warn!(error = %err, "could not open a session");
         }
     }
@@ -553,103 +592,132 @@ async fn look(shared: &Arc<Shared>, key: LeaseKey, lease: Option<Lease>, start: 
         return true;
     }
     if lease.is_owned_by_incarnation(me, shared.incarnation()) {
-        match (held_tenure, &lease.handoff_to) {
-            (Some(tenure), Some(to)) if tenure == lease.tenure && to != me => {
-                return ask_to_stop(shared, &key, tenure, to.clone());
-            }
-            (Some(_), _) => {}
-            // Ours in the table, not held here (lost when the session's validity ran out),
-            // and asked of us: nothing works on it here, so it is handed over (or retired) at
-            // once instead of after the requester's handoff timeout.
-            (None, Some(to)) if to != me => {
-                let (taking, revoked) = {
-                    let state = shared.lock();
-                    (
-                        state.taking.contains(&key),
-                        state.revoked.contains_key(&key),
-                    )
-                };
-                if taking {
-                    // A take of it is still out (its answer late or lost): once it is held,
-                    // the next beat asks its application to stop. Dropped here, the request
-                    // would wait for the worker doing the chores to tell of it again.
-                    return false;
-                }
-                if revoked {
-                    // Revoked here a moment ago: it is handed over once the application has
-                    // let go of it, not before. (A handoff notice told again by the chores,
-                    // read right after the revocation, handed it over at once while the
-                    // application still worked on it: seed 5531981480057750266, an overlap.)
-                    return true;
-                }
-                tracing::info!(lease_key = %key, to = %to, "a lease of this session not held here was asked for: handing it over");
-                spawn_finish(
-                    shared,
-                    key,
-                    Finish::handing_over(lease.nonce, lease.tenure, to.clone()),
-                );
-            }
-            // Ours in the table and not held here: the next placement round resumes it.
-            (None, _) => shared.rescan.notify_one(),
-        }
-        return true;
+        return look_at_ours(shared, key, lease, held_tenure);
     }
     if lease.is_owned_by(me) && lease.owner_incarnation.is_none() {
-        // Given (or handed over) to this worker: whoever gave it made sure that nobody works
-        // on it any more. A worker leaving passes it on.
-        if let Some(tenure) = held_tenure.filter(|t| *t < lease.tenure) {
-            // Held here in an earlier tenure, since moved on (taken by another process of
-            // this id, then given back): what the application works on is no longer this
-            // worker's. It stops; the next placement round takes the lease anew.
-            shared.lose(
-                &key,
-                Some(tenure),
-                "the lease was given to this worker again",
-            );
-            shared.rescan.notify_one();
-        } else if held_tenure.is_none() {
-            if shared.lock().shutting_down {
-                place(shared, lease, start + shared.config.store_timeout).await;
-            } else if let Answer::Unanswered { .. } =
-                take(shared, lease, Report::Quiet, start).await
-            {
-                // It may have landed: then the lease is this session's in the table and held
-                // nowhere, and nothing would look at it before the slow scan (seed
-                // 8279275819625688726). A round a beat later resumes it, or takes it again.
-                let later = Arc::clone(shared);
-                shared.jobs.spawn(
-                    async move {
-                        let at = later.now() + later.config.renew_interval;
-                        later.clock.sleep_until(at).await;
-                        later.rescan.notify_one();
-                    }
-                    .in_current_span(),
-                );
-            }
-        }
+        look_at_given(shared, key, lease, held_tenure, start).await;
         return true;
     }
     if held_tenure.is_some() {
-        let why = format!(
-            "the lease is now {:?}'s (tenure {})",
-            lease.owner.as_ref().map(|o| o.as_str()),
-            lease.tenure
-        );
-        if let Some(wait) = shared.lose(&key, None, &why) {
-            // Taken from this session (a steal, another process of this id): the taker reports
-            // the lease once this notice is named seen, so it is named once the application has
-            // let go of the grant (it may still be inside a checkpoint or a read), as a
-            // revoked lease is handed over; at most a handoff timeout later.
-            let until = shared.now() + shared.config.handoff_timeout;
-            if timeout_at(&*shared.clock, until, wait.let_go())
-                .await
-                .is_err()
-            {
-                tracing::warn!(lease_key = %key, "the application did not let go of a lease taken from this session within the handoff timeout");
-            }
-        }
+        look_at_taken(shared, key, lease).await;
     }
     true
+}
+
+/// `look` at a lease of this session in the table, held here in `held_tenure` (if at all).
+fn look_at_ours(
+    shared: &Arc<Shared>,
+    key: LeaseKey,
+    lease: Lease,
+    held_tenure: Option<u64>,
+) -> bool {
+    let me = &shared.id;
+    match (held_tenure, &lease.handoff_to) {
+        (Some(tenure), Some(to)) if tenure == lease.tenure && to != me => {
+            return ask_to_stop(shared, &key, tenure, to.clone());
+        }
+        (Some(_), _) => {}
+        // Ours in the table, not held here (lost when the session's validity ran out), and
+        // asked of us: nothing works on it here, so it is handed over (or retired) at once
+        // instead of after the requester's handoff timeout.
+        (None, Some(to)) if to != me => {
+            let (taking, revoked) = {
+                let state = shared.lock();
+                (
+                    state.taking.contains(&key),
+                    state.revoked.contains_key(&key),
+                )
+            };
+            if taking {
+                // A take of it is still out (its answer late or lost): once it is held, the
+                // next beat asks its application to stop. Dropped here, the request would
+                // wait for the worker doing the chores to tell of it again.
+                return false;
+            }
+            if revoked {
+                // Revoked here a moment ago: it is handed over once the application has let
+                // go of it, not before. (A handoff notice told again by the chores, read
+                // right after the revocation, handed it over at once while the application
+                // still worked on it: `sessions_hand_a_revoked_lease_over_only_once_let_go`
+                // in `tests/simulate.rs`.)
+                return true;
+            }
+            tracing::info!(lease_key = %key, to = %to, "a lease of this session not held here was asked for: handing it over");
+            spawn_finish(
+                shared,
+                key,
+                Finish::handing_over(lease.nonce, lease.tenure, to.clone()),
+            );
+        }
+        // Ours in the table and not held here: the next placement round resumes it.
+        (None, _) => shared.rescan.notify_one(),
+    }
+    true
+}
+
+/// `look` at a lease given (or handed over) to this worker's id: whoever gave it made sure
+/// that nobody works on it any more. A worker leaving passes it on.
+async fn look_at_given(
+    shared: &Arc<Shared>,
+    key: LeaseKey,
+    lease: Lease,
+    held_tenure: Option<u64>,
+    start: Instant,
+) {
+    if let Some(tenure) = held_tenure.filter(|t| *t < lease.tenure) {
+        // Held here in an earlier tenure, since moved on (taken by another process of this
+        // id, then given back): what the application works on is no longer this worker's. It
+        // stops; the next placement round takes the lease anew.
+        shared.lose(
+            &key,
+            Some(tenure),
+            "the lease was given to this worker again",
+        );
+        shared.rescan.notify_one();
+        return;
+    }
+    if held_tenure.is_some() {
+        return;
+    }
+    if shared.lock().shutting_down {
+        place(shared, lease, start + shared.config.store_timeout).await;
+    } else if let Answer::Unanswered { .. } = take(shared, lease, Report::Quiet, start).await {
+        // It may have landed: then the lease is this session's in the table and held nowhere,
+        // and nothing would look at it before the slow scan
+        // (`sessions_look_again_after_an_unanswered_take_from_a_notice` in
+        // `tests/simulate.rs`). A round a beat later resumes it, or takes it again.
+        let later = Arc::clone(shared);
+        shared.jobs.spawn(
+            async move {
+                let at = later.now() + later.config.renew_interval;
+                later.clock.sleep_until(at).await;
+                later.rescan.notify_one();
+            }
+            .in_current_span(),
+        );
+    }
+}
+
+/// `look` at a lease held here that the table shows as somebody else's now.
+async fn look_at_taken(shared: &Arc<Shared>, key: LeaseKey, lease: Lease) {
+    let why = format!(
+        "the lease is now {:?}'s (tenure {})",
+        lease.owner.as_ref().map(|o| o.as_str()),
+        lease.tenure
+    );
+    if let Some(wait) = shared.lose(&key, None, &why) {
+        // Taken from this session (a steal, another process of this id): the taker reports the
+        // lease once this notice is named seen, so it is named once the application has let go
+        // of the grant (it may still be inside a checkpoint or a read), as a revoked lease is
+        // handed over; at most a handoff timeout later.
+        let until = shared.now() + shared.config.handoff_timeout;
+        if timeout_at(&*shared.clock, until, wait.let_go())
+            .await
+            .is_err()
+        {
+            tracing::warn!(lease_key = %key, "the application did not let go of a lease taken from this session within the handoff timeout");
+        }
+    }
 }
 
 /// A handoff (or retirement) was asked of a lease held here: tell the application. `false`

@@ -26,7 +26,7 @@ use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
 use super::metrics;
-use super::state::Shared;
+use super::state::{SessionVersion, Shared};
 use crate::lease::{Incarnation, WorkerId};
 
 pub(crate) async fn run(shared: Arc<Shared>, cancel: CancellationToken) {
@@ -82,7 +82,6 @@ struct Beats {
 /// Watches `target` until its session is fenced here or its record is gone.
 async fn watch(shared: &Shared, target: &WorkerId) {
     let interval = shared.config.renew_interval;
-    let floor = interval / 16;
     let lease = shared.config.lease_duration;
     let mut beats: Option<Beats> = None;
     let mut next = shared.now();
@@ -110,87 +109,110 @@ async fn watch(shared: &Shared, target: &WorkerId) {
         match &mut beats {
             Some(b) if b.value == value => {
                 if now >= b.hi + lease {
-                    if fence(
-                        shared,
-                        target,
-                        member.incarnation,
-                        member.heartbeat,
-                        deadline,
-                    )
-                    .await
-                    {
+                    let (incarnation, heartbeat) = value;
+                    if fence(shared, target, incarnation, heartbeat, deadline).await {
                         return;
                     }
                     next = shared.now();
                     continue;
                 }
-                b.missed = Some(now);
-                // Beats missed: warn those its leases would go to, so that they are ready to
-                // start them the moment they are given.
-                let lead = warn_lead(interval, lease);
-                if !b.warned && now + lead >= b.hi + lease {
-                    b.warned = true;
-                    if let Some(incarnation) = member.incarnation {
-                        *shared.suspect.lock().unwrap_or_else(|e| e.into_inner()) =
-                            Some((target.clone(), incarnation));
-                        shared.rescan.notify_one();
-                    }
-                }
-                // Not yet in step with its beats: every eighth of an interval until a change
-                // shows when they land. Late: at the end of the window, then every eighth of an
-                // interval, and at the moment of expiry.
-                let end = b.hi + interval;
-                let retry = if b.synced && now < end {
-                    end
-                } else {
-                    now + interval / 8
-                };
-                let warn_at = (b.hi + lease).checked_sub(lead).unwrap_or(now);
-                next = retry.min(b.hi + lease);
-                if !b.warned && warn_at > now {
-                    next = next.min(warn_at);
-                }
+                next = missed(shared, target, b, member.incarnation, now);
             }
             _ => {
-                // The new value landed after the last read that did not show it.
-                let (lo, synced) = match &beats {
-                    Some(b) => match b.missed {
-                        Some(missed) => (missed.min(now), true),
-                        None => ((b.lo + interval).min(now), b.synced),
-                    },
-                    None => (now, false),
-                };
-                // First seen by this worker maybe earlier, by a placement round's scan.
-                let hi = match &beats {
-                    None => shared
-                        .members_seen
-                        .lock()
-                        .unwrap_or_else(|e| e.into_inner())
-                        .get(target)
-                        .filter(|(seen, _)| *seen == value)
-                        .map_or(now, |(_, at)| (*at).min(now)),
-                    Some(_) => now,
-                };
-                let b = Beats {
-                    value,
-                    hi,
-                    lo,
-                    missed: None,
-                    warned: false,
-                    synced,
-                };
-                let width = b.hi.saturating_duration_since(b.lo);
-                next = if !synced {
-                    now + interval / 8
-                } else if width > floor {
-                    b.lo + width / 2 + interval
-                } else {
-                    b.hi + interval
-                };
+                let (b, at) = changed(shared, target, beats.as_ref(), value, now);
                 beats = Some(b);
+                next = at;
             }
         }
     }
+}
+
+/// The watched record showed no new beat at `now` (its expiry here still ahead): warns those
+/// its leases would go to when it is close, and returns when to read it next.
+fn missed(
+    shared: &Shared,
+    target: &WorkerId,
+    b: &mut Beats,
+    incarnation: Option<Incarnation>,
+    now: Instant,
+) -> Instant {
+    let (interval, lease) = (shared.config.renew_interval, shared.config.lease_duration);
+    b.missed = Some(now);
+    // Beats missed: warn those its leases would go to, so that they are ready to start them
+    // the moment they are given.
+    let lead = warn_lead(interval, lease);
+    if !b.warned && now + lead >= b.hi + lease {
+        b.warned = true;
+        if let Some(incarnation) = incarnation {
+            *shared.suspect.lock().unwrap_or_else(|e| e.into_inner()) =
+                Some((target.clone(), incarnation));
+            shared.rescan.notify_one();
+        }
+    }
+    // Not yet in step with its beats: every eighth of an interval until a change shows when
+    // they land. Late: at the end of the window, then every eighth of an interval, and at the
+    // moment of expiry.
+    let end = b.hi + interval;
+    let retry = if b.synced && now < end {
+        end
+    } else {
+        now + interval / 8
+    };
+    let warn_at = (b.hi + lease).checked_sub(lead).unwrap_or(now);
+    let mut next = retry.min(b.hi + lease);
+    if !b.warned && warn_at > now {
+        next = next.min(warn_at);
+    }
+    next
+}
+
+/// The watched record showed a new `value` at `now`: where its beats land, as bounded by the
+/// reads so far (`last`), and when to read it next.
+fn changed(
+    shared: &Shared,
+    target: &WorkerId,
+    last: Option<&Beats>,
+    value: SessionVersion,
+    now: Instant,
+) -> (Beats, Instant) {
+    let interval = shared.config.renew_interval;
+    let floor = interval / 16;
+    // The new value landed after the last read that did not show it.
+    let (lo, synced) = match last {
+        Some(b) => match b.missed {
+            Some(missed) => (missed.min(now), true),
+            None => ((b.lo + interval).min(now), b.synced),
+        },
+        None => (now, false),
+    };
+    // First seen by this worker maybe earlier, by a placement round's scan.
+    let hi = match last {
+        None => shared
+            .members_seen
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .get(target)
+            .filter(|(seen, _)| *seen == value)
+            .map_or(now, |(_, at)| (*at).min(now)),
+        Some(_) => now,
+    };
+    let b = Beats {
+        value,
+        hi,
+        lo,
+        missed: None,
+        warned: false,
+        synced,
+    };
+    let width = b.hi.saturating_duration_since(b.lo);
+    let next = if !synced {
+        now + interval / 8
+    } else if width > floor {
+        b.lo + width / 2 + interval
+    } else {
+        b.hi + interval
+    };
+    (b, next)
 }
 
 /// How long before a silent session's expiry the watcher warns: two beats before it, but

@@ -167,25 +167,13 @@ impl Taker {
     /// One round; returns when the next one should run.
     async fn round(&mut self) -> Result<Instant, StoreError> {
         let config = self.shared.config.clone();
-        let deadline = self.shared.now() + config.store_timeout;
-        // Every write a round leads to is conditioned on what it read, so a stale read costs a
-        // lost race at most: eventually consistent, at half the price.
-        let mut snapshot = self.shared.store.snapshot_eventually(deadline).await?;
-        self.see_announced(&mut snapshot, deadline).await;
-        self.confirm_chores(&mut snapshot, deadline).await;
+        let snapshot = self.read_table().await?;
         // Observed at the end of the scan: every value read was written before now, so no
         // owner's validity (counted from before its write) can outlast now + lease duration.
         let now = self.shared.now();
-        let incarnation = self.shared.incarnation();
-        if self.identity.ownership_incarnation() != incarnation {
-            // A new session: its predecessor must hear of it again.
-            self.announced_to = None;
-        }
-        self.identity.set_incarnation(incarnation);
         let by_key: HashMap<&LeaseKey, &Lease> =
             snapshot.leases.iter().map(|l| (&l.key, l)).collect();
-        self.identity.settle(&by_key, now, config.retire_after);
-        self.shared.forget_takes(&by_key, config.retire_after);
+        self.begin_round(&by_key, now);
         tracing::debug!(
             leases = snapshot.leases.len(),
             members = snapshot.members.len(),
@@ -202,22 +190,15 @@ impl Taker {
         // good part of a round's work).
         let placement = self.policy.assign(&view);
         let mut moves = self.policy.plan_with(&view, &self.shared.id, &placement);
-        // Nothing else brings the next round: keep looking while this worker moved something
-        // or is below its share.
-        let mut fleet: Vec<WorkerId> = live.keys().cloned().collect();
-        fleet.sort();
-        let fleet_changed = fleet != self.last_fleet;
-        let joined = fleet
-            .iter()
-            .any(|w| self.last_fleet.binary_search(w).is_err());
-        self.last_fleet = fleet;
-        let gathering = self.gathering(joined, now);
+        let (fleet_changed, gathering) = self.see_fleet(&live, now);
         if gathering {
             moves.retain(|step| match step {
                 Move::Take(key) => by_key.get(key).is_some_and(|l| l.owner.is_some()),
                 Move::RequestHandoff { .. } => false,
             });
         }
+        // Nothing else brings the next round: keep looking while this worker moved something
+        // or is below its share.
         let me = &self.shared.id;
         let moved = !moves.is_empty()
             || !actions.is_empty()
@@ -228,18 +209,7 @@ impl Taker {
         }
         self.place(&snapshot, &placement, &by_key, gathering, now)
             .await;
-        let deadline = now + config.store_timeout;
-        for revoke in std::mem::take(&mut self.revokes) {
-            let decide::Revoke {
-                owner,
-                session,
-                key,
-            } = revoke;
-            tracing::info!(lease_key = %key, owner = %owner, "handoff not done in time: telling its owner to give the lease up");
-            self.shared
-                .notify(&owner, session, &[revoke_notice(&key)], deadline)
-                .await;
-        }
+        self.tell_revokes(now).await;
         self.execute(actions, moves, &by_key, now).await;
         self.ring(&snapshot, &live, &view).await;
         let next = self.next_session_round(&snapshot, &live, &expiry, moved, now);
@@ -251,6 +221,62 @@ impl Taker {
         };
         self.publish(snapshot, &live, &expiry, now);
         Ok(next)
+    }
+
+    /// The round's reading of the table: an eventually consistent scan, with the workers that
+    /// announced themselves and the one doing the chores read consistently. Every write a
+    /// round leads to is conditioned on what it read, so a stale read costs a lost race at
+    /// most: eventually consistent, at half the price.
+    async fn read_table(&self) -> Result<Snapshot, StoreError> {
+        let deadline = self.shared.now() + self.shared.config.store_timeout;
+        let mut snapshot = self.shared.store.snapshot_eventually(deadline).await?;
+        self.see_announced(&mut snapshot, deadline).await;
+        self.confirm_chores(&mut snapshot, deadline).await;
+        Ok(snapshot)
+    }
+
+    /// Follows this process's session (a new one must announce itself to its predecessor
+    /// again) and forgets the takes the table no longer needs remembered.
+    fn begin_round(&mut self, by_key: &HashMap<&LeaseKey, &Lease>, now: Instant) {
+        let incarnation = self.shared.incarnation();
+        if self.identity.ownership_incarnation() != incarnation {
+            // A new session: its predecessor must hear of it again.
+            self.announced_to = None;
+        }
+        self.identity.set_incarnation(incarnation);
+        let retire_after = self.shared.config.retire_after;
+        self.identity.settle(by_key, now, retire_after);
+        self.shared.forget_takes(by_key, retire_after);
+    }
+
+    /// Whether the live workers changed since the last round, and whether this round only
+    /// gathers (see [`Taker::gathering`]).
+    fn see_fleet(&mut self, live: &HashMap<WorkerId, Option<u32>>, now: Instant) -> (bool, bool) {
+        let mut fleet: Vec<WorkerId> = live.keys().cloned().collect();
+        fleet.sort();
+        let fleet_changed = fleet != self.last_fleet;
+        let joined = fleet
+            .iter()
+            .any(|w| self.last_fleet.binary_search(w).is_err());
+        self.last_fleet = fleet;
+        (fleet_changed, self.gathering(joined, now))
+    }
+
+    /// Tells the owners of the handoffs this worker asked for and that were not done in time
+    /// to give the leases up.
+    async fn tell_revokes(&mut self, now: Instant) {
+        let deadline = now + self.shared.config.store_timeout;
+        for revoke in std::mem::take(&mut self.revokes) {
+            let decide::Revoke {
+                owner,
+                session,
+                key,
+            } = revoke;
+            tracing::info!(lease_key = %key, owner = %owner, "handoff not done in time: telling its owner to give the lease up");
+            self.shared
+                .notify(&owner, session, &[revoke_notice(&key)], deadline)
+                .await;
+        }
     }
 
     /// A worker that announced it joined next to this one (a member notice) brought this

@@ -16,8 +16,18 @@ use crate::lease::{Incarnation, Lease, LeaseKey, Snapshot, WorkerId};
 use crate::store::Outcome;
 use crate::worker::fenced::{Fenced, SessionId};
 use crate::worker::metrics;
-use crate::worker::state::TableView;
+use crate::worker::state::{Shared, TableView};
 use crate::worker::take::FAR;
+
+/// A round's first judgement of the sessions its leases name (see `Taker::first_expiry`).
+struct Judged {
+    /// When each lease of the snapshot may be started by others.
+    expiry: Vec<Instant>,
+    /// The sessions named by leases that have no record of their own.
+    named: HashSet<(WorkerId, Option<Incarnation>)>,
+    /// The sessions fenced here that the leases still name.
+    still_fenced: HashSet<SessionId>,
+}
 
 impl Taker {
     /// Records the members' beats, fences every session seen unchanged for a
@@ -30,29 +40,70 @@ impl Taker {
         snapshot: &Snapshot,
         now: Instant,
     ) -> Vec<Instant> {
+        self.note_beats(snapshot, now);
+        self.fence_expired(snapshot, now).await;
+        let fenced = self.fenced().clone();
+        let judged = self.first_expiry(snapshot, &fenced, now);
+        self.ended.retain(|s| judged.named.contains(s));
+        self.replaced.retain(|s, _| judged.named.contains(s));
+        let confirmed_live = self.confirm_ended(&judged.named, now).await;
+        let expiry = self.confirmed_expiry(snapshot, judged.expiry, &confirmed_live, now);
+        // The sessions fenced here that the table no longer names: nothing can be started on
+        // their account any more, so they are forgotten. Only those this round judged: a fence
+        // made since it copied the set is kept for the next round. (Were one forgotten too
+        // early, its leases would wait a lease duration, as any session's without a record.)
+        if !fenced.is_empty() {
+            let mut still_fenced = judged.still_fenced;
+            still_fenced.extend(
+                snapshot
+                    .members
+                    .iter()
+                    .filter_map(|m| Some((m.worker.clone(), m.incarnation?)))
+                    .filter(|(worker, incarnation)| fenced.contains(worker, *incarnation)),
+            );
+            self.fenced().forget_unnamed(&fenced, &still_fenced);
+        }
+        // Only the leases others may start some day are kept: at rest that is none, and a
+        // worker of a large fleet must not hold a map of every lease between rounds.
+        let far = now + FAR;
+        self.expiry = snapshot
+            .leases
+            .iter()
+            .zip(&expiry)
+            .filter(|(_, at)| **at < far)
+            .map(|(l, at)| (l.key.clone(), *at))
+            .collect();
+        expiry
+    }
+
+    /// Records each member's (session, heartbeat) as seen now, here and for the watcher;
+    /// forgets the members the scan does not show.
+    fn note_beats(&mut self, snapshot: &Snapshot, now: Instant) {
         let ids: HashSet<&WorkerId> = snapshot.members.iter().map(|m| &m.worker).collect();
         self.members.retain(|w| ids.contains(w));
         for member in &snapshot.members {
             self.members
                 .observe(&member.worker, (member.incarnation, member.heartbeat), now);
         }
-        {
-            let mut seen = self
-                .shared
-                .members_seen
-                .lock()
-                .unwrap_or_else(|e| e.into_inner());
-            seen.retain(|w, _| ids.contains(w));
-            for member in &snapshot.members {
-                let value = (member.incarnation, member.heartbeat);
-                match seen.get(&member.worker) {
-                    Some((old, _)) if *old == value => {}
-                    _ => {
-                        seen.insert(member.worker.clone(), (value, now));
-                    }
+        let mut seen = self
+            .shared
+            .members_seen
+            .lock()
+            .unwrap_or_else(|e| e.into_inner());
+        seen.retain(|w, _| ids.contains(w));
+        for member in &snapshot.members {
+            let value = (member.incarnation, member.heartbeat);
+            match seen.get(&member.worker) {
+                Some((old, _)) if *old == value => {}
+                _ => {
+                    seen.insert(member.worker.clone(), (value, now));
                 }
             }
         }
+    }
+
+    /// Fences every other member's session seen unchanged for a lease duration.
+    async fn fence_expired(&self, snapshot: &Snapshot, now: Instant) {
         let deadline = now + self.shared.config.store_timeout;
         for member in &snapshot.members {
             let Some(incarnation) = member.incarnation else {
@@ -70,14 +121,17 @@ impl Taker {
                 tracing::warn!(worker = %member.worker, error = %err, "could not fence an expired session");
             }
         }
+    }
+
+    /// When each lease of the snapshot may be started by others, as the scan shows its
+    /// owner's session (before the sessions without a record are read again).
+    fn first_expiry(&mut self, snapshot: &Snapshot, fenced: &Fenced, now: Instant) -> Judged {
         let records: HashMap<&WorkerId, Option<Incarnation>> = snapshot
             .members
             .iter()
             .map(|m| (&m.worker, m.incarnation))
             .collect();
-        let fenced = self.fenced().clone();
         let mut named = HashSet::new();
-        // The sessions fenced here that the table still names.
         let mut still_fenced: HashSet<SessionId> = HashSet::new();
         let far = now + FAR;
         let predecessors = self.shared.predecessors();
@@ -123,59 +177,46 @@ impl Taker {
                 capped(self.ended.observe(&session, NO_RECORD, now))
             })
             .collect();
-        self.ended.retain(|s| named.contains(s));
-        self.replaced.retain(|s, _| named.contains(s));
-        let confirmed_live = self.confirm_ended(&named, now).await;
-        let lease_duration = self.shared.config.lease_duration;
-        let expiry: Vec<Instant> = if confirmed_live.is_empty() && self.replaced.is_empty() {
-            expiry
-        } else {
-            snapshot
-                .leases
-                .iter()
-                .zip(expiry)
-                .map(|(lease, at)| {
-                    let Some(owner) = &lease.owner else {
-                        return at;
-                    };
-                    let session = (owner.clone(), lease.owner_incarnation);
-                    if confirmed_live.contains(&session) {
-                        return far;
-                    }
-                    // Replaced by another process of its id: over a lease duration after the
-                    // read that first showed it so (a session this one's opening replaced
-                    // is judged by `Shared::predecessors` instead).
-                    match self.replaced.get(&session) {
-                        Some(seen) if *owner != self.shared.id => at.max(*seen + lease_duration),
-                        _ => at,
-                    }
-                })
-                .collect()
-        };
-        // The sessions fenced here that the table no longer names: nothing can be started on
-        // their account any more, so they are forgotten. Only those this round judged: a fence
-        // made since it copied the set is kept for the next round. (Were one forgotten too
-        // early, its leases would wait a lease duration, as any session's without a record.)
-        if !fenced.is_empty() {
-            still_fenced.extend(
-                snapshot
-                    .members
-                    .iter()
-                    .filter_map(|m| Some((m.worker.clone(), m.incarnation?)))
-                    .filter(|(worker, incarnation)| fenced.contains(worker, *incarnation)),
-            );
-            self.fenced().forget_unnamed(&fenced, &still_fenced);
+        Judged {
+            expiry,
+            named,
+            still_fenced,
         }
-        // Only the leases others may start some day are kept: at rest that is none, and a
-        // worker of a large fleet must not hold a map of every lease between rounds.
-        self.expiry = snapshot
+    }
+
+    /// `expiry` once the sessions without a record were read again: a session a consistent
+    /// read showed live (or could not read) is not over; one replaced by another process of
+    /// its id is over a lease duration after the read that first showed it so (a session this
+    /// one's opening replaced is judged by `Shared::predecessors` instead).
+    fn confirmed_expiry(
+        &self,
+        snapshot: &Snapshot,
+        expiry: Vec<Instant>,
+        confirmed_live: &HashSet<(WorkerId, Option<Incarnation>)>,
+        now: Instant,
+    ) -> Vec<Instant> {
+        if confirmed_live.is_empty() && self.replaced.is_empty() {
+            return expiry;
+        }
+        let (far, lease_duration) = (now + FAR, self.shared.config.lease_duration);
+        snapshot
             .leases
             .iter()
-            .zip(&expiry)
-            .filter(|(_, at)| **at < far)
-            .map(|(l, at)| (l.key.clone(), *at))
-            .collect();
-        expiry
+            .zip(expiry)
+            .map(|(lease, at)| {
+                let Some(owner) = &lease.owner else {
+                    return at;
+                };
+                let session = (owner.clone(), lease.owner_incarnation);
+                if confirmed_live.contains(&session) {
+                    return far;
+                }
+                match self.replaced.get(&session) {
+                    Some(seen) if *owner != self.shared.id => at.max(*seen + lease_duration),
+                    _ => at,
+                }
+            })
+            .collect()
     }
 
     /// The sessions `named` without a record of their own whose leases this round would
@@ -272,7 +313,6 @@ impl Taker {
         if self.shared.health.is_slow() || !self.shared.session_valid() {
             return;
         }
-        let me = &self.shared.id;
         let incarnations = incarnations(snapshot);
         tracing::debug!(
             counts = ?assignment.counts.iter().collect::<BTreeMap<_, _>>(),
@@ -280,94 +320,21 @@ impl Taker {
             moves = ?assignment.moves.iter().collect::<BTreeMap<_, _>>(),
             "placement"
         );
+        let (placements, unproven) =
+            self.placements(snapshot, assignment, by_key, &incarnations, gathering, now);
+        self.unproven = unproven;
         let deadline = now + self.shared.config.store_timeout;
         let limit = Arc::new(Semaphore::new(self.shared.config.max_concurrent_renewals));
         let mut gives = JoinSet::new();
-        // In id order: a seeded simulation must replay the same store calls.
-        let mut receivers: Vec<(&WorkerId, &Vec<Move>)> = assignment.moves.iter().collect();
-        receivers.sort_by(|a, b| a.0.cmp(b.0));
-        self.unproven = false;
-        for (worker, moves) in receivers {
-            if worker == me || !incarnations.contains_key(worker) {
-                continue;
-            }
-            let proven = snapshot
-                .members
-                .iter()
-                .find(|m| m.worker == *worker)
-                .is_some_and(|m| self.proven(m));
-            if !proven {
-                self.unproven = true;
-                continue;
-            }
-            for step in moves {
-                let (key, from) = match step {
-                    Move::Take(key) => (key, None),
-                    Move::RequestHandoff { key, from } => (key, Some(from.clone())),
-                };
-                let Some(lease) = by_key.get(key) else {
-                    continue;
-                };
-                let owner_incarnation = lease.owner_incarnation;
-                if from.is_none() {
-                    let startable = self.expiry.get(key).is_some_and(|at| *at <= now);
-                    if lease.owner.is_some() && !startable || lease.owner.is_none() && gathering {
-                        continue;
-                    }
-                } else if gathering || owner_incarnation.is_none() {
-                    // Given and not yet taken: its receiver is about to start it.
-                    continue;
+        for placement in placements {
+            let (shared, limit) = (Arc::clone(&self.shared), Arc::clone(&limit));
+            gives.spawn(
+                async move {
+                    let _permit = limit.acquire_owned().await.ok()?;
+                    placement.write(&shared, deadline).await
                 }
-                let (shared, limit) = (Arc::clone(&self.shared), Arc::clone(&limit));
-                let (key, worker, nonce, counter, tenure) = (
-                    key.clone(),
-                    worker.clone(),
-                    lease.nonce,
-                    lease.counter,
-                    lease.tenure,
-                );
-                gives.spawn(
-                    async move {
-                        let _permit = limit.acquire_owned().await.ok()?;
-                        let (written, what) = match &from {
-                            None => (
-                                shared.store.give(&key, nonce, &worker, counter, deadline).await,
-                                "give",
-                            ),
-                            Some(owner) => (
-                                shared
-                                    .store
-                                    .request_handoff(&key, nonce, owner, tenure, &worker, deadline)
-                                    .await,
-                                "request_handoff",
-                            ),
-                        };
-                        match written {
-                            // A lease given is announced to its receiver; a handoff asked on a
-                            // worker's behalf, to the owner (which tells the receiver once it
-                            // has handed the lease over).
-                            Ok(Outcome::Done(_)) => Some(match from {
-                                None => (worker, None, key),
-                                Some(owner) => (owner, owner_incarnation, key),
-                            }),
-                            Ok(Outcome::LostRace { current }) => {
-                                tracing::debug!(lease_key = %key, what, current = ?current.map(|l| (l.owner, l.tenure, l.handoff_to)), "not placed: the lease changed");
-                                None
-                            }
-                            Err(err) => {
-                                metrics::store_error(&shared.id, what);
-                                tracing::warn!(lease_key = %key, error = %err, "could not place a lease");
-                                // It may have landed: the notice is harmless if it did not.
-                                err.is_ambiguous().then_some(match from {
-                                    None => (worker, None, key),
-                                    Some(owner) => (owner, owner_incarnation, key),
-                                })
-                            }
-                        }
-                    }
-                    .in_current_span(),
-                );
-            }
+                .in_current_span(),
+            );
         }
         let mut told: BTreeMap<(WorkerId, Option<Incarnation>), Vec<String>> = BTreeMap::new();
         while let Some(done) = gives.join_next().await {
@@ -388,6 +355,66 @@ impl Taker {
                 .notify(&worker, incarnation, &keys, deadline)
                 .await;
         }
+    }
+
+    /// The gives and handoff requests this round makes on other workers' behalf, in id
+    /// order of the receivers (a seeded simulation must replay the same store calls), and
+    /// whether a receiver was skipped because it is not yet known to live.
+    fn placements(
+        &self,
+        snapshot: &Snapshot,
+        assignment: &Assignment,
+        by_key: &HashMap<&LeaseKey, &Lease>,
+        incarnations: &HashMap<&WorkerId, Incarnation>,
+        gathering: bool,
+        now: Instant,
+    ) -> (Vec<Placement>, bool) {
+        let me = &self.shared.id;
+        let mut receivers: Vec<(&WorkerId, &Vec<Move>)> = assignment.moves.iter().collect();
+        receivers.sort_by(|a, b| a.0.cmp(b.0));
+        let (mut placements, mut unproven) = (Vec::new(), false);
+        for (worker, moves) in receivers {
+            if worker == me || !incarnations.contains_key(worker) {
+                continue;
+            }
+            let proven = snapshot
+                .members
+                .iter()
+                .find(|m| m.worker == *worker)
+                .is_some_and(|m| self.proven(m));
+            if !proven {
+                unproven = true;
+                continue;
+            }
+            for step in moves {
+                let (key, from) = match step {
+                    Move::Take(key) => (key, None),
+                    Move::RequestHandoff { key, from } => (key, Some(from.clone())),
+                };
+                let Some(lease) = by_key.get(key) else {
+                    continue;
+                };
+                if from.is_none() {
+                    let startable = self.expiry.get(key).is_some_and(|at| *at <= now);
+                    if lease.owner.is_some() && !startable || lease.owner.is_none() && gathering {
+                        continue;
+                    }
+                } else if gathering || lease.owner_incarnation.is_none() {
+                    // Given and not yet taken: its receiver is about to start it.
+                    continue;
+                }
+                placements.push(Placement {
+                    key: key.clone(),
+                    to: worker.clone(),
+                    from,
+                    nonce: lease.nonce,
+                    counter: lease.counter,
+                    tenure: lease.tenure,
+                    owner_incarnation: lease.owner_incarnation,
+                });
+            }
+        }
+        (placements, unproven)
     }
 
     /// The next round comes only when something is due: a handoff we wait on
@@ -476,5 +503,70 @@ impl Taker {
             standby: rank == 1,
         };
         self.shared.view.send_replace(Some(Arc::new(view)));
+    }
+}
+
+/// A lease given to a worker (nobody alive holds it), or asked of its owner in a handoff to a
+/// worker, on that worker's behalf.
+struct Placement {
+    key: LeaseKey,
+    /// The worker it goes to.
+    to: WorkerId,
+    /// The owner asked for a handoff (none: a give).
+    from: Option<WorkerId>,
+    nonce: u64,
+    counter: u64,
+    tenure: u64,
+    owner_incarnation: Option<Incarnation>,
+}
+
+impl Placement {
+    /// Writes it by `deadline`; returns whom to tell (the receiver of a give, the owner asked
+    /// for a handoff, which tells the receiver once it has handed the lease over), when it
+    /// landed or may have.
+    async fn write(
+        self,
+        shared: &Shared,
+        deadline: Instant,
+    ) -> Option<(WorkerId, Option<Incarnation>, LeaseKey)> {
+        let Placement {
+            key,
+            to,
+            from,
+            nonce,
+            counter,
+            tenure,
+            owner_incarnation,
+        } = self;
+        let (written, what) = match &from {
+            None => (
+                shared.store.give(&key, nonce, &to, counter, deadline).await,
+                "give",
+            ),
+            Some(owner) => (
+                shared
+                    .store
+                    .request_handoff(&key, nonce, owner, tenure, &to, deadline)
+                    .await,
+                "request_handoff",
+            ),
+        };
+        let landed = match written {
+            Ok(Outcome::Done(_)) => true,
+            Ok(Outcome::LostRace { current }) => {
+                tracing::debug!(lease_key = %key, what, current = ?current.map(|l| (l.owner, l.tenure, l.handoff_to)), "not placed: the lease changed");
+                false
+            }
+            Err(err) => {
+                metrics::store_error(&shared.id, what);
+                tracing::warn!(lease_key = %key, error = %err, "could not place a lease");
+                // It may have landed: the notice is harmless if it did not.
+                err.is_ambiguous()
+            }
+        };
+        landed.then(|| match from {
+            None => (to, None, key),
+            Some(owner) => (owner, owner_incarnation, key),
+        })
     }
 }
