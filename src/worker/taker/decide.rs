@@ -632,3 +632,337 @@ pub(crate) fn receivers(
         })
         .collect()
 }
+
+#[cfg(test)]
+mod tests {
+    //! The decisions on plain data, without a runtime or a store.
+
+    use std::collections::BTreeSet;
+
+    use super::*;
+    use crate::lease::NewLease;
+
+    const MINE: Incarnation = Incarnation::new(1);
+    const THEIRS: Incarnation = Incarnation::new(7);
+
+    fn id(name: &str) -> WorkerId {
+        WorkerId::new(name).unwrap()
+    }
+
+    fn key(name: &str) -> LeaseKey {
+        LeaseKey::new(name).unwrap()
+    }
+
+    fn lease(name: &str, owner: Option<(&str, Option<Incarnation>)>) -> Lease {
+        let mut lease = NewLease::new(key(name)).into_lease();
+        if let Some((owner, incarnation)) = owner {
+            lease.owner = Some(id(owner));
+            lease.owner_incarnation = incarnation;
+        }
+        lease.tenure = 3;
+        lease.counter = 5;
+        lease
+    }
+
+    fn member(name: &str, incarnation: Incarnation) -> Member {
+        Member {
+            worker: id(name),
+            heartbeat: 1,
+            incarnation: Some(incarnation),
+            load: None,
+            weight: None,
+            lease_loads: BTreeMap::new(),
+            capacity: None,
+            notices: BTreeSet::new(),
+            session: true,
+        }
+    }
+
+    fn snapshot(leases: Vec<Lease>, members: Vec<Member>) -> Snapshot {
+        Snapshot {
+            leases,
+            members,
+            malformed: 0,
+        }
+    }
+
+    /// A round of worker `a` (session `MINE`) at `now`, with the expiries given.
+    struct Round {
+        me: WorkerId,
+        config: WorkerConfig,
+        identity: Identity,
+        expiry: HashMap<LeaseKey, Instant>,
+        now: Instant,
+    }
+
+    impl Round {
+        fn new() -> Self {
+            Self {
+                me: id("a"),
+                config: WorkerConfig::default(),
+                identity: Identity::new(id("a"), MINE),
+                expiry: HashMap::new(),
+                now: Instant::now(),
+            }
+        }
+
+        fn judge(&self) -> Judge<'_> {
+            Judge {
+                me: &self.me,
+                config: &self.config,
+                identity: &self.identity,
+                expiry: &self.expiry,
+                now: self.now,
+            }
+        }
+
+        fn decide(
+            &self,
+            leases: Vec<Lease>,
+            held: &[&str],
+            pending: &BTreeMap<LeaseKey, Pending>,
+        ) -> Decided {
+            let snapshot = snapshot(leases, vec![]);
+            let statuses = crate::lifecycle::statuses(&snapshot.leases);
+            let held: BTreeMap<LeaseKey, ()> = held.iter().map(|k| (key(k), ())).collect();
+            decide_actions(&self.judge(), &snapshot, &statuses, &held, pending)
+        }
+    }
+
+    fn asked_of(from: &str, since: Instant) -> Pending {
+        Pending {
+            since,
+            from: id(from),
+        }
+    }
+
+    #[test]
+    fn a_lease_handed_over_to_this_id_is_adopted_and_still_waited_on() {
+        let round = Round::new();
+        let pending = BTreeMap::from([(key("k"), asked_of("b", round.now))]);
+        let decided = round.decide(vec![lease("k", Some(("a", None)))], &[], &pending);
+        assert!(matches!(&decided.actions[..], [Action::Adopt(l)] if l.key == key("k")));
+        assert!(decided.pending.contains_key(&key("k")));
+        assert!(decided.revokes.is_empty());
+    }
+
+    #[test]
+    fn a_late_handoff_of_a_live_owner_is_revoked_never_forced() {
+        let round = Round::new();
+        let asked = round.now - round.config.handoff_timeout;
+        let pending = BTreeMap::from([(key("k"), asked_of("b", asked))]);
+        let mut asked_lease = lease("k", Some(("b", Some(THEIRS))));
+        asked_lease.handoff_to = Some(id("a"));
+        let decided = round.decide(vec![asked_lease], &[], &pending);
+        assert!(decided.actions.is_empty(), "{:?}", decided.actions);
+        let revoke = Revoke {
+            owner: id("b"),
+            session: THEIRS,
+            key: key("k"),
+        };
+        assert_eq!(decided.revokes, vec![revoke]);
+        // Told again a lease duration later: the wait restarts so that it is late again then.
+        let again = decided.pending[&key("k")].since + round.config.handoff_timeout;
+        assert_eq!(again, round.now + round.config.lease_duration);
+    }
+
+    #[test]
+    fn a_handoff_of_an_owner_whose_session_is_over_is_forced() {
+        let mut round = Round::new();
+        round.expiry.insert(key("k"), round.now);
+        let pending = BTreeMap::from([(key("k"), asked_of("b", round.now))]);
+        let mut asked_lease = lease("k", Some(("b", Some(THEIRS))));
+        asked_lease.handoff_to = Some(id("a"));
+        let decided = round.decide(vec![asked_lease], &[], &pending);
+        assert!(matches!(&decided.actions[..], [Action::Force(_)]));
+        assert!(decided.pending.is_empty());
+        assert!(decided.revokes.is_empty());
+    }
+
+    #[test]
+    fn a_handoff_in_time_is_waited_on() {
+        let round = Round::new();
+        let pending = BTreeMap::from([(key("k"), asked_of("b", round.now))]);
+        let mut asked_lease = lease("k", Some(("b", Some(THEIRS))));
+        asked_lease.handoff_to = Some(id("a"));
+        let decided = round.decide(vec![asked_lease], &[], &pending);
+        assert!(decided.actions.is_empty());
+        assert_eq!(decided.pending[&key("k")].since, round.now);
+    }
+
+    #[test]
+    fn a_lease_of_another_process_of_this_id_waits_for_its_session_to_be_over() {
+        let mut round = Round::new();
+        let twin = vec![lease("k", Some(("a", Some(THEIRS))))];
+        let decided = round.decide(twin.clone(), &[], &BTreeMap::new());
+        assert!(decided.actions.is_empty());
+        round.expiry.insert(key("k"), round.now);
+        let decided = round.decide(twin, &[], &BTreeMap::new());
+        assert!(matches!(&decided.actions[..], [Action::Foreign(_)]));
+    }
+
+    #[test]
+    fn ours_given_and_held_leases_are_resumed_taken_and_left_within_the_room() {
+        let mut round = Round::new();
+        round.config.max_leases_per_worker = 2;
+        let leases = vec![
+            lease("held", Some(("a", Some(MINE)))),
+            lease("lost", Some(("a", Some(MINE)))),
+            lease("given", Some(("a", None))),
+            lease("other", Some(("b", Some(THEIRS)))),
+        ];
+        let decided = round.decide(leases, &["held"], &BTreeMap::new());
+        // One room left (two allowed, one held): the first of the two that could be taken.
+        assert!(matches!(&decided.actions[..], [Action::Resume(l)] if l.key == key("lost")));
+    }
+
+    #[test]
+    fn a_take_of_a_live_owners_lease_is_asked_as_a_handoff() {
+        let round = Round::new();
+        let theirs = lease("k", Some(("b", Some(THEIRS))));
+        let by_key = HashMap::from([(&theirs.key, &theirs)]);
+        let moves = vec![Move::Take(key("k"))];
+        let jobs = move_jobs(&round.judge(), moves, &by_key, &HashSet::new());
+        assert!(matches!(&jobs[..], [Job::Request { from, .. }] if *from == id("b")));
+    }
+
+    #[test]
+    fn a_take_of_a_lease_whose_session_is_over_is_a_take() {
+        let mut round = Round::new();
+        round.expiry.insert(key("k"), round.now);
+        let theirs = lease("k", Some(("b", Some(THEIRS))));
+        let by_key = HashMap::from([(&theirs.key, &theirs)]);
+        let moves = vec![Move::Take(key("k"))];
+        let jobs = move_jobs(&round.judge(), moves, &by_key, &HashSet::new());
+        let quiet = Report::Quiet;
+        assert!(matches!(&jobs[..], [Job::Take { report, .. }] if *report == quiet));
+    }
+
+    #[test]
+    fn a_handoff_of_a_lease_given_and_not_yet_taken_is_not_asked() {
+        let round = Round::new();
+        let given = lease("k", Some(("b", None)));
+        let by_key = HashMap::from([(&given.key, &given)]);
+        let moves = vec![Move::RequestHandoff {
+            key: key("k"),
+            from: id("b"),
+        }];
+        let jobs = move_jobs(&round.judge(), moves, &by_key, &HashSet::new());
+        assert!(jobs.is_empty());
+    }
+
+    #[test]
+    fn a_resumed_lease_still_waits_for_the_acknowledgement_it_waited_for() {
+        let round = Round::new();
+        let ours = lease("k", Some(("a", Some(MINE))));
+        let unacknowledged = HashMap::from([(key("k"), (id("b"), Some(THEIRS)))]);
+        let jobs = action_jobs(&round.judge(), vec![Action::Resume(ours)], &unacknowledged);
+        let waits = Report::Acknowledged {
+            owner: id("b"),
+            incarnation: Some(THEIRS),
+        };
+        assert!(matches!(&jobs[..], [Job::Take { report, .. }] if *report == waits));
+    }
+
+    #[test]
+    fn a_lease_on_its_way_counts_as_its_receivers() {
+        let mut moving = lease("k", Some(("b", Some(THEIRS))));
+        moving.handoff_to = Some(id("c"));
+        let snapshot = snapshot(
+            vec![moving],
+            vec![member("b", THEIRS), member("c", Incarnation::new(9))],
+        );
+        let statuses = crate::lifecycle::statuses(&snapshot.leases);
+        let live = HashMap::from([(id("a"), None), (id("b"), None), (id("c"), None)]);
+        let now = Instant::now();
+        let far = now + Duration::from_secs(3600);
+        let unmeasured = HashMap::new();
+        let figures = Figures {
+            unmeasured: &unmeasured,
+            wait: Duration::from_secs(1),
+        };
+        let view = fleet_view(&snapshot, &statuses, &live, &[far], &figures, now);
+        let incarnations = super::super::incarnations(&snapshot);
+        let mut receivers = receivers(&live, &view, &incarnations, &id("a"));
+        receivers.sort_by(|x, y| x.worker.cmp(&y.worker));
+        let held: Vec<(WorkerId, u32)> =
+            receivers.into_iter().map(|r| (r.worker, r.held)).collect();
+        assert_eq!(held, vec![(id("b"), 0), (id("c"), 1)]);
+    }
+
+    #[test]
+    fn a_lease_given_and_not_taken_within_two_beats_is_told_again() {
+        let config = WorkerConfig::default();
+        let given = lease("k", Some(("b", None)));
+        let snapshot = snapshot(vec![given], vec![member("b", THEIRS)]);
+        let open = open_sessions(&snapshot);
+        let start = Instant::now();
+        let mut told = Told::new();
+        let none = HashMap::new();
+        let first = Looked {
+            waiting: &none,
+            at: None,
+        };
+        let waiting = look_for_waiting(&snapshot, &open, &first, &config, start, &mut told);
+        assert!(told.is_empty());
+        let patience = waiting[&key("k")].0.patience(&config);
+        assert_eq!(
+            patience,
+            (config.renew_interval * 2).min(config.lease_duration)
+        );
+        let later = Looked {
+            waiting: &waiting,
+            at: Some(start),
+        };
+        let before = start + patience - Duration::from_millis(1);
+        look_for_waiting(&snapshot, &open, &later, &config, before, &mut told);
+        assert!(told.is_empty());
+        let after = look_for_waiting(
+            &snapshot,
+            &open,
+            &later,
+            &config,
+            start + patience,
+            &mut told,
+        );
+        assert_eq!(told[&(id("b"), THEIRS)], vec!["k".to_owned()]);
+        assert_eq!(
+            after[&key("k")].1,
+            start + patience,
+            "waits from the notice again"
+        );
+    }
+
+    #[test]
+    fn a_changed_holder_is_told_only_while_its_session_is_open() {
+        let before = holdings(&snapshot(
+            vec![
+                lease("k", Some(("b", Some(THEIRS)))),
+                lease("j", Some(("c", Some(MINE)))),
+            ],
+            vec![],
+        ));
+        let after = snapshot(vec![], vec![member("b", THEIRS)]);
+        let mut told = Told::new();
+        tell_changed(
+            &before,
+            &holdings(&after),
+            &open_sessions(&after),
+            &mut told,
+        );
+        assert_eq!(told.len(), 1);
+        assert_eq!(told[&(id("b"), THEIRS)], vec!["k".to_owned()]);
+    }
+
+    #[test]
+    fn neighbours_go_around_in_id_order() {
+        let live = HashMap::from([(id("a"), None), (id("b"), None), (id("c"), Some(0))]);
+        assert_eq!(neighbours(&live, &id("a")), (Some(id("b")), Some(id("c"))));
+        assert_eq!(neighbours(&live, &id("c")), (Some(id("a")), Some(id("b"))));
+        let alone = HashMap::from([(id("a"), None)]);
+        assert_eq!(neighbours(&alone, &id("a")), (None, None));
+        // A worker leaving (capacity 0) does no chores.
+        let leaving = HashMap::from([(id("a"), Some(0)), (id("b"), None)]);
+        assert_eq!(chores_worker(&leaving), Some(id("b")));
+    }
+}
