@@ -25,7 +25,7 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use tokio::sync::Semaphore;
+use tokio::sync::{watch, Notify, Semaphore};
 use tokio::task::JoinSet;
 use tokio::time::Instant;
 
@@ -34,7 +34,8 @@ use tokio_util::sync::CancellationToken;
 use tracing::Instrument;
 
 use super::metrics;
-use super::state::{Shared, TableView};
+use super::parts::Base;
+use super::state::TableView;
 use crate::lease::{NewLease, WorkerId};
 use crate::lifecycle::{DeleteReason, Discovery, DiscoveryAction, DiscoveryPlan, TableState};
 use crate::source::{ShardSource, SourceError};
@@ -160,17 +161,18 @@ impl Cadence {
 }
 
 pub(crate) async fn run(
-    shared: Arc<Shared>,
+    base: Arc<Base>,
+    mut views: watch::Receiver<Option<Arc<TableView>>>,
+    rescan: Arc<Notify>,
     source: Arc<dyn ShardSource>,
     cancel: CancellationToken,
 ) {
-    let config = shared.config.clone();
-    let mut views = shared.view.subscribe();
+    let config = base.config.clone();
     let mut discovery = Discovery::new(config.retire_after)
         .skipping_closed_ancestors(source.skips_closed_ancestors());
     let mut cadence = Cadence {
         role: Role::Idle,
-        next_call: shared.now(),
+        next_call: base.now(),
         failures: 0,
         busy: 0,
         interval: config.discovery_interval,
@@ -180,14 +182,14 @@ pub(crate) async fn run(
         if let Some(view) = &view {
             // Every worker remembers the checkpoints, so whoever takes over discovery can
             // re-create a lease deleted by hand from where it was.
-            discovery.observe(&view.leases, shared.now());
+            discovery.observe(&view.leases, base.now());
         }
-        cadence.follow(Role::of(view.as_deref()), &mut discovery, shared.now());
+        cadence.follow(Role::of(view.as_deref()), &mut discovery, base.now());
         let due = async {
             if cadence.role == Role::Idle {
                 std::future::pending::<()>().await;
             } else {
-                shared.clock.sleep_until(cadence.next_call).await;
+                base.clock.sleep_until(cadence.next_call).await;
             }
         };
         tokio::select! {
@@ -205,24 +207,29 @@ pub(crate) async fn run(
         tokio::select! {
             biased;
             _ = cancel.cancelled() => return,
-            _ = discover(&shared, &*source, &views, &mut discovery, &mut cadence) => {}
+            applied = discover(&base, &*source, &views, &mut discovery, &mut cadence) => {
+                if applied {
+                    // Let the taker pick up the new leases now rather than at its next round.
+                    rescan.notify_one();
+                }
+            }
         }
     }
 }
 
 /// One listing: lists the shards, plans against the freshest reading of the table, and
-/// writes the plan.
+/// writes the plan; true when there was a plan to write.
 async fn discover(
-    shared: &Arc<Shared>,
+    base: &Arc<Base>,
     source: &dyn ShardSource,
-    views: &tokio::sync::watch::Receiver<Option<Arc<TableView>>>,
+    views: &watch::Receiver<Option<Arc<TableView>>>,
     discovery: &mut Discovery,
     cadence: &mut Cadence,
-) {
-    let config = &shared.config;
+) -> bool {
+    let config = &base.config;
     let listed = timeout_at(
-        &*shared.clock,
-        shared.now() + config.discovery_interval.max(config.store_timeout),
+        &*base.clock,
+        base.now() + config.discovery_interval.max(config.store_timeout),
         source.list_shards(),
     )
     .await;
@@ -233,34 +240,33 @@ async fn discover(
                 SourceError::Throttled(_) => "throttled",
                 _ => "failed",
             };
-            cadence.failed(kind, Some(&err), &shared.id, shared.now());
-            return;
+            cadence.failed(kind, Some(&err), &base.id, base.now());
+            return false;
         }
         Err(_) => {
-            cadence.failed("timeout", None, &shared.id, shared.now());
-            return;
+            cadence.failed("timeout", None, &base.id, base.now());
+            return false;
         }
     };
     cadence.failures = 0;
     // The freshest reading of the table; the conditions make an older one harmless.
     let Some(view) = views.borrow().clone() else {
-        cadence.next_call = shared.now() + jittered(cadence.period());
-        return;
+        cadence.next_call = base.now() + jittered(cadence.period());
+        return false;
     };
     let table = TableState {
         leases: &view.leases,
         owner_alive: &view.owner_alive,
         malformed: view.malformed,
     };
-    let plan = discovery.plan(&shards, table, shared.now());
+    let plan = discovery.plan(&shards, table, base.now());
     let work = !(plan.creates.is_empty() && plan.actions.is_empty());
-    cadence.planned(work, shared.now());
+    cadence.planned(work, base.now());
     if !work {
-        return;
+        return false;
     }
-    apply(shared, discovery, plan).await;
-    // Let the taker pick up the new leases now rather than at its next round.
-    shared.rescan.notify_one();
+    apply(base, discovery, plan).await;
+    true
 }
 
 /// How often the standby lists while it finds nothing to do.
@@ -285,18 +291,18 @@ fn backoff(interval: Duration, failures: u32) -> Duration {
         .backoff(failures)
 }
 
-async fn apply(shared: &Arc<Shared>, discovery: &mut Discovery, plan: DiscoveryPlan) {
-    let deadline = shared.now() + shared.config.store_timeout;
+async fn apply(base: &Arc<Base>, discovery: &mut Discovery, plan: DiscoveryPlan) {
+    let deadline = base.now() + base.config.store_timeout;
     for wave in plan.creates {
         // A child must not reach the table before its parent: stop at a wave that failed.
-        if !create_wave(shared, wave, deadline).await {
+        if !create_wave(base, wave, deadline).await {
             break;
         }
     }
     for action in plan.actions {
         match action {
             DiscoveryAction::Delete { lease, reason } => {
-                let outcome = shared
+                let outcome = base
                     .store
                     .delete(
                         &lease.key,
@@ -315,21 +321,21 @@ async fn apply(shared: &Arc<Shared>, discovery: &mut Discovery, plan: DiscoveryP
                 match outcome {
                     Ok(Outcome::Done(_)) => {
                         discovery.forget(&lease.key);
-                        metrics::deleted(&shared.id, label);
+                        metrics::deleted(&base.id, label);
                         tracing::info!(lease_key = %lease.key, why, "lease deleted");
                     }
                     Ok(Outcome::LostRace { .. }) => {
                         tracing::debug!(lease_key = %lease.key, "lease changed since it was read; not deleted");
                     }
                     Err(err) => {
-                        metrics::store_error(&shared.id, "delete");
+                        metrics::store_error(&base.id, "delete");
                         tracing::warn!(lease_key = %lease.key, error = %err, "delete failed; trying again next round");
                     }
                 }
             }
             DiscoveryAction::Retire { lease } => {
                 let Some(owner) = &lease.owner else { continue };
-                let outcome = shared
+                let outcome = base
                     .store
                     .request_handoff(
                         &lease.key,
@@ -346,12 +352,12 @@ async fn apply(shared: &Arc<Shared>, discovery: &mut Discovery, plan: DiscoveryP
                         // The owner learns of it from a notice.
                         if let Some(incarnation) = lease.owner_incarnation {
                             let notice = [lease.key.as_str().to_owned()];
-                            shared.notify(owner, incarnation, &notice, deadline).await;
+                            base.notify(owner, incarnation, &notice, deadline).await;
                         }
                     }
                     Ok(Outcome::LostRace { .. }) => {}
                     Err(err) => {
-                        metrics::store_error(&shared.id, "request_handoff");
+                        metrics::store_error(&base.id, "request_handoff");
                         tracing::warn!(lease_key = %lease.key, error = %err, "retirement request failed; trying again next round");
                     }
                 }
@@ -361,23 +367,23 @@ async fn apply(shared: &Arc<Shared>, discovery: &mut Discovery, plan: DiscoveryP
 }
 
 /// Creates one wave of leases concurrently; false if any create gave no answer.
-async fn create_wave(shared: &Arc<Shared>, wave: Vec<NewLease>, deadline: Instant) -> bool {
-    let limit = Arc::new(Semaphore::new(shared.config.max_concurrent_renewals));
+async fn create_wave(base: &Arc<Base>, wave: Vec<NewLease>, deadline: Instant) -> bool {
+    let limit = Arc::new(Semaphore::new(base.config.max_concurrent_renewals));
     let mut creates = JoinSet::new();
     for lease in wave {
-        let (shared, limit) = (Arc::clone(shared), Arc::clone(&limit));
+        let (base, limit) = (Arc::clone(base), Arc::clone(&limit));
         creates.spawn(
             async move {
                 let _permit = limit.acquire_owned().await.ok()?;
                 let key = lease.key.clone();
-                match shared.store.create(lease, deadline).await {
+                match base.store.create(lease, deadline).await {
                     Ok(Outcome::Done(created)) => {
                         tracing::info!(lease_key = %key, parents = ?created.parents, checkpoint = ?created.checkpoint, "lease created");
                         Some(true)
                     }
                     Ok(Outcome::LostRace { .. }) => Some(false),
                     Err(err) => {
-                        metrics::store_error(&shared.id, "create");
+                        metrics::store_error(&base.id, "create");
                         tracing::warn!(lease_key = %key, error = %err, "create failed; trying again next round");
                         None
                     }
@@ -394,7 +400,7 @@ async fn create_wave(shared: &Arc<Shared>, wave: Vec<NewLease>, deadline: Instan
             _ => answered = false,
         }
     }
-    metrics::created(&shared.id, created);
+    metrics::created(&base.id, created);
     answered
 }
 

@@ -110,3 +110,75 @@ mod tests {
         assert_eq!(fenced.added(), before + 1001);
     }
 }
+
+/// The sessions this process knows to be over, shared by the loops that fence (the watcher,
+/// the taker, a hand-over) and those that judge by them.
+pub(crate) struct Fences {
+    base: std::sync::Arc<super::parts::Base>,
+    /// Wakes the taker: a session fenced outside a round has leases to place.
+    rescan: std::sync::Arc<tokio::sync::Notify>,
+    fenced: std::sync::Mutex<Fenced>,
+}
+
+impl Fences {
+    pub fn new(
+        base: std::sync::Arc<super::parts::Base>,
+        rescan: std::sync::Arc<tokio::sync::Notify>,
+    ) -> Self {
+        Self {
+            base,
+            rescan,
+            fenced: std::sync::Mutex::default(),
+        }
+    }
+
+    /// Ends `worker`'s session `incarnation` as seen at `heartbeat`, after it was seen
+    /// unchanged for a lease duration (the fence). `Ok(true)` when it is over (fenced here,
+    /// or gone already): its leases may then be started at once; `Ok(false)` when it beat in
+    /// between.
+    pub async fn fence(
+        &self,
+        worker: &WorkerId,
+        incarnation: Incarnation,
+        heartbeat: u64,
+        deadline: tokio::time::Instant,
+    ) -> Result<bool, crate::store::StoreError> {
+        let ended = self
+            .base
+            .store
+            .end_session(worker, incarnation, heartbeat, deadline)
+            .await?;
+        if !matches!(
+            ended,
+            crate::store::Outcome::Done(_) | crate::store::Outcome::LostRace { current: None }
+        ) {
+            return Ok(false);
+        }
+        tracing::warn!(worker = %worker, %incarnation, heartbeat, "session expired: fenced; its leases are placed again");
+        super::metrics::fenced(&self.base.id);
+        self.note(worker, incarnation);
+        // Its other leases are placed by a round. A fence made outside one (by the watcher, or
+        // by a hander-over whose receiver never took the lease) must start it: nothing else
+        // would before the slow scan
+        // (`sessions_place_the_leases_of_a_session_fenced_by_a_follow_up` in
+        // `tests/simulate.rs`).
+        self.rescan.notify_one();
+        Ok(true)
+    }
+
+    /// Records that `worker`'s session `incarnation` is over (fenced here, or its record
+    /// replaced here after it was seen unchanged for a lease duration).
+    pub fn note(&self, worker: &WorkerId, incarnation: Incarnation) {
+        self.lock().insert((worker.clone(), incarnation));
+    }
+
+    /// The sessions known here to be over.
+    pub fn lock(&self) -> std::sync::MutexGuard<'_, Fenced> {
+        self.fenced.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// Whether `worker`'s session `incarnation` is known here to be over.
+    pub fn contains(&self, worker: &WorkerId, incarnation: Incarnation) -> bool {
+        self.lock().contains(worker, incarnation)
+    }
+}

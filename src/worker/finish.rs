@@ -60,7 +60,7 @@ async fn finish_now(shared: &Arc<Shared>, key: LeaseKey, finish: Finish) {
                     {
                         shared.rescan.notify_one();
                     }
-                    shared.emit(LeaseEvent::HandedOff {
+                    shared.events.emit(LeaseEvent::HandedOff {
                         key: key.clone(),
                         to: to.clone(),
                     });
@@ -142,13 +142,13 @@ async fn release(
     match outcome {
         Ok(Outcome::Done(_)) if ended => {
             tracing::info!(lease_key = %key, "lease of a finished shard released");
-            shared.emit(LeaseEvent::ShardEnded { key });
+            shared.events.emit(LeaseEvent::ShardEnded { key });
             // Its children are ready now: look at once rather than at the next round.
             shared.rescan.notify_one();
         }
         Ok(Outcome::Done(lease)) => {
             tracing::info!(lease_key = %key, "lease released");
-            shared.emit(LeaseEvent::Released { key });
+            shared.events.emit(LeaseEvent::Released { key });
             place(shared, lease, deadline).await;
         }
         Ok(Outcome::LostRace { .. }) => {
@@ -219,7 +219,11 @@ async fn follow(shared: &Shared, to: &WorkerId, handed: Lease) {
         };
         match record {
             Some((Some(incarnation), heartbeat)) if seen == record => {
-                match shared.fence(to, incarnation, heartbeat, deadline).await {
+                match shared
+                    .fences
+                    .fence(to, incarnation, heartbeat, deadline)
+                    .await
+                {
                     Ok(true) => {}
                     Ok(false) => return,
                     Err(err) => {
@@ -245,7 +249,7 @@ async fn follow(shared: &Shared, to: &WorkerId, handed: Lease) {
             _ => {}
         }
         tracing::info!(lease_key = %lease.key, to = %to, "the receiver of a lease handed over never took it: giving the lease on");
-        shared.drop_receiver(to);
+        shared.receivers.drop_worker(to);
         place(shared, lease, deadline).await;
         return;
     }
@@ -282,7 +286,7 @@ pub(crate) async fn place(shared: &Shared, lease: Lease, deadline: Instant) {
     let mut counter = lease.counter;
     // A receiver whose session ended meanwhile cannot take it: give it to the next one.
     for _ in 0..3 {
-        let Some(receiver) = shared.pick_receiver() else {
+        let Some(receiver) = shared.receivers.pick() else {
             break;
         };
         match shared
@@ -299,7 +303,7 @@ pub(crate) async fn place(shared: &Shared, lease: Lease, deadline: Instant) {
                 {
                     break;
                 }
-                shared.drop_receiver(&receiver.worker);
+                shared.receivers.drop_worker(&receiver.worker);
                 counter = given.counter;
             }
             Ok(Outcome::LostRace { .. }) => return,
@@ -354,7 +358,7 @@ async fn retire(shared: &Shared, key: &LeaseKey, (nonce, tenure): Tenure, deadli
             Ok(Outcome::Done(_)) => {
                 metrics::deleted(me, "retired");
                 tracing::info!(lease_key = %key, "lease retired: its shard left the source");
-                shared.emit(LeaseEvent::Retired { key: key.clone() });
+                shared.events.emit(LeaseEvent::Retired { key: key.clone() });
                 // One lease fewer: the fleet's shares changed.
                 shared.rescan.notify_one();
                 return;

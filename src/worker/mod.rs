@@ -50,6 +50,7 @@ mod identity;
 mod listener;
 mod load;
 pub mod metrics;
+mod parts;
 mod session;
 mod state;
 mod stop;
@@ -410,7 +411,13 @@ fn spawn_loops(
     loops.spawn(
         session::run(Arc::clone(shared), heartbeat_cancel.clone()).instrument(span("session")),
     );
-    loops.spawn(watcher::run(Arc::clone(shared), taker_cancel.clone()).instrument(span("watcher")));
+    let watcher = watcher::WatcherParts {
+        base: Arc::clone(&shared.base),
+        ring: Arc::clone(&shared.ring),
+        fences: Arc::clone(&shared.fences),
+        rescan: Arc::clone(&shared.rescan),
+    };
+    loops.spawn(watcher::run(watcher, taker_cancel.clone()).instrument(span("watcher")));
     loops.spawn(
         control::control(Arc::clone(shared), finished, shared.cancel.clone())
             .instrument(span("control")),
@@ -422,8 +429,14 @@ fn spawn_loops(
     );
     if let Some(source) = source {
         loops.spawn(
-            discoverer::run(Arc::clone(shared), source, taker_cancel.clone())
-                .instrument(span("discoverer")),
+            discoverer::run(
+                Arc::clone(&shared.base),
+                shared.view.subscribe(),
+                Arc::clone(&shared.rescan),
+                source,
+                taker_cancel.clone(),
+            )
+            .instrument(span("discoverer")),
         );
     }
     Arc::new(Leaving {
@@ -648,7 +661,7 @@ impl Worker {
     /// their events: each is abandoned ([`LeaseEvent::Abandoned`]) and its lease released.
     pub fn take_events(&mut self) -> Option<mpsc::UnboundedReceiver<LeaseEvent>> {
         let events = self.events.take()?;
-        self.shared.mark_events_taken();
+        self.shared.events.mark_taken();
         Some(events)
     }
 
@@ -656,7 +669,7 @@ impl Worker {
     /// `None` if the event stream was already taken.
     pub fn listen(&mut self, listener: impl LeaseListener) -> Option<tokio::task::JoinHandle<()>> {
         let events = self.events.take()?;
-        self.shared.mark_events_taken();
+        self.shared.events.mark_taken();
         Some(tokio::spawn(listener::dispatch(events, listener)))
     }
 
@@ -809,7 +822,7 @@ async fn end_everything(shared: &Arc<Shared>, leaving: &Leaving, deadline: tokio
     shared.cancel.cancel();
     leaving.loops.close();
     leaving.loops.wait().await;
-    shared.close_events();
+    shared.events.close();
 }
 
 /// Tells the owners of leases this worker asked for (`State::asking`) to look at them, one
@@ -865,7 +878,7 @@ impl Drop for Worker {
         if !self.stopped && !self.leaving.started.load(Ordering::SeqCst) {
             self.shared.cancel.cancel();
             self.shared.lose_all_locally();
-            self.shared.close_events();
+            self.shared.events.close();
         }
     }
 }

@@ -290,7 +290,7 @@ fn lost(shared: &Shared, current: Option<&Member>) {
                  here; give every process an id of its own"
             );
             metrics::duplicate_worker_id(&shared.id);
-            shared.emit(LeaseEvent::DuplicateWorkerId {
+            shared.events.emit(LeaseEvent::DuplicateWorkerId {
                 worker: shared.id.clone(),
             });
             shared.session_lost("session replaced by another process with this id");
@@ -382,7 +382,7 @@ async fn open_again(
             // The record replaced was seen unchanged for a lease duration: as with a fence,
             // that session's validity is over and its leases may be started at once.
             if let Some(old) = replacing.as_ref().and_then(|m| m.incarnation) {
-                shared.note_fenced(&shared.id, old);
+                shared.fences.note(&shared.id, old);
             }
             closed.other = ExpiryTracker::new(shared.config.lease_duration);
             shared.beaten(start, member.heartbeat);

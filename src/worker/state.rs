@@ -6,7 +6,7 @@
 //! only in the `Active` and `Stopping` phases, and only while `now < valid_until`.
 
 use std::collections::{BTreeMap, HashMap, HashSet};
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::Ordering;
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Duration;
 
@@ -16,16 +16,17 @@ use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 
 use super::event::LeaseEvent;
-use super::fenced::Fenced;
+use super::fenced::Fences;
 use super::grant::{LeaseGrant, Ledger};
 use super::health::Health;
 use super::load::Loads;
 use super::metrics;
+use super::parts::{Base, EventSink, Receivers, Ring};
 use super::stop::{Finished, LetGo, StopReason};
 use crate::clock::Clock;
 use crate::config::WorkerConfig;
 use crate::lease::{Incarnation, Lease, LeaseKey, WorkerId, SHARD_END};
-use crate::store::{LeaseStore, Outcome};
+use crate::store::LeaseStore;
 
 /// Why a lease held here is processed by nobody; see
 /// [`WorkerMonitor::stalled_leases`](super::WorkerMonitor::stalled_leases).
@@ -152,12 +153,10 @@ pub(crate) struct Took {
 }
 
 pub(crate) use crate::notice::{
-    drain_notice, member_notice, notice_text, revoke_notice, with_nonce, EXPECT_NOTICE,
-    REVOKE_PREFIX,
+    drain_notice, member_notice, notice_text, revoke_notice, EXPECT_NOTICE, REVOKE_PREFIX,
 };
 
-/// One state of a session record: the incarnation that wrote it and its heartbeat.
-pub(crate) type SessionVersion = (Option<Incarnation>, u64);
+pub(crate) use super::parts::{Receiver, SessionVersion};
 
 /// This process's session.
 #[derive(Debug)]
@@ -173,37 +172,27 @@ pub(crate) struct Session {
     pub opened: Option<(Instant, Vec<Incarnation>)>,
 }
 
-/// A live session a released lease may be given to, and how many leases it held at the last
-/// placement round (see [`Shared::placement`]).
-#[derive(Debug, Clone, PartialEq)]
-pub(crate) struct Receiver {
-    pub worker: WorkerId,
-    pub incarnation: Incarnation,
-    pub held: u32,
-}
-
-/// Everything the worker's tasks share.
+/// What the worker's session, taker and control loops share. The discoverer and the watcher
+/// are handed only the parts they use (see `parts.rs`). Reads [`Base`] through `Deref`: who
+/// the worker is, its settings, its clock and its store.
 pub(crate) struct Shared {
-    pub id: WorkerId,
+    pub base: Arc<Base>,
     /// This process's incarnation: written by its takes and beats. It
     /// names the session: a process whose session ended opens the next one as a new
     /// incarnation, so that a fence of the old session never covers the new one's leases.
     incarnation: std::sync::atomic::AtomicU64,
-    pub store: Arc<dyn LeaseStore>,
-    /// The clock every lease decision of this worker reads.
-    pub clock: Arc<dyn Clock>,
     /// Whether the store's round trips are fast enough to hold leases.
     pub health: Health,
     /// The load figures this worker publishes.
     pub loads: Loads,
-    pub config: WorkerConfig,
     /// The worker has a shard source: the taker publishes its view for the discoverer.
     pub discovering: bool,
     state: Mutex<State>,
     /// Wakes the fencer when a validity or report time changed.
     pub changed: Notify,
-    /// Wakes the taker for a round now (the discoverer changed the table).
-    pub rescan: Notify,
+    /// Wakes the taker for a round now (the discoverer changed the table, a session was
+    /// fenced outside a round).
+    pub rescan: Arc<Notify>,
     /// Wakes the heartbeat loop for a heartbeat now (the worker began to leave).
     pub beat_now: Notify,
     /// Wakes `shutdown` when a lease leaves `held`.
@@ -211,10 +200,8 @@ pub(crate) struct Shared {
     /// The taker's latest reading of the table, for the discoverer (only published when the
     /// worker has a shard source).
     pub view: watch::Sender<Option<Arc<TableView>>>,
-    /// Taken (closing the application's stream) when the worker stops.
-    events: Mutex<Option<mpsc::UnboundedSender<LeaseEvent>>>,
-    /// The application took the event stream (`take_events` or `listen`): grants reach it.
-    events_taken: AtomicBool,
+    /// The application's event stream.
+    pub events: EventSink,
     finished: mpsc::UnboundedSender<Finished>,
     /// Handoff completions and releases in flight.
     pub jobs: TaskTracker,
@@ -224,35 +211,32 @@ pub(crate) struct Shared {
     pub drain: CancellationToken,
     /// This process's session.
     pub session: Mutex<Session>,
-    /// The worker whose session this one watches (the next live id), as the
-    /// last placement round saw the fleet.
-    pub successor: watch::Sender<Option<WorkerId>>,
-    /// The watcher is done with the session it was named (fenced or gone) and
-    /// waits to be named one, even the same worker again (restarted under a new session).
-    pub watch_done: AtomicBool,
-    /// Sessions this process ended by a fence after seeing them expire (or
-    /// whose record it replaced); their leases may be started at once. Each round of the taker
-    /// forgets those the table no longer names.
-    pub fenced: Mutex<Fenced>,
+    /// Between the taker and the watcher.
+    pub ring: Arc<Ring>,
+    /// Sessions this process ended by a fence after seeing them expire (or whose record it
+    /// replaced); their leases may be started at once. Each round of the taker forgets those
+    /// the table no longer names.
+    pub fences: Arc<Fences>,
     /// Leases taken here from a live session whose acknowledgement has not
     /// come yet, with that session. Taken again here (its validity here ran out meanwhile),
     /// such a lease still waits for it: the other session may still be working on it.
     pub unacknowledged: Mutex<HashMap<LeaseKey, (WorkerId, Option<Incarnation>)>>,
-    /// Where a lease released here goes (the other live sessions at the last
-    /// placement round, with what they held).
-    pub placement: Mutex<Vec<Receiver>>,
-    /// A watched session that looks dead (not fenced yet), for the next
-    /// placement round to warn the workers its leases would go to.
-    pub suspect: Mutex<Option<(WorkerId, Incarnation)>>,
-    /// When this worker first saw each member's current (incarnation,
-    /// heartbeat), as its placement rounds read them; the watcher starts from there.
-    pub members_seen: Mutex<HashMap<WorkerId, (SessionVersion, Instant)>>,
+    /// Where a lease released here goes.
+    pub receivers: Receivers,
     /// Until when this worker reads its own record often, because leases may
     /// be given to it any moment (see [`EXPECT_NOTICE`]).
     pub expecting: Mutex<Option<Instant>>,
     /// Workers that told this one they joined (or left) next to it, for the next round to
     /// read if its scan does not show them (see `Taker::see_announced`).
     pub announced: Mutex<Vec<WorkerId>>,
+}
+
+impl std::ops::Deref for Shared {
+    type Target = Base;
+
+    fn deref(&self) -> &Base {
+        &self.base
+    }
 }
 
 /// What to do after the application finished with a lease: each write names the item
@@ -315,23 +299,29 @@ impl Shared {
         finished: mpsc::UnboundedSender<Finished>,
     ) -> Self {
         let now = clock.now();
-        Self {
+        let health = Health::new(config.renew_interval);
+        let loads = Loads::new(&config);
+        let base = Arc::new(Base {
             id,
-            incarnation: std::sync::atomic::AtomicU64::new(incarnation.get()),
             store,
             clock,
-            health: Health::new(config.renew_interval),
-            loads: Loads::new(&config),
             config,
+        });
+        let rescan = Arc::new(Notify::new());
+        Self {
+            fences: Arc::new(Fences::new(Arc::clone(&base), Arc::clone(&rescan))),
+            base,
+            incarnation: std::sync::atomic::AtomicU64::new(incarnation.get()),
+            health,
+            loads,
             discovering,
             state: Mutex::default(),
             changed: Notify::new(),
-            rescan: Notify::new(),
+            rescan,
             beat_now: Notify::new(),
             released: Notify::new(),
             view: watch::Sender::new(None),
-            events: Mutex::new(Some(events)),
-            events_taken: AtomicBool::new(false),
+            events: EventSink::new(events),
             finished,
             jobs: TaskTracker::new(),
             cancel: CancellationToken::new(),
@@ -342,13 +332,9 @@ impl Shared {
                 heartbeat: 0,
                 opened: None,
             }),
-            successor: watch::Sender::new(None),
-            watch_done: AtomicBool::new(false),
-            fenced: Mutex::default(),
+            ring: Arc::new(Ring::default()),
             unacknowledged: Mutex::default(),
-            placement: Mutex::default(),
-            suspect: Mutex::default(),
-            members_seen: Mutex::default(),
+            receivers: Receivers::default(),
             expecting: Mutex::default(),
             announced: Mutex::default(),
         }
@@ -484,101 +470,6 @@ impl Shared {
         }
     }
 
-    /// Leaves `notices` in `worker`'s session `incarnation`; `true` once they are there,
-    /// `false` when that session is gone (or the store did not answer).
-    pub async fn notify(
-        &self,
-        worker: &WorkerId,
-        incarnation: Incarnation,
-        notices: &[String],
-        deadline: Instant,
-    ) -> bool {
-        // Each notice is told apart by a nonce: the same lease named again before the receiver
-        // acknowledged the first notice must not be removed with it.
-        let notices: Vec<String> = notices.iter().map(|text| with_nonce(text)).collect();
-        let mut incarnation = incarnation;
-        let mut retold = false;
-        loop {
-            match self
-                .store
-                .notify(worker, incarnation, &notices, deadline)
-                .await
-            {
-                Ok(Outcome::Done(_)) => return true,
-                // A later session of the id (a restart this worker had not seen yet) is told
-                // instead: what a notice names is read from the table by whoever gets it, and
-                // a lease given to the id is that session's to take. Told nothing, it would
-                // wait for the chores, up to a slow scan (seed 7211952114399090375).
-                Ok(Outcome::LostRace {
-                    current: Some(member),
-                }) if !retold && member.session && member.incarnation != Some(incarnation) => {
-                    let Some(later) = member.incarnation else {
-                        return false;
-                    };
-                    tracing::info!(to = %worker, session = %later, "that session is gone: telling the id's current one");
-                    incarnation = later;
-                    retold = true;
-                }
-                Ok(Outcome::LostRace { .. }) => {
-                    tracing::info!(to = %worker, "no notice left: that session is gone");
-                    return false;
-                }
-                Err(err) => {
-                    metrics::store_error(&self.id, "notify");
-                    tracing::warn!(to = %worker, error = %err, "could not leave a notice");
-                    return false;
-                }
-            }
-        }
-    }
-
-    /// Ends `worker`'s session `incarnation` as seen at `heartbeat`, after it was seen
-    /// unchanged for a lease duration (the fence). `Ok(true)` when it is over (fenced here,
-    /// or gone already): its leases may then be started at once; `Ok(false)` when it beat in
-    /// between.
-    pub async fn fence(
-        &self,
-        worker: &WorkerId,
-        incarnation: Incarnation,
-        heartbeat: u64,
-        deadline: Instant,
-    ) -> Result<bool, crate::store::StoreError> {
-        let ended = self
-            .store
-            .end_session(worker, incarnation, heartbeat, deadline)
-            .await?;
-        if !matches!(
-            ended,
-            Outcome::Done(_) | Outcome::LostRace { current: None }
-        ) {
-            return Ok(false);
-        }
-        tracing::warn!(worker = %worker, %incarnation, heartbeat, "session expired: fenced; its leases are placed again");
-        metrics::fenced(&self.id);
-        self.note_fenced(worker, incarnation);
-        // Its other leases are placed by a round. A fence made outside one (by the watcher, or
-        // by a hander-over whose receiver never took the lease) must start it: nothing else
-        // would before the slow scan (seed 15923767766670048821).
-        self.rescan.notify_one();
-        Ok(true)
-    }
-
-    /// Records that `worker`'s session `incarnation` is over (fenced here, or its record
-    /// replaced here after it was seen unchanged for a lease duration).
-    pub fn note_fenced(&self, worker: &WorkerId, incarnation: Incarnation) {
-        self.fenced().insert((worker.clone(), incarnation));
-    }
-
-    /// The sessions known here to be over.
-    pub fn fenced(&self) -> MutexGuard<'_, Fenced> {
-        self.fenced.lock().unwrap_or_else(|e| e.into_inner())
-    }
-
-    /// Whether `worker`'s session `incarnation` is known here to be over.
-    pub fn is_fenced(&self, worker: &WorkerId, incarnation: Incarnation) -> bool {
-        self.fenced().contains(worker, incarnation)
-    }
-
     /// Reads the table for where leases released here should go (the sessions that take
     /// leases, with what they hold): a leaving worker's last placement round may be old.
     pub async fn refresh_receivers(&self, deadline: Instant) {
@@ -607,47 +498,13 @@ impl Shared {
                 })
             })
             .collect();
-        *self.placement.lock().unwrap_or_else(|e| e.into_inner()) = receivers;
-    }
-
-    /// Forgets a receiver whose session is gone.
-    pub fn drop_receiver(&self, worker: &WorkerId) {
-        self.placement
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .retain(|r| r.worker != *worker);
-    }
-
-    /// Picks the live session a lease released here should go to: the one that held the
-    /// fewest at the last placement round (counting what was given to it since).
-    pub fn pick_receiver(&self) -> Option<Receiver> {
-        let mut placement = self.placement.lock().unwrap_or_else(|e| e.into_inner());
-        let receiver = placement
-            .iter_mut()
-            .min_by(|a, b| a.held.cmp(&b.held).then(a.worker.cmp(&b.worker)))?;
-        receiver.held += 1;
-        Some(receiver.clone())
-    }
-
-    /// Now, on this worker's clock.
-    pub fn now(&self) -> Instant {
-        self.clock.now()
+        self.receivers.set(receivers);
     }
 
     pub fn lock(&self) -> MutexGuard<'_, State> {
         // Every change under the lock is a few assignments; a panic between them cannot
         // leave the map unusable, so a poisoned lock is still consistent enough to go on.
         self.state.lock().unwrap_or_else(|e| e.into_inner())
-    }
-
-    pub fn emit(&self, event: LeaseEvent) {
-        // Until the application takes the stream, events queue in the receiver the worker
-        // keeps. Once the receiver is dropped, sending fails and the grant is dropped here:
-        // an abandoned grant, released like any other.
-        let events = self.events.lock().unwrap_or_else(|e| e.into_inner());
-        if let Some(events) = events.as_ref() {
-            let _ = events.send(event);
-        }
     }
 
     /// The capacity this worker publishes in its membership record: none once it is shutting
@@ -662,16 +519,11 @@ impl Shared {
         }
     }
 
-    /// The application took the event stream.
-    pub fn mark_events_taken(&self) {
-        self.events_taken.store(true, Ordering::SeqCst);
-    }
-
     /// The leases held here that nobody processes, and why; see
     /// [`WorkerMonitor::stalled_leases`](super::WorkerMonitor::stalled_leases).
     pub fn stalled(&self) -> Vec<(LeaseKey, Stall)> {
         let now = self.now();
-        let undelivered = !self.events_taken.load(Ordering::SeqCst);
+        let undelivered = !self.events.taken();
         let mut state = self.lock();
         state.abandoned.retain(|_, valid_until| *valid_until > now);
         let mut stalled: Vec<(LeaseKey, Stall)> = state
@@ -751,11 +603,6 @@ impl Shared {
     /// The release of an abandoned lease was answered: it is no longer stalled here.
     pub fn release_answered(&self, key: &LeaseKey) {
         self.lock().abandoned.remove(key);
-    }
-
-    /// Ends the application's event stream.
-    pub fn close_events(&self) {
-        self.events.lock().unwrap_or_else(|e| e.into_inner()).take();
     }
 
     /// The leases the application may work on now.
@@ -921,7 +768,7 @@ impl Shared {
         drop(state);
         tracing::info!(lease_key = %key, owner = %self.id, tenure, "lease acquired");
         metrics::held(&self.id, self.lock().held.len());
-        self.emit(LeaseEvent::Acquired(grant));
+        self.events.emit(LeaseEvent::Acquired(grant));
         if shutting_down {
             let deadline = self.now() + self.config.shutdown_timeout;
             self.request_stop(key, tenure, StopReason::Shutdown { deadline });
@@ -941,7 +788,7 @@ impl Shared {
         let app_done = held.app_done;
         drop(state);
         tracing::info!(lease_key = %key, ?reason, "stop requested");
-        self.emit(LeaseEvent::StopRequested {
+        self.events.emit(LeaseEvent::StopRequested {
             key: key.clone(),
             reason,
         });
@@ -1007,7 +854,7 @@ impl Shared {
             metrics::abandoned(&self.id);
             let panicked = how == LetGo::Panicked;
             tracing::warn!(lease_key = %key, owner = %self.id, tenure, panicked, "grant dropped while active without finish or stop request; nobody processes the lease here: releasing it");
-            self.emit(LeaseEvent::Abandoned { key: key.clone() });
+            self.events.emit(LeaseEvent::Abandoned { key: key.clone() });
         } else if active && !matches!(finish, Finish::Release { ended: true, .. }) {
             tracing::info!(lease_key = %key, tenure, "the application finished an active lease; releasing it");
         }
@@ -1047,7 +894,7 @@ impl Shared {
             tracing::info!(lease_key = %key, why, "lease lost before it was reported");
         } else {
             tracing::warn!(lease_key = %key, owner = %self.id, tenure = held.tenure, why, "lease lost");
-            self.emit(LeaseEvent::Lost { key: key.clone() });
+            self.events.emit(LeaseEvent::Lost { key: key.clone() });
         }
         Some(LetGoWait(held.stop))
     }

@@ -400,7 +400,7 @@ async fn acknowledged(
     let notice = [key.as_str().to_owned()];
     let mut noticed = false;
     let mut beats: ExpiryTracker<()> = ExpiryTracker::new(config.lease_duration);
-    let fenced = || shared.is_fenced(&owner, incarnation);
+    let fenced = || shared.fences.contains(&owner, incarnation);
     loop {
         // Fenced here: the session was seen unchanged for a lease duration, its validity
         // is over (the leases of a fenced session are startable at once).

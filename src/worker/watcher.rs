@@ -22,15 +22,26 @@ use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::time::Duration;
 
+use tokio::sync::Notify;
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
+use super::fenced::Fences;
 use super::metrics;
-use super::state::{SessionVersion, Shared};
+use super::parts::{Base, Ring, SessionVersion};
 use crate::lease::{Incarnation, WorkerId};
 
-pub(crate) async fn run(shared: Arc<Shared>, cancel: CancellationToken) {
-    let mut successor = shared.successor.subscribe();
+/// What the watcher is handed: the base, the ring it shares with the taker, the fences, and
+/// the taker's wake-up.
+pub(crate) struct WatcherParts {
+    pub base: Arc<Base>,
+    pub ring: Arc<Ring>,
+    pub fences: Arc<Fences>,
+    pub rescan: Arc<Notify>,
+}
+
+pub(crate) async fn run(parts: WatcherParts, cancel: CancellationToken) {
+    let mut successor = parts.ring.successor.subscribe();
     loop {
         let target = successor.borrow_and_update().clone();
         match target {
@@ -39,13 +50,13 @@ pub(crate) async fn run(shared: Arc<Shared>, cancel: CancellationToken) {
                     biased;
                     _ = cancel.cancelled() => return,
                     changed = successor.changed() => if changed.is_err() { return },
-                    _ = watch(&shared, &target) => {
+                    _ = watch(&parts, &target) => {
                         // Fenced or gone: wait for the next placement round to name the
                         // session to watch, another or this worker's next one (seed
                         // 8919629482098015279: a worker restarted and crashed again, and the
                         // round naming it again woke nothing; its leases waited for the
                         // slow scan).
-                        shared.watch_done.store(true, Ordering::SeqCst);
+                        parts.ring.watch_done.store(true, Ordering::SeqCst);
                         tokio::select! {
                             biased;
                             _ = cancel.cancelled() => return,
@@ -80,23 +91,23 @@ struct Beats {
 }
 
 /// Watches `target` until its session is fenced here or its record is gone.
-async fn watch(shared: &Shared, target: &WorkerId) {
-    let interval = shared.config.renew_interval;
-    let lease = shared.config.lease_duration;
+async fn watch(parts: &WatcherParts, target: &WorkerId) {
+    let interval = parts.base.config.renew_interval;
+    let lease = parts.base.config.lease_duration;
     let mut beats: Option<Beats> = None;
-    let mut next = shared.now();
+    let mut next = parts.base.now();
     loop {
-        shared.clock.sleep_until(next).await;
-        let deadline = shared.now() + shared.config.store_timeout;
-        let read = shared.store.get_member(target, false, deadline).await;
-        let now = shared.now();
+        parts.base.clock.sleep_until(next).await;
+        let deadline = parts.base.now() + parts.base.config.store_timeout;
+        let read = parts.base.store.get_member(target, false, deadline).await;
+        let now = parts.base.now();
         let member = match read {
             Ok(Some(member)) => member,
             Ok(None) => {
                 // Left, or fenced by somebody else: a placement round looks at its leases
                 // and names the next session to watch.
                 tracing::info!(worker = %target, "the watched session's record is gone");
-                shared.rescan.notify_one();
+                parts.rescan.notify_one();
                 return;
             }
             Err(err) => {
@@ -110,16 +121,16 @@ async fn watch(shared: &Shared, target: &WorkerId) {
             Some(b) if b.value == value => {
                 if now >= b.hi + lease {
                     let (incarnation, heartbeat) = value;
-                    if fence(shared, target, incarnation, heartbeat, deadline).await {
+                    if fence(parts, target, incarnation, heartbeat, deadline).await {
                         return;
                     }
-                    next = shared.now();
+                    next = parts.base.now();
                     continue;
                 }
-                next = missed(shared, target, b, member.incarnation, now);
+                next = missed(parts, target, b, member.incarnation, now);
             }
             _ => {
-                let (b, at) = changed(shared, target, beats.as_ref(), value, now);
+                let (b, at) = changed(parts, target, beats.as_ref(), value, now);
                 beats = Some(b);
                 next = at;
             }
@@ -130,13 +141,16 @@ async fn watch(shared: &Shared, target: &WorkerId) {
 /// The watched record showed no new beat at `now` (its expiry here still ahead): warns those
 /// its leases would go to when it is close, and returns when to read it next.
 fn missed(
-    shared: &Shared,
+    parts: &WatcherParts,
     target: &WorkerId,
     b: &mut Beats,
     incarnation: Option<Incarnation>,
     now: Instant,
 ) -> Instant {
-    let (interval, lease) = (shared.config.renew_interval, shared.config.lease_duration);
+    let (interval, lease) = (
+        parts.base.config.renew_interval,
+        parts.base.config.lease_duration,
+    );
     b.missed = Some(now);
     // Beats missed: warn those its leases would go to, so that they are ready to start them
     // the moment they are given.
@@ -144,9 +158,8 @@ fn missed(
     if !b.warned && now + lead >= b.hi + lease {
         b.warned = true;
         if let Some(incarnation) = incarnation {
-            *shared.suspect.lock().unwrap_or_else(|e| e.into_inner()) =
-                Some((target.clone(), incarnation));
-            shared.rescan.notify_one();
+            parts.ring.suspect((target.clone(), incarnation));
+            parts.rescan.notify_one();
         }
     }
     // Not yet in step with its beats: every eighth of an interval until a change shows when
@@ -169,13 +182,13 @@ fn missed(
 /// The watched record showed a new `value` at `now`: where its beats land, as bounded by the
 /// reads so far (`last`), and when to read it next.
 fn changed(
-    shared: &Shared,
+    parts: &WatcherParts,
     target: &WorkerId,
     last: Option<&Beats>,
     value: SessionVersion,
     now: Instant,
 ) -> (Beats, Instant) {
-    let interval = shared.config.renew_interval;
+    let interval = parts.base.config.renew_interval;
     let floor = interval / 16;
     // The new value landed after the last read that did not show it.
     let (lo, synced) = match last {
@@ -187,10 +200,9 @@ fn changed(
     };
     // First seen by this worker maybe earlier, by a placement round's scan.
     let hi = match last {
-        None => shared
-            .members_seen
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
+        None => parts
+            .ring
+            .members_seen()
             .get(target)
             .filter(|(seen, _)| *seen == value)
             .map_or(now, |(_, at)| (*at).min(now)),
@@ -224,7 +236,7 @@ fn warn_lead(interval: Duration, lease: Duration) -> Duration {
 /// Ends `target`'s session as seen (its heartbeat unchanged for a lease duration here).
 /// `true` when it is over (fenced here, or gone); `false` when it beat in between.
 async fn fence(
-    shared: &Shared,
+    parts: &WatcherParts,
     target: &WorkerId,
     incarnation: Option<Incarnation>,
     heartbeat: u64,
@@ -234,11 +246,15 @@ async fn fence(
         // A record of an older version: nothing of ours can be fenced by it.
         return false;
     };
-    match shared.fence(target, incarnation, heartbeat, deadline).await {
+    match parts
+        .fences
+        .fence(target, incarnation, heartbeat, deadline)
+        .await
+    {
         Ok(true) => true,
         Ok(false) => false,
         Err(err) => {
-            metrics::store_error(&shared.id, "end_session");
+            metrics::store_error(&parts.base.id, "end_session");
             tracing::warn!(worker = %target, error = %err, "could not fence an expired session");
             false
         }

@@ -60,12 +60,7 @@ impl Taker {
         expiry: &[Instant],
         now: Instant,
     ) {
-        let suspect = self
-            .shared
-            .suspect
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .take();
+        let suspect = self.shared.ring.take_suspect();
         let Some((victim, incarnation)) = suspect else {
             return;
         };
@@ -126,8 +121,8 @@ impl Taker {
         view: &FleetView,
     ) {
         let (successor, predecessor) = decide::neighbours(live, &self.shared.id);
-        let renamed = self.shared.watch_done.swap(false, Ordering::SeqCst);
-        self.shared.successor.send_if_modified(|current| {
+        let renamed = self.shared.ring.watch_done.swap(false, Ordering::SeqCst);
+        self.shared.ring.successor.send_if_modified(|current| {
             if *current == successor {
                 renamed
             } else {
@@ -140,11 +135,7 @@ impl Taker {
         self.announce(predecessor, &incarnations).await;
         self.tell_chores(live, &incarnations).await;
         let receivers = decide::receivers(live, view, &incarnations, &self.shared.id);
-        *self
-            .shared
-            .placement
-            .lock()
-            .unwrap_or_else(|e| e.into_inner()) = receivers;
+        self.shared.receivers.set(receivers);
     }
 
     /// Tells a new `predecessor` that this worker joined next to it. Only with the session

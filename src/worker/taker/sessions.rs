@@ -85,11 +85,7 @@ impl Taker {
             self.members
                 .observe(&member.worker, (member.incarnation, member.heartbeat), now);
         }
-        let mut seen = self
-            .shared
-            .members_seen
-            .lock()
-            .unwrap_or_else(|e| e.into_inner());
+        let mut seen = self.shared.ring.members_seen();
         seen.retain(|w, _| ids.contains(w));
         for member in &snapshot.members {
             let value = (member.incarnation, member.heartbeat);
@@ -114,6 +110,7 @@ impl Taker {
             }
             let fenced = self
                 .shared
+                .fences
                 .fence(&member.worker, incarnation, member.heartbeat, deadline)
                 .await;
             if let Err(err) = fenced {
@@ -273,7 +270,7 @@ impl Taker {
     }
 
     pub(super) fn fenced(&self) -> std::sync::MutexGuard<'_, Fenced> {
-        self.shared.fenced()
+        self.shared.fences.lock()
     }
 
     /// The live workers are the members whose session is open and has not

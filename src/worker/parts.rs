@@ -1,0 +1,221 @@
+//! The parts of a worker's state that its loops share, each with one writer, so that a loop is
+//! handed only the parts it uses (see the table in `docs/ARCHITECTURE.md`):
+//!
+//! - [`Base`]: who the worker is, its settings, its clock and its store; read by every loop,
+//!   changed by none;
+//! - [`Ring`]: the session the watcher watches and what it saw, between the taker (which names
+//!   it) and the watcher (which reads it and reports a suspect);
+//! - [`EventSink`]: the application's event stream;
+//! - [`Receivers`]: where a lease released here goes, written by the taker's rounds, read by
+//!   the releases.
+//!
+//! The sessions known to be over are [`Fences`](super::fenced::Fences); the leases held here
+//! and this process's session are in `state.rs`.
+
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
+
+use tokio::sync::{mpsc, watch};
+use tokio::time::Instant;
+
+use super::event::LeaseEvent;
+use super::metrics;
+use crate::clock::Clock;
+use crate::config::WorkerConfig;
+use crate::lease::{Incarnation, WorkerId};
+use crate::notice::with_nonce;
+use crate::store::{LeaseStore, Outcome};
+
+/// What every loop of a worker reads and none changes.
+pub(crate) struct Base {
+    pub id: WorkerId,
+    /// Every store call ends by its deadline (see `bounded.rs`).
+    pub store: Arc<dyn LeaseStore>,
+    /// The clock every lease decision of this worker reads.
+    pub clock: Arc<dyn Clock>,
+    pub config: WorkerConfig,
+}
+
+impl Base {
+    /// Now, on this worker's clock.
+    pub fn now(&self) -> Instant {
+        self.clock.now()
+    }
+
+    /// Leaves `notices` in `worker`'s session `incarnation`; `true` once they are there,
+    /// `false` when that session is gone (or the store did not answer).
+    pub async fn notify(
+        &self,
+        worker: &WorkerId,
+        incarnation: Incarnation,
+        notices: &[String],
+        deadline: Instant,
+    ) -> bool {
+        // Each notice is told apart by a nonce: the same lease named again before the receiver
+        // acknowledged the first notice must not be removed with it.
+        let notices: Vec<String> = notices.iter().map(|text| with_nonce(text)).collect();
+        let mut incarnation = incarnation;
+        let mut retold = false;
+        loop {
+            match self
+                .store
+                .notify(worker, incarnation, &notices, deadline)
+                .await
+            {
+                Ok(Outcome::Done(_)) => return true,
+                // A later session of the id (a restart this worker had not seen yet) is told
+                // instead: what a notice names is read from the table by whoever gets it, and
+                // a lease given to the id is that session's to take. Told nothing, it would
+                // wait for the chores, up to a slow scan
+                // (`sessions_tell_the_current_session_of_a_restarted_receiver` in
+                // `tests/simulate.rs`).
+                Ok(Outcome::LostRace {
+                    current: Some(member),
+                }) if !retold && member.session && member.incarnation != Some(incarnation) => {
+                    let Some(later) = member.incarnation else {
+                        return false;
+                    };
+                    tracing::info!(to = %worker, session = %later, "that session is gone: telling the id's current one");
+                    incarnation = later;
+                    retold = true;
+                }
+                Ok(Outcome::LostRace { .. }) => {
+                    tracing::info!(to = %worker, "no notice left: that session is gone");
+                    return false;
+                }
+                Err(err) => {
+                    metrics::store_error(&self.id, "notify");
+                    tracing::warn!(to = %worker, error = %err, "could not leave a notice");
+                    return false;
+                }
+            }
+        }
+    }
+}
+
+/// One state of a session record: the incarnation that wrote it and its heartbeat.
+pub(crate) type SessionVersion = (Option<Incarnation>, u64);
+
+/// Between the taker and the watcher: which session to watch, and what was seen of it.
+#[derive(Default)]
+pub(crate) struct Ring {
+    /// The worker whose session this one watches (the next live id), as the last placement
+    /// round saw the fleet. Written by the taker.
+    pub successor: watch::Sender<Option<WorkerId>>,
+    /// The watcher is done with the session it was named (fenced or gone) and waits to be
+    /// named one, even the same worker again (restarted under a new session). Set by the
+    /// watcher, taken by the taker.
+    pub watch_done: AtomicBool,
+    /// A watched session that looks dead (not fenced yet), for the next placement round to
+    /// warn the workers its leases would go to. Set by the watcher, taken by the taker.
+    pub suspect: Mutex<Option<(WorkerId, Incarnation)>>,
+    /// When this worker first saw each member's current (incarnation, heartbeat), as its
+    /// placement rounds read them; the watcher starts from there. Written by the taker.
+    pub members_seen: Mutex<HashMap<WorkerId, (SessionVersion, Instant)>>,
+}
+
+impl Ring {
+    /// The session the watcher suspects, taken.
+    pub fn take_suspect(&self) -> Option<(WorkerId, Incarnation)> {
+        self.suspect
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .take()
+    }
+
+    /// Reports `suspect` to the next placement round.
+    pub fn suspect(&self, suspect: (WorkerId, Incarnation)) {
+        *self.suspect.lock().unwrap_or_else(|e| e.into_inner()) = Some(suspect);
+    }
+
+    /// The member records first seen here, by worker.
+    pub fn members_seen(
+        &self,
+    ) -> std::sync::MutexGuard<'_, HashMap<WorkerId, (SessionVersion, Instant)>> {
+        self.members_seen.lock().unwrap_or_else(|e| e.into_inner())
+    }
+}
+
+/// The application's event stream: events queue in it until the application takes it, and
+/// it is closed when the worker stops.
+pub(crate) struct EventSink {
+    /// Taken (closing the application's stream) when the worker stops.
+    events: Mutex<Option<mpsc::UnboundedSender<LeaseEvent>>>,
+    /// The application took the event stream (`take_events` or `listen`): grants reach it.
+    taken: AtomicBool,
+}
+
+impl EventSink {
+    pub fn new(events: mpsc::UnboundedSender<LeaseEvent>) -> Self {
+        Self {
+            events: Mutex::new(Some(events)),
+            taken: AtomicBool::new(false),
+        }
+    }
+
+    pub fn emit(&self, event: LeaseEvent) {
+        // Until the application takes the stream, events queue in the receiver the worker
+        // keeps. Once the receiver is dropped, sending fails and the grant is dropped here:
+        // an abandoned grant, released like any other.
+        let events = self.events.lock().unwrap_or_else(|e| e.into_inner());
+        if let Some(events) = events.as_ref() {
+            let _ = events.send(event);
+        }
+    }
+
+    /// The application took the event stream.
+    pub fn mark_taken(&self) {
+        self.taken.store(true, Ordering::SeqCst);
+    }
+
+    /// Whether the application took the event stream.
+    pub fn taken(&self) -> bool {
+        self.taken.load(Ordering::SeqCst)
+    }
+
+    /// Ends the application's event stream.
+    pub fn close(&self) {
+        self.events.lock().unwrap_or_else(|e| e.into_inner()).take();
+    }
+}
+
+/// A live session a released lease may be given to, and how many leases it held at the last
+/// placement round (see [`Receivers`]).
+#[derive(Debug, Clone, PartialEq)]
+pub(crate) struct Receiver {
+    pub worker: WorkerId,
+    pub incarnation: Incarnation,
+    pub held: u32,
+}
+
+/// Where a lease released here goes: the other live sessions at the last placement round,
+/// with what they held. Written by the taker's rounds (and by a departure), read by releases.
+#[derive(Default)]
+pub(crate) struct Receivers(Mutex<Vec<Receiver>>);
+
+impl Receivers {
+    /// Replaces the receivers with those a round (or a departure) read.
+    pub fn set(&self, receivers: Vec<Receiver>) {
+        *self.0.lock().unwrap_or_else(|e| e.into_inner()) = receivers;
+    }
+
+    /// Forgets a receiver whose session is gone.
+    pub fn drop_worker(&self, worker: &WorkerId) {
+        self.0
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .retain(|r| r.worker != *worker);
+    }
+
+    /// Picks the live session a lease released here should go to: the one that held the
+    /// fewest at the last placement round (counting what was given to it since).
+    pub fn pick(&self) -> Option<Receiver> {
+        let mut receivers = self.0.lock().unwrap_or_else(|e| e.into_inner());
+        let receiver = receivers
+            .iter_mut()
+            .min_by(|a, b| a.held.cmp(&b.held).then(a.worker.cmp(&b.worker)))?;
+        receiver.held += 1;
+        Some(receiver.clone())
+    }
+}
