@@ -9,6 +9,8 @@
 # Everything it started is stopped on exit.
 set -euo pipefail
 cd "$(dirname "$0")/.."
+# Where cargo builds: $CARGO_TARGET_DIR when set (relative to the repository root), else target/.
+target=${CARGO_TARGET_DIR:-target}
 
 port=${DEMO_DYNALITE_PORT:-4577}
 endpoint="http://127.0.0.1:$port"
@@ -41,7 +43,7 @@ for _ in $(seq 100); do
   sleep 0.1
 done
 
-sl() { target/debug/shardlease --endpoint "$endpoint" "$@"; }
+sl() { "$target"/debug/shardlease --endpoint "$endpoint" "$@"; }
 
 # Counts the leases each worker holds, from `status --json`: "a=3 b=3".
 held() {
@@ -55,7 +57,7 @@ print(" ".join(f"{w}={n}" for w, n in sorted(held.items())))'
 step "two workers, a and b, on table $table with 6 shards"
 sl --table "$table" create-table
 for id in a b; do
-  RUST_LOG=warn target/debug/examples/lease_worker --id "$id" --endpoint "$endpoint" \
+  RUST_LOG=warn "$target"/debug/examples/lease_worker --id "$id" --endpoint "$endpoint" \
     --table "$table" --shards 6 --lease-secs 6 >"$work/$id.log" 2>&1 &
   pids+=($!)
   eval "pid_$id=$!"

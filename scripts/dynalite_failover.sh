@@ -6,6 +6,8 @@
 #   scripts/dynalite_failover.sh [procs] [shards] [lease-secs]     # default 4 64 10
 set -euo pipefail
 cd "$(dirname "$0")/.."
+# Where cargo builds: $CARGO_TARGET_DIR when set (relative to the repository root), else target/.
+target=${CARGO_TARGET_DIR:-target}
 procs=${1:-4}
 shards=${2:-64}
 lease=${3:-10}
@@ -22,7 +24,7 @@ work=$(mktemp -d)
 table="failover-$$-$RANDOM"
 pids=()
 for i in $(seq 1 "$procs"); do
-  target/debug/examples/lease_worker --id "w$i" --table "$table" --endpoint "$dynamo" \
+  "$target"/debug/examples/lease_worker --id "w$i" --table "$table" --endpoint "$dynamo" \
     --shards "$shards" --lease-secs "$lease" --events-log "$work/w$i.jsonl" \
     >"$work/w$i.log" 2>&1 &
   pids+=($!)

@@ -7,6 +7,8 @@
 #   scripts/kinesis_failover.sh [lease-secs]      # default 10 (the library default)
 set -euo pipefail
 cd "$(dirname "$0")/.."
+# Where cargo builds: $CARGO_TARGET_DIR when set (relative to the repository root), else target/.
+target=${CARGO_TARGET_DIR:-target}
 lease=${1:-10}
 
 scripts/emulators.sh install
@@ -17,7 +19,7 @@ fi
 kinesis=${SHARDLEASE_KINESALITE_ENDPOINT:-http://127.0.0.1:${KINESALITE_PORT:-4569}}
 dynamo=${SHARDLEASE_DYNALITE_ENDPOINT:-http://127.0.0.1:${DYNALITE_PORT:-4567}}
 cargo build --quiet --features kinesis --example kinesis_consumer
-bin=target/debug/examples/kinesis_consumer
+bin="$target"/debug/examples/kinesis_consumer
 export AWS_REGION=us-east-1 AWS_ACCESS_KEY_ID=test AWS_SECRET_ACCESS_KEY=test
 work=$(mktemp -d)
 stream="failover-$$-$RANDOM"

@@ -9,6 +9,8 @@
 #                            [--time-limit SECS] SEED...
 set -euo pipefail
 cd "$(dirname "$0")/.."
+# Where cargo builds: $CARGO_TARGET_DIR when set (relative to the repository root), else target/.
+target=${CARGO_TARGET_DIR:-target}
 scenario=skew workers=20 leases=1000 time_limit=120 tolerance=()
 while [ $# -gt 0 ]; do
   case $1 in
@@ -34,7 +36,7 @@ if [ ! -x .venv-plot/bin/python ] || ! .venv-plot/bin/python -c 'import scipy' 2
   .venv-plot/bin/pip install --quiet scipy
 fi
 for seed in "$@"; do
-  ./target/debug/examples/simulate --scenario "$scenario" --workers "$workers" \
+  "$target"/debug/examples/simulate --scenario "$scenario" --workers "$workers" \
     --leases "$leases" --policy load --seed "$seed" --rest 0 --dump-start "$start" >/dev/null
   printf '{"seed": %s, "solution": ' "$seed"
   .venv-plot/bin/python scripts/minimum_moves.py "$start" --time-limit "$time_limit" \

@@ -7,6 +7,8 @@
 #   scripts/plot_load.sh [SEED] [OUT.png]
 set -euo pipefail
 cd "$(dirname "$0")/.."
+# Where cargo builds: $CARGO_TARGET_DIR when set (relative to the repository root), else target/.
+target=${CARGO_TARGET_DIR:-target}
 seed=${1:-1}
 out=${2:-docs/hot-shard-load.png}
 trace=$(mktemp --suffix=.csv)
@@ -14,9 +16,9 @@ trap 'rm -f "$trace"' EXIT
 
 cargo build --quiet --example simulate
 rm -f "$trace"
-./target/debug/examples/simulate --scenario hot-shard --workers 20 --leases 1000 \
+"$target"/debug/examples/simulate --scenario hot-shard --workers 20 --leases 1000 \
   --policy load --seed "$seed" --rest 900 --load-trace "$trace" >/dev/null
-./target/debug/examples/simulate --scenario hot-shard --workers 20 --leases 1000 \
+"$target"/debug/examples/simulate --scenario hot-shard --workers 20 --leases 1000 \
   --policy kcl3 --seed "$seed" --rest 900 --load-trace "$trace" >/dev/null
 
 if [ ! -x .venv-plot/bin/python ]; then

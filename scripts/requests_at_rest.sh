@@ -10,6 +10,8 @@
 # operation.
 set -euo pipefail
 cd "$(dirname "$0")/.."
+# Where cargo builds: $CARGO_TARGET_DIR when set (relative to the repository root), else target/.
+target=${CARGO_TARGET_DIR:-target}
 # A first argument naming the protocol (as earlier versions took) is accepted: sessions is
 # the only one.
 case "${1:-}" in
@@ -46,7 +48,7 @@ done
 table="requests-at-rest-$$"
 workers=()
 for i in $(seq "$procs"); do
-  RUST_LOG=${RUST_LOG:-warn} ./target/debug/examples/lease_worker --id "w$i" --table "$table" \
+  RUST_LOG=${RUST_LOG:-warn} "$target"/debug/examples/lease_worker --id "w$i" --table "$table" \
     --endpoint "http://127.0.0.1:$proxy_port" --shards "$shards" \
     2>"$work/w$i.err" &
   workers+=($!)
