@@ -12,8 +12,9 @@ use std::time::Duration;
 use async_trait::async_trait;
 use tokio::time::Instant;
 
-use super::{LeaseStore, Outcome, Page, PageToken, StoreError, StoreResult};
-use crate::lease::{Incarnation, Lease, LeaseKey, LoadReport, Member, NewLease, WorkerId};
+use super::layer::{Request, Response, StoreLayer};
+use super::{LeaseStore, Outcome, StoreError, StoreResult};
+use crate::lease::NewLease;
 
 /// Switches for a [`FaultyStore`]. Cheap to clone; clones share the switches.
 #[derive(Debug, Clone, Default)]
@@ -243,333 +244,48 @@ impl<S: LeaseStore> FaultyStore<S> {
 }
 
 #[async_trait]
-impl<S: LeaseStore> LeaseStore for FaultyStore<S> {
-    async fn create(&self, lease: NewLease, deadline: Instant) -> StoreResult<Outcome<Lease>> {
-        self.gate("create", lease.key.as_str(), deadline).await?;
-        let racing = (self.faults.racing_create.lock())
-            .unwrap_or_else(|e| e.into_inner())
-            .take();
-        if let Some(racing) = racing {
-            let _ = self.inner.create(racing, deadline).await?;
+impl<S: LeaseStore> StoreLayer for FaultyStore<S> {
+    async fn call(&self, request: Request, deadline: Instant) -> StoreResult<Response> {
+        // A listing of the whole table goes page by page, each page a call of its own.
+        match request {
+            Request::Snapshot { eventually } => {
+                let snapshot = super::snapshot_by_pages(self, eventually, deadline).await?;
+                return Ok(Response::Snapshot(snapshot));
+            }
+            Request::ListMembers => {
+                let snapshot = super::snapshot_by_pages(self, false, deadline).await?;
+                return Ok(Response::Members(snapshot.members));
+            }
+            _ => {}
         }
-        self.land(move |inner| async move { inner.create(lease, deadline).await })
-            .await
-    }
-
-    async fn get(&self, key: &LeaseKey, deadline: Instant) -> StoreResult<Option<Lease>> {
-        self.gate("get", key.as_str(), deadline).await?;
-        let key = key.clone();
-        self.land(move |inner| async move { inner.get(&key, deadline).await })
-            .await
-    }
-
-    async fn list_page(&self, from: Option<PageToken>, deadline: Instant) -> StoreResult<Page> {
-        self.gate("scan", "", deadline).await?;
-        self.land(move |inner| async move { inner.list_page(from, deadline).await })
-            .await
-    }
-
-    async fn list_page_eventually(
-        &self,
-        from: Option<PageToken>,
-        deadline: Instant,
-    ) -> StoreResult<Page> {
-        self.gate("scan", "", deadline).await?;
-        self.land(move |inner| async move { inner.list_page_eventually(from, deadline).await })
-            .await
-    }
-
-    async fn renew(
-        &self,
-        key: &LeaseKey,
-        nonce: u64,
-        owner: &WorkerId,
-        tenure: u64,
-        load: Option<f64>,
-        deadline: Instant,
-    ) -> StoreResult<Outcome<Lease>> {
-        self.gate("renew", key.as_str(), deadline).await?;
-        let (key, owner) = (key.clone(), owner.clone());
-        self.land(move |inner| async move {
-            inner
-                .renew(&key, nonce, &owner, tenure, load, deadline)
-                .await
-        })
-        .await
-    }
-
-    async fn take(
-        &self,
-        key: &LeaseKey,
-        nonce: u64,
-        taker: &WorkerId,
-        incarnation: Incarnation,
-        observed_counter: u64,
-        deadline: Instant,
-    ) -> StoreResult<Outcome<Lease>> {
-        self.gate("take", key.as_str(), deadline).await?;
-        let (owned_key, taker) = (key.clone(), taker.clone());
-        let outcome = self
-            .land(move |inner| async move {
-                inner
-                    .take(
-                        &owned_key,
-                        nonce,
-                        &taker,
-                        incarnation,
-                        observed_counter,
-                        deadline,
-                    )
-                    .await
-            })
+        let (operation, key) = (request.operation(), request.key().to_owned());
+        self.gate(operation, &key, deadline).await?;
+        if let Request::Create { .. } = request {
+            let racing = (self.faults.racing_create.lock())
+                .unwrap_or_else(|e| e.into_inner())
+                .take();
+            if let Some(racing) = racing {
+                let _ = self.inner.create(racing, deadline).await?;
+            }
+        }
+        let response = self
+            .land(move |inner| async move { request.send_to(&*inner, deadline).await })
             .await?;
-        self.faults
-            .answer(outcome, &self.faults.lose_take_answer, "take", key.as_str())
-    }
-
-    async fn request_handoff(
-        &self,
-        key: &LeaseKey,
-        nonce: u64,
-        owner: &WorkerId,
-        tenure: u64,
-        requester: &WorkerId,
-        deadline: Instant,
-    ) -> StoreResult<Outcome<Lease>> {
-        self.gate("request_handoff", key.as_str(), deadline).await?;
-        let (key, owner, requester) = (key.clone(), owner.clone(), requester.clone());
-        self.land(move |inner| async move {
-            inner
-                .request_handoff(&key, nonce, &owner, tenure, &requester, deadline)
-                .await
-        })
-        .await
-    }
-
-    async fn complete_handoff(
-        &self,
-        key: &LeaseKey,
-        nonce: u64,
-        owner: &WorkerId,
-        tenure: u64,
-        to: &WorkerId,
-        deadline: Instant,
-    ) -> StoreResult<Outcome<Lease>> {
-        self.gate("complete_handoff", key.as_str(), deadline)
-            .await?;
-        let (key, owner, to) = (key.clone(), owner.clone(), to.clone());
-        self.land(move |inner| async move {
-            inner
-                .complete_handoff(&key, nonce, &owner, tenure, &to, deadline)
-                .await
-        })
-        .await
-    }
-
-    async fn release(
-        &self,
-        key: &LeaseKey,
-        nonce: u64,
-        owner: &WorkerId,
-        tenure: u64,
-        deadline: Instant,
-    ) -> StoreResult<Outcome<Lease>> {
-        self.gate("release", key.as_str(), deadline).await?;
-        let (key, owner) = (key.clone(), owner.clone());
-        self.land(
-            move |inner| async move { inner.release(&key, nonce, &owner, tenure, deadline).await },
-        )
-        .await
-    }
-
-    async fn checkpoint(
-        &self,
-        key: &LeaseKey,
-        nonce: u64,
-        owner: &WorkerId,
-        tenure: u64,
-        seq: u64,
-        checkpoint: &str,
-        deadline: Instant,
-    ) -> StoreResult<Outcome<Lease>> {
-        self.gate("checkpoint", key.as_str(), deadline).await?;
-        let (key, owner, checkpoint) = (key.clone(), owner.clone(), checkpoint.to_owned());
-        self.land(move |inner| async move {
-            inner
-                .checkpoint(&key, nonce, &owner, tenure, seq, &checkpoint, deadline)
-                .await
-        })
-        .await
-    }
-
-    async fn delete(
-        &self,
-        key: &LeaseKey,
-        nonce: u64,
-        observed_counter: u64,
-        observed_tenure: u64,
-        deadline: Instant,
-    ) -> StoreResult<Outcome<Lease>> {
-        self.gate("delete", key.as_str(), deadline).await?;
-        let key = key.clone();
-        self.land(move |inner| async move {
-            inner
-                .delete(&key, nonce, observed_counter, observed_tenure, deadline)
-                .await
-        })
-        .await
-    }
-
-    async fn heartbeat(
-        &self,
-        worker: &WorkerId,
-        incarnation: Incarnation,
-        report: Option<&LoadReport>,
-        capacity: Option<u32>,
-        deadline: Instant,
-    ) -> StoreResult<Outcome<Member>> {
-        self.gate("heartbeat", worker.as_str(), deadline).await?;
-        let worker = worker.clone();
-        let report = report.cloned();
-        self.land(move |inner| async move {
-            inner
-                .heartbeat(&worker, incarnation, report.as_ref(), capacity, deadline)
-                .await
-        })
-        .await
-    }
-
-    async fn remove_member(
-        &self,
-        worker: &WorkerId,
-        observed_heartbeat: Option<u64>,
-        deadline: Instant,
-    ) -> StoreResult<Outcome<Member>> {
-        self.gate("remove_member", worker.as_str(), deadline)
-            .await?;
-        let worker = worker.clone();
-        self.land(move |inner| async move {
-            inner
-                .remove_member(&worker, observed_heartbeat, deadline)
-                .await
-        })
-        .await
-    }
-
-    async fn give(
-        &self,
-        key: &LeaseKey,
-        nonce: u64,
-        to: &WorkerId,
-        observed_counter: u64,
-        deadline: Instant,
-    ) -> StoreResult<Outcome<Lease>> {
-        self.gate("give", key.as_str(), deadline).await?;
-        let key = key.clone();
-        let to = to.clone();
-        self.land(move |inner| async move {
-            inner
-                .give(&key, nonce, &to, observed_counter, deadline)
-                .await
-        })
-        .await
-    }
-
-    async fn get_member(
-        &self,
-        worker: &WorkerId,
-        consistent: bool,
-        deadline: Instant,
-    ) -> StoreResult<Option<Member>> {
-        self.gate("get_member", worker.as_str(), deadline).await?;
-        let worker = worker.clone();
-        self.land(move |inner| async move { inner.get_member(&worker, consistent, deadline).await })
-            .await
-    }
-
-    async fn open_session(
-        &self,
-        worker: &WorkerId,
-        incarnation: Incarnation,
-        capacity: Option<u32>,
-        replacing: Option<&Member>,
-        deadline: Instant,
-    ) -> StoreResult<Outcome<Member>> {
-        self.gate("open_session", worker.as_str(), deadline).await?;
-        let (id, replacing) = (worker.clone(), replacing.cloned());
-        let outcome = self
-            .land(move |inner| async move {
-                inner
-                    .open_session(&id, incarnation, capacity, replacing.as_ref(), deadline)
-                    .await
-            })
-            .await?;
-        self.faults.answer(
-            outcome,
-            &self.faults.lose_open_answer,
-            "open_session",
-            worker.as_str(),
-        )
-    }
-
-    async fn beat(
-        &self,
-        worker: &WorkerId,
-        incarnation: Incarnation,
-        capacity: Option<u32>,
-        report: Option<&LoadReport>,
-        seen: &[String],
-        deadline: Instant,
-    ) -> StoreResult<Outcome<Member>> {
-        self.gate("beat", worker.as_str(), deadline).await?;
-        let worker = worker.clone();
-        let seen = seen.to_vec();
-        let report = report.cloned();
-        self.land(move |inner| async move {
-            inner
-                .beat(
-                    &worker,
-                    incarnation,
-                    capacity,
-                    report.as_ref(),
-                    &seen,
-                    deadline,
-                )
-                .await
-        })
-        .await
-    }
-
-    async fn end_session(
-        &self,
-        worker: &WorkerId,
-        incarnation: Incarnation,
-        observed_heartbeat: u64,
-        deadline: Instant,
-    ) -> StoreResult<Outcome<Member>> {
-        self.gate("end_session", worker.as_str(), deadline).await?;
-        let worker = worker.clone();
-        self.land(move |inner| async move {
-            inner
-                .end_session(&worker, incarnation, observed_heartbeat, deadline)
-                .await
-        })
-        .await
-    }
-
-    async fn notify(
-        &self,
-        worker: &WorkerId,
-        incarnation: Incarnation,
-        notices: &[String],
-        deadline: Instant,
-    ) -> StoreResult<Outcome<Member>> {
-        self.gate("notify", worker.as_str(), deadline).await?;
-        let worker = worker.clone();
-        let notices = notices.to_vec();
-        self.land(move |inner| async move {
-            inner.notify(&worker, incarnation, &notices, deadline).await
-        })
-        .await
+        let lose = match operation {
+            "take" => &self.faults.lose_take_answer,
+            "open_session" => &self.faults.lose_open_answer,
+            _ => return Ok(response),
+        };
+        match response {
+            Response::Lease(outcome) => self
+                .faults
+                .answer(outcome, lose, operation, &key)
+                .map(Response::Lease),
+            Response::Member(outcome) => self
+                .faults
+                .answer(outcome, lose, operation, &key)
+                .map(Response::Member),
+            other => Ok(other),
+        }
     }
 }

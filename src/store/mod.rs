@@ -128,9 +128,9 @@ mod attributes;
 mod decoded;
 mod error;
 pub mod fault;
+pub mod layer;
 pub mod memory;
 pub(crate) mod retry;
-mod shared;
 
 #[cfg(feature = "dynamodb")]
 #[cfg_attr(docsrs, doc(cfg(feature = "dynamodb")))]
@@ -473,39 +473,39 @@ pub trait LeaseStore: Send + Sync + 'static {
     /// Lists the whole table, page after page, with
     /// [`list_page_eventually`](Self::list_page_eventually).
     async fn snapshot_eventually(&self, deadline: Instant) -> StoreResult<Snapshot> {
-        let mut snapshot = Snapshot::default();
-        let mut from = None;
-        loop {
-            let page = self.list_page_eventually(from, deadline).await?;
-            snapshot.leases.extend(page.leases);
-            snapshot.members.extend(page.members);
-            snapshot.malformed += page.malformed;
-            match page.next {
-                Some(next) => from = Some(next),
-                None => break,
-            }
-        }
-        snapshot.leases.sort_by(|a, b| a.key.cmp(&b.key));
-        snapshot.members.sort_by(|a, b| a.worker.cmp(&b.worker));
-        Ok(snapshot)
+        snapshot_by_pages(self, true, deadline).await
     }
 
     /// Lists the whole table, page after page.
     async fn snapshot(&self, deadline: Instant) -> StoreResult<Snapshot> {
-        let mut snapshot = Snapshot::default();
-        let mut from = None;
-        loop {
-            let page = self.list_page(from, deadline).await?;
-            snapshot.leases.extend(page.leases);
-            snapshot.members.extend(page.members);
-            snapshot.malformed += page.malformed;
-            match page.next {
-                Some(next) => from = Some(next),
-                None => break,
-            }
-        }
-        snapshot.leases.sort_by(|a, b| a.key.cmp(&b.key));
-        snapshot.members.sort_by(|a, b| a.worker.cmp(&b.worker));
-        Ok(snapshot)
+        snapshot_by_pages(self, false, deadline).await
     }
+}
+
+/// The whole table, page after page ([`LeaseStore::list_page_eventually`] with `eventually`,
+/// else [`LeaseStore::list_page`]), leases in key order and members in worker id order.
+pub(crate) async fn snapshot_by_pages<S: LeaseStore + ?Sized>(
+    store: &S,
+    eventually: bool,
+    deadline: Instant,
+) -> StoreResult<Snapshot> {
+    let mut snapshot = Snapshot::default();
+    let mut from = None;
+    loop {
+        let page = if eventually {
+            store.list_page_eventually(from, deadline).await?
+        } else {
+            store.list_page(from, deadline).await?
+        };
+        snapshot.leases.extend(page.leases);
+        snapshot.members.extend(page.members);
+        snapshot.malformed += page.malformed;
+        match page.next {
+            Some(next) => from = Some(next),
+            None => break,
+        }
+    }
+    snapshot.leases.sort_by(|a, b| a.key.cmp(&b.key));
+    snapshot.members.sort_by(|a, b| a.worker.cmp(&b.worker));
+    Ok(snapshot)
 }

@@ -266,7 +266,7 @@ impl WorkerBuilder {
     /// clock) whether or not the store answers: one that does not is a transient, ambiguous
     /// failure, as for a store that gives up by itself.
     pub async fn start(mut self) -> Result<Worker, WorkerError> {
-        let deadline = self.preflight().await?;
+        let (store, deadline) = self.preflight().await?;
         let incarnation = self.incarnation.unwrap_or_else(Incarnation::random);
         let (events_tx, events_rx) = mpsc::unbounded_channel();
         let (finished_tx, finished_rx) = mpsc::unbounded_channel();
@@ -280,7 +280,7 @@ impl WorkerBuilder {
         let shared = Arc::new(Shared::new(
             self.id.clone(),
             incarnation,
-            self.store,
+            store,
             self.clock,
             self.config,
             self.source.is_some(),
@@ -302,9 +302,11 @@ impl WorkerBuilder {
 
     /// Before a session opens: validates the configuration and the id, bounds the store's
     /// calls by their deadlines, refuses a table an earlier build's workers use, and creates
-    /// the leases given to [`shards`](Self::shards). Returns the deadline the session's
-    /// opening keeps to.
-    async fn preflight(&mut self) -> Result<tokio::time::Instant, WorkerError> {
+    /// the leases given to [`shards`](Self::shards). Returns the store as the worker calls it
+    /// (bounded) and the deadline the session's opening keeps to.
+    async fn preflight(
+        &mut self,
+    ) -> Result<(Box<dyn LeaseStore>, tokio::time::Instant), WorkerError> {
         metrics::describe();
         self.config.validate()?;
         if self.id.is_operator() {
@@ -312,13 +314,15 @@ impl WorkerBuilder {
                 worker: self.id.clone(),
             });
         }
-        self.store = Arc::new(bounded::Bounded::new(
+        // A box, not an `Arc`: the worker calls the bounded store itself, not through the
+        // forwarding of `Arc<S>` (see `store::layer`).
+        let store: Box<dyn LeaseStore> = Box::new(bounded::Bounded::new(
             Arc::clone(&self.store),
             Arc::clone(&self.clock),
         ));
         let deadline = self.clock.now() + self.config.store_timeout;
         earlier_build::before_start(
-            self.store.as_ref(),
+            store.as_ref(),
             self.clock.as_ref(),
             self.config.lease_duration,
             self.config.store_timeout,
@@ -328,8 +332,7 @@ impl WorkerBuilder {
         .map_err(|r| refused(&self.id, r))?;
         let deadline = deadline.max(self.clock.now() + self.config.store_timeout);
         for key in &self.shards {
-            let _ = self
-                .store
+            let _ = store
                 .create(NewLease::new(key.clone()), deadline)
                 .await
                 .map_err(|source| WorkerError::Store {
@@ -337,7 +340,7 @@ impl WorkerBuilder {
                     source,
                 })?;
         }
-        Ok(deadline)
+        Ok((store, deadline))
     }
 }
 

@@ -31,7 +31,7 @@ use crate::store::{LeaseStore, Outcome};
 pub(crate) struct Base {
     pub id: WorkerId,
     /// Every store call ends by its deadline (see `bounded.rs`).
-    pub store: Arc<dyn LeaseStore>,
+    pub store: Box<dyn LeaseStore>,
     /// The clock every lease decision of this worker reads.
     pub clock: Arc<dyn Clock>,
     pub config: WorkerConfig,

@@ -291,7 +291,7 @@ impl Shared {
     pub fn new(
         id: WorkerId,
         incarnation: Incarnation,
-        store: Arc<dyn LeaseStore>,
+        store: Box<dyn LeaseStore>,
         clock: Arc<dyn Clock>,
         config: WorkerConfig,
         discovering: bool,
