@@ -59,58 +59,6 @@ impl Fenced {
     }
 }
 
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    fn session(worker: &str, incarnation: u64) -> SessionId {
-        (
-            WorkerId::new(worker).unwrap(),
-            Incarnation::new(incarnation),
-        )
-    }
-
-    #[test]
-    fn sessions_nothing_names_are_forgotten_and_every_fence_still_counts() {
-        let mut fenced = Fenced::default();
-        assert!(fenced.insert(session("a", 1)));
-        assert!(!fenced.insert(session("a", 1)));
-        assert!(fenced.insert(session("b", 2)));
-        assert_eq!((fenced.len(), fenced.added()), (2, 2));
-
-        // The table names only b's session now: a's is forgotten.
-        let judged = fenced.clone();
-        fenced.forget_unnamed(&judged, &HashSet::from([session("b", 2), session("c", 3)]));
-        assert!(!fenced.contains(&WorkerId::new("a").unwrap(), Incarnation::new(1)));
-        assert!(fenced.contains(&WorkerId::new("b").unwrap(), Incarnation::new(2)));
-        assert_eq!(fenced.len(), 1);
-
-        // A fence made after the round copied the set survives that round's pruning; the
-        // next round, which judges it, forgets it once nothing names it.
-        let before = fenced.added();
-        let judged = fenced.clone();
-        assert!(fenced.insert(session("c", 3)));
-        fenced.forget_unnamed(&judged, &HashSet::new());
-        assert!(fenced.contains(&WorkerId::new("c").unwrap(), Incarnation::new(3)));
-        assert_eq!(fenced.len(), 1);
-        // It leaves the size where it was, yet counts as news.
-        assert!(fenced.added() > before);
-        let judged = fenced.clone();
-        fenced.forget_unnamed(&judged, &HashSet::new());
-        assert!(fenced.is_empty());
-
-        // A thousand sessions fenced one after another, each forgotten once its leases moved
-        // on: the set stays at one.
-        for i in 0..1000 {
-            fenced.insert(session("d", 100 + i));
-            let judged = fenced.clone();
-            fenced.forget_unnamed(&judged, &HashSet::from([session("d", 100 + i)]));
-            assert_eq!(fenced.len(), 1);
-        }
-        assert_eq!(fenced.added(), before + 1001);
-    }
-}
-
 /// The sessions this process knows to be over, shared by the loops that fence (the watcher,
 /// the taker, a hand-over) and those that judge by them.
 pub(crate) struct Fences {
@@ -180,5 +128,57 @@ impl Fences {
     /// Whether `worker`'s session `incarnation` is known here to be over.
     pub fn contains(&self, worker: &WorkerId, incarnation: Incarnation) -> bool {
         self.lock().contains(worker, incarnation)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn session(worker: &str, incarnation: u64) -> SessionId {
+        (
+            WorkerId::new(worker).unwrap(),
+            Incarnation::new(incarnation),
+        )
+    }
+
+    #[test]
+    fn sessions_nothing_names_are_forgotten_and_every_fence_still_counts() {
+        let mut fenced = Fenced::default();
+        assert!(fenced.insert(session("a", 1)));
+        assert!(!fenced.insert(session("a", 1)));
+        assert!(fenced.insert(session("b", 2)));
+        assert_eq!((fenced.len(), fenced.added()), (2, 2));
+
+        // The table names only b's session now: a's is forgotten.
+        let judged = fenced.clone();
+        fenced.forget_unnamed(&judged, &HashSet::from([session("b", 2), session("c", 3)]));
+        assert!(!fenced.contains(&WorkerId::new("a").unwrap(), Incarnation::new(1)));
+        assert!(fenced.contains(&WorkerId::new("b").unwrap(), Incarnation::new(2)));
+        assert_eq!(fenced.len(), 1);
+
+        // A fence made after the round copied the set survives that round's pruning; the
+        // next round, which judges it, forgets it once nothing names it.
+        let before = fenced.added();
+        let judged = fenced.clone();
+        assert!(fenced.insert(session("c", 3)));
+        fenced.forget_unnamed(&judged, &HashSet::new());
+        assert!(fenced.contains(&WorkerId::new("c").unwrap(), Incarnation::new(3)));
+        assert_eq!(fenced.len(), 1);
+        // It leaves the size where it was, yet counts as news.
+        assert!(fenced.added() > before);
+        let judged = fenced.clone();
+        fenced.forget_unnamed(&judged, &HashSet::new());
+        assert!(fenced.is_empty());
+
+        // A thousand sessions fenced one after another, each forgotten once its leases moved
+        // on: the set stays at one.
+        for i in 0..1000 {
+            fenced.insert(session("d", 100 + i));
+            let judged = fenced.clone();
+            fenced.forget_unnamed(&judged, &HashSet::from([session("d", 100 + i)]));
+            assert_eq!(fenced.len(), 1);
+        }
+        assert_eq!(fenced.added(), before + 1001);
     }
 }

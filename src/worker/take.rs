@@ -231,7 +231,10 @@ pub(crate) async fn take(
                 Report::ForcedSince(since) => since,
                 Report::Quiet | Report::Acknowledged { .. } => start,
             };
-            return Answer::Unanswered { observed, since };
+            return Answer::Unanswered {
+                observed: *observed,
+                since,
+            };
         }
     };
     if shared.incarnation() != incarnation {
@@ -285,7 +288,7 @@ enum Judged {
     /// Throttled, or failed before it was sent: not applied.
     NotApplied,
     /// It may have landed: the lease as observed before the take.
-    Unanswered(Lease),
+    Unanswered(Box<Lease>),
 }
 
 /// The lease a take's answer shows taken by this process (`incarnation`), or why not.
@@ -324,7 +327,7 @@ fn judge_take(
         Err(err) => {
             metrics::store_error(me, "take");
             tracing::warn!(lease_key = %lease.key, error = %err, "take unanswered; if it landed, the lease is reported as a forced take");
-            Err(Judged::Unanswered(lease))
+            Err(Judged::Unanswered(Box::new(lease)))
         }
     }
 }

@@ -561,7 +561,7 @@ impl Placement {
                 err.is_ambiguous()
             }
         };
-        landed.then(|| match from {
+        landed.then_some(match from {
             None => (to, None, key),
             Some(owner) => (owner, owner_incarnation, key),
         })
