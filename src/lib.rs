@@ -119,3 +119,8 @@ pub use worker::{LeaseEvent, LeaseGrant, StopReason, Worker, WorkerBuilder};
 #[cfg(doctest)]
 #[doc = include_str!("../README.md")]
 pub struct ReadmeDoctests;
+
+/// The user guide's examples (`docs/GUIDE.md`), compiled as doc tests so that they stay true.
+#[cfg(doctest)]
+#[doc = include_str!("../docs/GUIDE.md")]
+pub struct GuideDoctests;
