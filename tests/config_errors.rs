@@ -11,7 +11,7 @@ use std::time::Duration;
 
 use aws_sdk_dynamodb::config::{BehaviorVersion, Credentials, Region};
 use aws_sdk_dynamodb::Client;
-use shardlease::store::dynamodb::{DynamoConfig, DynamoStore};
+use shardlease::store::dynamodb::{ConnectError, DynamoConfig, DynamoStore};
 use shardlease::store::Misconfiguration;
 use shardlease::StoreError;
 
@@ -37,13 +37,14 @@ async fn connect(client: Client) -> StoreError {
     let connecting = DynamoStore::connect(client, DynamoConfig::new(table));
     match tokio::time::timeout(Duration::from_secs(5), connecting).await {
         Ok(Ok(_)) => panic!("connect succeeded on a misconfigured client"),
-        Ok(Err(err)) => err,
+        Ok(Err(ConnectError::Store(err))) => err,
+        Ok(Err(other)) => panic!("expected a failed request, got {other:?}"),
         Err(_) => panic!("connect did not fail within 5 s"),
     }
 }
 
 /// One line that says how to fix it, and no `Debug` dump of the SDK error in it.
-fn assert_one_actionable_line(err: &StoreError, fix: &str) {
+fn assert_one_actionable_line(err: &dyn std::fmt::Display, fix: &str) {
     let text = err.to_string();
     assert!(!text.contains('\n'), "more than one line: {text}");
     assert!(!text.contains('{'), "a Debug dump: {text}");
@@ -185,7 +186,7 @@ async fn a_missing_table_is_named_when_the_store_may_not_create_it() {
         .await
         .expect_err("the table does not exist");
     assert!(
-        matches!(&err, StoreError::TableNotFound { table: t } if *t == table),
+        matches!(&err, ConnectError::TableNotFound { table: t } if *t == table),
         "{err:?}"
     );
     assert_one_actionable_line(&err, &format!("table {table:?} does not exist"));

@@ -18,8 +18,8 @@ use aws_sdk_dynamodb::types::{
 };
 use aws_sdk_dynamodb::Client;
 use shardlease::store::dynamodb::kcl::{self, Action, KclCheckpoint, Resume};
-use shardlease::store::dynamodb::{DynamoConfig, DynamoStore};
-use shardlease::store::{LeaseStore, StoreError};
+use shardlease::store::dynamodb::{ConnectError, DynamoConfig, DynamoStore};
+use shardlease::store::LeaseStore;
 use shardlease::{Incarnation, Lease, LeaseKey, NewLease, WorkerId, SHARD_END};
 use tokio::time::Instant;
 
@@ -273,7 +273,7 @@ async fn connecting_to_a_kcl_table_fails_with_the_kcl_error_and_our_tables_do_no
         .await
         .expect_err("a KCL table must be refused");
     assert!(
-        matches!(&err, StoreError::KclTable { table: t, .. } if *t == table),
+        matches!(&err, ConnectError::KclTable { table: t, .. } if *t == table),
         "{err:?}"
     );
     assert!(!err.is_retryable());
@@ -296,7 +296,7 @@ async fn connecting_to_a_kcl_table_fails_with_the_kcl_error_and_our_tables_do_no
     assert!(
         matches!(
             err,
-            StoreError::KclTable {
+            ConnectError::KclTable {
                 attribute: "entityType",
                 ..
             }

@@ -67,50 +67,6 @@ pub enum StoreError {
         /// What is wrong with it.
         reason: String,
     },
-    /// The lease table does not exist and the store was not allowed to create it.
-    #[error(
-        "table {table:?} does not exist at this endpoint and region: create it, or set \
-         create_if_missing to let the store create it"
-    )]
-    TableNotFound {
-        /// The table's name.
-        table: String,
-    },
-    /// The lease table exists but its key schema is not the one this library writes.
-    #[error("table {table:?} has an incompatible key schema: {detail}")]
-    SchemaMismatch {
-        /// The table's name.
-        table: String,
-        /// What differs.
-        detail: String,
-    },
-    /// The table holds KCL's leases: it has our key schema, but its items are KCL's (they
-    /// carry KCL-only attributes and none of ours). Using it would skip every item as
-    /// malformed; copy its checkpoints into a table of our own instead (see
-    /// `store::dynamodb::kcl`).
-    #[error(
-        "table {table:?} looks like a KCL lease table (item {key:?} has KCL's {attribute} and \
-         not shardlease's leaseTenure and lastOp); shardlease cannot share a table with KCL: \
-         copy its checkpoints into a new table with `shardlease import-kcl --from {table} --to NEW`"
-    )]
-    KclTable {
-        /// The table's name.
-        table: String,
-        /// The key of the item that gave it away.
-        key: String,
-        /// The KCL attribute that item carries.
-        attribute: &'static str,
-    },
-    /// The lease table did not become ACTIVE in time.
-    #[error("table {table:?} is still {status} after {waited:?}")]
-    TableNotActive {
-        /// The table's name.
-        table: String,
-        /// Its last seen status.
-        status: String,
-        /// How long the store waited.
-        waited: Duration,
-    },
     /// A configuration value is not acceptable: the field and why.
     #[error(transparent)]
     InvalidConfig(#[from] ConfigError),
@@ -266,7 +222,6 @@ mod tests {
         assert!(throttled.is_retryable() && !throttled.is_ambiguous());
         assert!(transient.is_retryable() && transient.is_ambiguous());
         assert!(!fatal.is_retryable());
-        assert!(!StoreError::TableNotFound { table: "t".into() }.is_retryable());
     }
 
     #[test]
@@ -310,23 +265,6 @@ mod tests {
             region.to_string(),
             "no AWS region configured: set AWS_REGION, or region in ~/.aws/config, or the \
              client's region"
-        );
-    }
-
-    #[test]
-    fn a_kcl_table_is_fatal_and_says_how_to_import_it() {
-        let err = StoreError::KclTable {
-            table: "orders-kcl".into(),
-            key: "shardId-000000000000".into(),
-            attribute: "checkpointSubSequenceNumber",
-        };
-        assert!(!err.is_retryable() && !err.is_ambiguous());
-        assert_eq!(
-            err.to_string(),
-            "table \"orders-kcl\" looks like a KCL lease table (item \"shardId-000000000000\" \
-             has KCL's checkpointSubSequenceNumber and not shardlease's leaseTenure and lastOp); \
-             shardlease cannot share a table with KCL: copy its checkpoints into a new table \
-             with `shardlease import-kcl --from orders-kcl --to NEW`"
         );
     }
 

@@ -12,7 +12,7 @@ use aws_sdk_dynamodb::types::{
     ScalarAttributeType, TableStatus,
 };
 use shardlease::lease::Incarnation;
-use shardlease::store::dynamodb::{schema, DynamoConfig};
+use shardlease::store::dynamodb::{schema, ConnectError, DynamoConfig};
 use shardlease::store::{LeaseStore, Outcome, StoreError};
 use shardlease::{LeaseKey, NewLease, WorkerId};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
@@ -117,7 +117,7 @@ pub async fn a_table_with_another_key_schema_is_refused(emulator: &Emulator, tes
     .await
     .unwrap_err();
     match &err {
-        StoreError::SchemaMismatch { table: t, detail } => {
+        ConnectError::SchemaMismatch { table: t, detail } => {
             assert_eq!(t, &table);
             assert!(
                 detail.contains("leaseKey (HASH)") && detail.contains("id (HASH)"),
@@ -135,7 +135,7 @@ pub async fn a_missing_table_is_reported_when_creation_is_off(emulator: &Emulato
         .await
         .unwrap_err();
     assert!(
-        matches!(&err, StoreError::TableNotFound { table } if table == &config.table_name),
+        matches!(&err, ConnectError::TableNotFound { table } if table == &config.table_name),
         "{err:?}"
     );
     assert!(err.to_string().contains("create_if_missing"));
@@ -150,7 +150,7 @@ pub async fn bad_configuration_is_refused_before_any_request(emulator: &Emulator
         .await
         .unwrap_err();
         assert!(
-            matches!(err, StoreError::InvalidConfig(_)),
+            matches!(err, ConnectError::Store(StoreError::InvalidConfig(_))),
             "{name}: {err:?}"
         );
     }
@@ -821,6 +821,9 @@ pub async fn table_setup_against_a_server_that_never_answers_gives_up_in_time(
     )
     .await
     .unwrap_err();
+    let ConnectError::Store(err) = err else {
+        panic!("expected an unanswered request, got {err:?}");
+    };
     assert!(is_unanswered(&err, "describe_table"), "{err:?}");
     let took = started.elapsed();
     assert!(took < Duration::from_secs(2) + LATE, "setup took {took:?}");

@@ -5,9 +5,9 @@ use std::sync::Arc;
 use aws_sdk_dynamodb::Client;
 use serde_json::json;
 use shardlease::lease::Snapshot;
-use shardlease::store::dynamodb::{Billing, DynamoConfig, DynamoStore};
+use shardlease::store::dynamodb::{Billing, ConnectError, DynamoConfig, DynamoStore};
 use shardlease::store::redis::{RedisConfig, RedisStore};
-use shardlease::store::{LeaseStore, StoreError};
+use shardlease::store::LeaseStore;
 
 use crate::{text, Error};
 
@@ -106,7 +106,7 @@ impl Target {
         }
         match DynamoStore::connect(self.client().await, config).await {
             Ok(store) => Ok(store),
-            Err(StoreError::TableNotFound { table }) => Err(format!(
+            Err(ConnectError::TableNotFound { table }) => Err(format!(
                 "table {table:?} does not exist at this endpoint and region (check --table, \
                  --endpoint and AWS_REGION); `shardlease --table {table} create-table` creates it"
             )

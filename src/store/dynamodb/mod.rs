@@ -6,6 +6,7 @@
 //! where the server does not return it (dynalite, for one).
 
 mod classify;
+mod connect_error;
 pub mod kcl;
 mod metrics;
 pub mod schema;
@@ -27,6 +28,8 @@ use aws_sdk_dynamodb::types::{
 };
 use aws_sdk_dynamodb::Client;
 use tokio::time::Instant;
+
+pub use self::connect_error::ConnectError;
 
 use self::classify::classify;
 use self::metrics::{Answer, Api, Request};
@@ -205,7 +208,7 @@ type Decoder<T> = fn(&Item) -> StoreResult<(T, Option<String>)>;
 impl DynamoStore {
     /// Connects with the standard AWS configuration chain (environment, profile, instance
     /// role; `AWS_ENDPOINT_URL` points it at a local emulator), then prepares the table.
-    pub async fn from_env(config: DynamoConfig) -> StoreResult<Self> {
+    pub async fn from_env(config: DynamoConfig) -> Result<Self, ConnectError> {
         let sdk = aws_config::load_defaults(aws_config::BehaviorVersion::latest()).await;
         Self::connect(Client::new(&sdk), config).await
     }
@@ -222,7 +225,7 @@ impl DynamoStore {
     /// a timeout the SDK notices itself ends an attempt at the same moment and is classified
     /// the same way: transient and ambiguous. The store also bounds each attempt itself, the
     /// read that follows a failed condition included.
-    pub async fn connect(client: Client, config: DynamoConfig) -> StoreResult<Self> {
+    pub async fn connect(client: Client, config: DynamoConfig) -> Result<Self, ConnectError> {
         config.validate()?;
         let attempt_timeout = client
             .config()

@@ -18,7 +18,7 @@ use tokio::time::Instant;
 use super::classify::classify;
 use super::kcl::format as kcl;
 use super::schema::KEY;
-use super::{Billing, DynamoConfig};
+use super::{Billing, ConnectError, DynamoConfig};
 use crate::config::ConfigError;
 use crate::store::sdk::EndpointRecorder;
 use crate::store::{Misconfiguration, StoreError, StoreResult};
@@ -30,16 +30,20 @@ const POLL: Duration = Duration::from_millis(200);
 ///
 /// A client without a region, without credentials, or pointed at an endpoint where nothing
 /// listens fails here at once with an error that says so ([`StoreError::Misconfigured`],
-/// [`StoreError::Unreachable`] naming the endpoint): at startup these are configuration
+/// [`StoreError::Unreachable`] naming the endpoint, in [`ConnectError::Store`]): at startup these are configuration
 /// errors, not a passing failure to wait out.
-pub(super) async fn ensure_table(client: &Client, config: &DynamoConfig) -> StoreResult<()> {
+pub(super) async fn ensure_table(
+    client: &Client,
+    config: &DynamoConfig,
+) -> Result<(), ConnectError> {
     let table = &config.table_name;
     if client.config().region().is_none() {
         return Err(StoreError::Misconfigured {
             operation: "describe_table",
             problem: Misconfiguration::NoRegion,
             source: None,
-        });
+        }
+        .into());
     }
     let start = Instant::now();
     let deadline = start + config.active_timeout;
@@ -65,7 +69,7 @@ pub(super) async fn ensure_table(client: &Client, config: &DynamoConfig) -> Stor
         Some(description) => description,
         None if config.create_if_missing => create(client, config, deadline).await?,
         None => {
-            return Err(StoreError::TableNotFound {
+            return Err(ConnectError::TableNotFound {
                 table: table.clone(),
             })
         }
@@ -84,7 +88,7 @@ async fn refuse_kcl_table(
     client: &Client,
     config: &DynamoConfig,
     deadline: Instant,
-) -> StoreResult<()> {
+) -> Result<(), ConnectError> {
     let table = config.table_name.as_str();
     let out = config
         .retry
@@ -95,7 +99,7 @@ async fn refuse_kcl_table(
         .await?;
     for item in out.items() {
         if let Some(attribute) = kcl::kcl_attribute(item) {
-            return Err(StoreError::KclTable {
+            return Err(ConnectError::KclTable {
                 table: table.to_owned(),
                 key: kcl::key_of(item),
                 attribute,
@@ -162,7 +166,7 @@ async fn create(
     client: &Client,
     config: &DynamoConfig,
     deadline: Instant,
-) -> StoreResult<TableDescription> {
+) -> Result<TableDescription, ConnectError> {
     let table = &config.table_name;
     // The builders fail only on a required value left out: the key schema's are constants, a
     // tag's come from the configuration.
@@ -237,15 +241,15 @@ async fn create(
         None => {
             describe(client, config, deadline)
                 .await?
-                .ok_or_else(|| StoreError::TableNotFound {
+                .ok_or_else(|| ConnectError::TableNotFound {
                     table: table.clone(),
                 })
         }
     }
 }
 
-fn check_key_schema(table: &str, description: &TableDescription) -> StoreResult<()> {
-    let mismatch = |detail: String| StoreError::SchemaMismatch {
+fn check_key_schema(table: &str, description: &TableDescription) -> Result<(), ConnectError> {
+    let mismatch = |detail: String| ConnectError::SchemaMismatch {
         table: table.to_owned(),
         detail,
     };
@@ -279,7 +283,7 @@ async fn wait_active(
     config: &DynamoConfig,
     mut description: TableDescription,
     start: Instant,
-) -> StoreResult<()> {
+) -> Result<(), ConnectError> {
     let table = config.table_name.as_str();
     let deadline = start + config.active_timeout;
     loop {
@@ -288,7 +292,7 @@ async fn wait_active(
             return Ok(());
         }
         if Instant::now() + POLL >= deadline {
-            return Err(StoreError::TableNotActive {
+            return Err(ConnectError::TableNotActive {
                 table: table.to_owned(),
                 status: status.map_or("UNKNOWN".into(), |s| s.as_str().to_owned()),
                 waited: start.elapsed(),
@@ -300,11 +304,10 @@ async fn wait_active(
             "waiting for the lease table to become ACTIVE"
         );
         tokio::time::sleep(POLL).await;
-        description =
-            describe(client, config, deadline)
-                .await?
-                .ok_or_else(|| StoreError::TableNotFound {
-                    table: table.to_owned(),
-                })?;
+        description = describe(client, config, deadline).await?.ok_or_else(|| {
+            ConnectError::TableNotFound {
+                table: table.to_owned(),
+            }
+        })?;
     }
 }

@@ -1,7 +1,7 @@
 //! Moving from KCL: copy the checkpoints of a KCL 2.x/3.x lease table into a shardlease table.
 //!
 //! shardlease cannot share a table with KCL (the attribute names collide and the protocols
-//! differ; [`DynamoStore::connect`] refuses a KCL table with [`StoreError::KclTable`]). An
+//! differ; [`DynamoStore::connect`] refuses a KCL table with [`ConnectError::KclTable`](super::ConnectError::KclTable)). An
 //! import reads the KCL table (consistent, paged scans: nothing is written there), decodes
 //! every lease, and plans one [`NewLease`] per lease for a shardlease table. The plan is a
 //! dry run; [`ImportPlan::apply`] creates the leases with the store's conditional `create`,
