@@ -58,7 +58,7 @@ async fn a_lease_without_progress_for_the_window_is_stalled_until_the_applicatio
     tokio::time::sleep(secs(11)).await;
     assert_eq!(monitor.stalled_leases(), [(key("t"), Stall::NoProgress)]);
     assert!(!monitor.healthy());
-    assert!(!monitor.is_healthy());
+    assert!(!monitor.nothing_stalled());
     assert!(monitor.ready(), "progress is not a readiness matter");
 
     // A checkpoint is progress too (here from a clone of the checkpointer).

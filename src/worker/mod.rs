@@ -560,7 +560,7 @@ impl WorkerMonitor {
     /// True when no lease is stalled ([`stalled_leases`](Self::stalled_leases) is empty).
     /// Unlike [`healthy`](Self::healthy) it says nothing of the worker itself: it stays true
     /// after the worker stopped.
-    pub fn is_healthy(&self) -> bool {
+    pub fn nothing_stalled(&self) -> bool {
         self.stalled_leases().is_empty()
     }
 
@@ -594,7 +594,7 @@ impl WorkerMonitor {
     /// progress within the window). False once the worker stopped or was dropped: the
     /// process has nothing left to do.
     pub fn healthy(&self) -> bool {
-        !self.shared.cancel.is_cancelled() && self.is_healthy()
+        !self.shared.cancel.is_cancelled() && self.nothing_stalled()
     }
 }
 
