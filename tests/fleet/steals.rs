@@ -3,13 +3,10 @@
 //! (`tests/steal_handoff.rs`); the take that follows the handoff may lose its answer, and no
 //! two workers may process the lease meanwhile.
 
-#[path = "common/fleet.rs"]
-mod fleet;
-
 use std::sync::Arc;
 use std::time::Duration;
 
-use fleet::{App, Fleet, Record};
+use crate::fleet::{App, Fleet, Record};
 use shardlease::balance::KclBalance;
 use shardlease::store::memory::InMemoryStore;
 use shardlease::WorkerConfig;

@@ -1,3 +1,8 @@
+//! Shard discovery and the shard lifecycle on paused tokio time over the in-memory store, with
+//! a source the test changes while the workers run. Every test also checks, at every lease
+//! start and every 5 ms, that no two workers hold or process one lease at once.
+
+use crate::cases::{base, figure};
 use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::time::Duration;

@@ -5,14 +5,11 @@
 //! no lease is processed by two workers at once. Limits are generous (a shared machine is
 //! noisy); speed is measured by the benchmarks, not here.
 
-#[path = "common/fleet.rs"]
-mod fleet;
-
 use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::Duration;
 
-use fleet::{App, Fleet, Processing, Record};
+use crate::fleet::{App, Fleet, Processing, Record};
 use shardlease::source::StaticShardSource;
 use shardlease::store::redis::{RedisConfig, RedisStore};
 use shardlease::{LeaseKey, WorkerConfig};

@@ -1,3 +1,7 @@
+//! Workers on paused tokio time over the in-memory store. Every test also checks, at every
+//! lease start and every 5 ms, that no two workers hold or process one lease at once.
+
+use crate::cases::{base, figure};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -448,7 +452,7 @@ async fn a_grant_of_a_lost_tenure_cannot_checkpoint_even_after_the_lease_comes_b
 /// A measurement more than a check (hence ignored by default): 50 workers joining 100 ms
 /// apart, each asking for its share of the fleet it sees then. Prints how many lease starts
 /// it took against the minimum (1,000 first takes, then 980 moves). Run:
-/// `cargo test --test worker_fleet -- --ignored --nocapture staggered`
+/// `cargo test --test fleet -- --ignored --nocapture staggered`
 #[tokio::test(start_paused = true)]
 #[ignore]
 async fn staggered_joins_of_fifty_workers_settle() {

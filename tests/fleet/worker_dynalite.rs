@@ -2,15 +2,12 @@
 //! crash, leave. The same safety checks as on paused time run throughout. Limits are generous
 //! (a shared machine is noisy); speed is measured by the benchmarks, not here.
 
-#[path = "common/dynamo.rs"]
-mod dynamo;
-#[path = "common/fleet.rs"]
-mod fleet;
+use crate::dynamo;
 
 use std::sync::Arc;
 use std::time::Duration;
 
-use fleet::{App, Fleet, Processing, Record};
+use crate::fleet::{App, Fleet, Processing, Record};
 use shardlease::source::StaticShardSource;
 use shardlease::store::dynamodb::DynamoConfig;
 use shardlease::{LeaseKey, WorkerConfig};

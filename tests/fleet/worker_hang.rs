@@ -4,13 +4,10 @@
 //! so what is tested is the worker's own bound, not a store's. Every test also checks, at every
 //! lease start and every 5 ms, that no two workers hold or process one lease at once.
 
-#[path = "common/fleet.rs"]
-mod fleet;
-
 use std::sync::Arc;
 use std::time::Duration;
 
-use fleet::{App, Fleet};
+use crate::fleet::{App, Fleet};
 use shardlease::store::memory::InMemoryStore;
 use shardlease::WorkerConfig;
 use tokio::time::Instant;

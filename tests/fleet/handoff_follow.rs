@@ -2,13 +2,10 @@
 //! whose session is over is fenced and the lease given on. A read of the receiver's record
 //! that fails tells nothing of that session (paused time, in-memory store).
 
-#[path = "common/fleet.rs"]
-mod fleet;
-
 use std::sync::Arc;
 use std::time::Duration;
 
-use fleet::{App, Fleet};
+use crate::fleet::{App, Fleet};
 use shardlease::lease::WorkerId;
 use shardlease::store::memory::InMemoryStore;
 use shardlease::WorkerConfig;
