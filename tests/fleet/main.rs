@@ -22,6 +22,8 @@ mod worker_slow;
 #[cfg(feature = "dynamodb")]
 #[path = "../common/dynamo.rs"]
 mod dynamo;
+#[cfg(any(feature = "dynamodb", feature = "redis"))]
+mod real_time;
 #[cfg(feature = "dynamodb")]
 mod worker_dynalite;
 #[cfg(feature = "redis")]
