@@ -74,6 +74,8 @@
 //!   conditional write; see `docs/ARCHITECTURE.md`, "Redis durability", before production).
 //! - `loghub`: nothing in the library; the Aliyun LogHub SDK for `examples/loghub_source.rs`,
 //!   a [`ShardSource`] over a logstore's shards.
+//! - `testing`: test machinery: `store::fault::FaultyStore`, a store layer that cuts off,
+//!   delays, hangs or loses answers.
 //!
 //! ## What is guaranteed
 //!

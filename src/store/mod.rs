@@ -127,6 +127,8 @@ mod attributes;
 #[cfg(any(feature = "dynamodb", feature = "redis"))]
 mod decoded;
 mod error;
+#[cfg(any(test, feature = "testing"))]
+#[cfg_attr(docsrs, doc(cfg(feature = "testing")))]
 pub mod fault;
 pub mod layer;
 pub mod memory;

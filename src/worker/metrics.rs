@@ -1,12 +1,12 @@
 //! The worker's counters, gauges and histograms. Every metric of the crate (its name, kind,
-//! unit and meaning) is listed in [`crate::metrics`], re-exported here; the functions below
+//! unit and meaning) is listed in [`crate::metrics`], re-exported here for the worker's own modules; the functions below
 //! record the worker's, each series labelled with the worker's id (`worker`).
 
 use std::time::Duration;
 
 use crate::lease::WorkerId;
 
-pub use crate::metrics::*;
+pub(crate) use crate::metrics::*;
 
 fn worker(id: &WorkerId) -> [(&'static str, String); 1] {
     [("worker", id.to_string())]

@@ -49,7 +49,7 @@ mod health;
 mod identity;
 mod listener;
 mod load;
-pub mod metrics;
+mod metrics;
 mod parts;
 mod session;
 mod state;

@@ -2,7 +2,7 @@
 //! lease start and every 5 ms that no two workers hold or process one lease at once
 //! (`fleet.rs`, the fleet and its ledger). Most run on paused tokio time over the in-memory
 //! store; `worker_dynalite` (feature `dynamodb`) and `worker_redis` (feature `redis`) run in
-//! real time on the emulators. One module a subject: `cargo test --test fleet worker_fleet::`
+//! real time on the emulators. One module a subject: `cargo test --features testing --test fleet worker_fleet::`
 //! runs one.
 
 mod cases;

@@ -452,7 +452,7 @@ async fn a_grant_of_a_lost_tenure_cannot_checkpoint_even_after_the_lease_comes_b
 /// A measurement more than a check (hence ignored by default): 50 workers joining 100 ms
 /// apart, each asking for its share of the fleet it sees then. Prints how many lease starts
 /// it took against the minimum (1,000 first takes, then 980 moves). Run:
-/// `cargo test --test fleet -- --ignored --nocapture staggered`
+/// `cargo test --features testing --test fleet -- --ignored --nocapture staggered`
 #[tokio::test(start_paused = true)]
 #[ignore]
 async fn staggered_joins_of_fifty_workers_settle() {
