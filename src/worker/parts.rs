@@ -1,5 +1,6 @@
-//! The parts of a worker's state that its loops share, each naming who writes it, so that a loop is
-//! handed only the parts it uses (see "What each loop is handed" in `docs/ARCHITECTURE.md`):
+//! The parts of a worker's state that its loops share, each naming who writes it, so that a
+//! loop is handed only the parts it uses (see "What each loop is handed" in
+//! `docs/ARCHITECTURE.md`):
 //!
 //! - [`Base`]: who the worker is, its settings, its clock and its store; read by every loop,
 //!   changed by none;
