@@ -136,7 +136,8 @@ pub(crate) struct State {
     /// Handoff requests of this worker whose owner may not have been told yet
     /// (the request is out, or landed and its notice is not sent), with the owner's session.
     /// A worker that leaves tells those owners, so that no request of a worker gone waits for
-    /// the chores to be told, long after the fleet settled (seed 10985549997839306136).
+    /// the chores to be told, long after the fleet settled
+    /// (`sessions_a_leaving_worker_tells_the_owners_it_asked` in `tests/simulate.rs`).
     pub asking: BTreeMap<LeaseKey, (WorkerId, Incarnation)>,
     /// The item and tenure each lease was last taken in by this process: a later take that
     /// finds the lease in that tenure under this incarnation met this earlier take, not its
@@ -374,8 +375,9 @@ impl Shared {
     /// lease duration from now. Not from the read's start:
     /// a read answered by a retry shows the record as of that retry, and a beat that began
     /// between the two lived up to a lease duration after it (a twin took the leases of the
-    /// process it replaced while that one still worked on them: `--schedule
-    /// 162851439912782902 --faults all`, `overlap at 155.885 s`).
+    /// process it replaced while that one still worked on them: `tests/twin_opening.rs`, and
+    /// `a_replaced_session_is_over_a_lease_duration_after_the_opening_was_answered` in
+    /// `tests/campaign_holes.rs`).
     pub fn opened(&self, replaced: Vec<Incarnation>) {
         let answered = self.now();
         self.session().opened = Some((answered, replaced));

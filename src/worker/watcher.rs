@@ -52,10 +52,10 @@ pub(crate) async fn run(parts: WatcherParts, cancel: CancellationToken) {
                     changed = successor.changed() => if changed.is_err() { return },
                     _ = watch(&parts, &target) => {
                         // Fenced or gone: wait for the next placement round to name the
-                        // session to watch, another or this worker's next one (seed
-                        // 8919629482098015279: a worker restarted and crashed again, and the
-                        // round naming it again woke nothing; its leases waited for the
-                        // slow scan).
+                        // session to watch, another or this worker's next one (a worker
+                        // restarted and crashed again, and the round naming it again woke
+                        // nothing; its leases waited for the slow scan:
+                        // `sessions_watch_a_restarted_worker_again` in `tests/simulate.rs`).
                         parts.ring.watch_done.store(true, Ordering::SeqCst);
                         tokio::select! {
                             biased;

@@ -282,7 +282,9 @@ impl Taker {
     /// A worker that announced it joined next to this one (a member notice) brought this
     /// round, whose eventually consistent scan may not show it yet: such a round would watch
     /// the wrong session, and nothing would bring another before the slow scan (a crash of
-    /// the newcomer went unseen for 50 s: `--schedule 10935244231577836296 --faults all`).
+    /// the newcomer went unseen for 50 s:
+    /// `a_worker_that_announced_itself_is_watched_though_a_stale_scan_misses_it` in
+    /// `tests/campaign_holes.rs`).
     /// Each one the scan does not show is read consistently and added; one that cannot be
     /// read waits for the next round.
     async fn see_announced(&self, snapshot: &mut Snapshot, deadline: Instant) {
@@ -320,8 +322,9 @@ impl Taker {
     /// show a smaller worker that has left (its record gone, or its capacity 0): a worker
     /// that trusted it neither did the chores nor was ever told to, since the others had
     /// seen the change already and told it once (seen in the campaign: leases of removed
-    /// shards never retired, the discoverer standing by for a worker that had left, `--schedule
-    /// 9229047805681788593 --faults all`). So the smallest other worker the scan shows below
+    /// shards never retired, the discoverer standing by for a worker that had left:
+    /// `a_worker_that_left_shown_by_a_stale_scan_does_not_keep_the_chores` in
+    /// `tests/campaign_holes.rs`). So the smallest other worker the scan shows below
     /// this one is read consistently, and, while the read shows it gone or leaving, the next
     /// one. A read that fails leaves the scan's figure: the next round reads again.
     async fn confirm_chores(&self, snapshot: &mut Snapshot, deadline: Instant) {
@@ -371,9 +374,10 @@ impl Taker {
     /// saw it. A record first seen now may be that of a process that died long ago, right
     /// after it opened its session (nobody had looked at the table since): leases asked from
     /// their owners on its behalf would wait for it, unprocessed, until its session is fenced
-    /// a lease duration later (`--schedule 12021474995628492425 --faults all`: 12 leases
-    /// unprocessed for 8 s after the fleet had settled). A worker that joins takes its share by
-    /// itself meanwhile; others place leases with it once it has beaten.
+    /// a lease duration later (12 leases unprocessed for 8 s after the fleet had settled:
+    /// `leases_are_not_placed_with_a_worker_never_seen_to_beat` in `tests/campaign_holes.rs`).
+    /// A worker that joins takes its share by itself meanwhile; others place leases with it
+    /// once it has beaten.
     fn proven(&self, member: &Member) -> bool {
         self.first_beats
             .get(&member.worker)

@@ -228,8 +228,9 @@ impl Taker {
     /// restart, a twin) replaces the record at once, and the session it replaced may have
     /// beaten just before. Its leases wait a lease duration from the first read that showed
     /// it replaced (`Taker::replaced`; a twin started a lease its other process still held:
-    /// `--schedule 12123154400683567586 --faults all`, `overlap at 72.354 s`). A failed read
-    /// keeps the session waiting. Returns the sessions whose leases wait this round.
+    /// `a_session_replaced_by_a_twin_is_over_a_lease_duration_after_the_read_that_showed_it`
+    /// in `tests/campaign_holes.rs`). A failed read keeps the session waiting. Returns the
+    /// sessions whose leases wait this round.
     async fn confirm_ended(
         &mut self,
         named: &HashSet<(WorkerId, Option<Incarnation>)>,
