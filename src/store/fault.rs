@@ -222,22 +222,18 @@ impl<S: LeaseStore> FaultyStore<S> {
         Ok(())
     }
 
-    /// Runs `call` on the wrapped store now, or, when requests land late, in a task of its
-    /// own after the delay: it lands even if the caller stops waiting.
-    async fn land<T, F, Fut>(&self, call: F) -> StoreResult<T>
-    where
-        T: Send + 'static,
-        F: FnOnce(Arc<S>) -> Fut + Send + 'static,
-        Fut: std::future::Future<Output = StoreResult<T>> + Send + 'static,
-    {
+    /// Sends `request` to the wrapped store now, or, when requests land late, in a task of its
+    /// own after the delay (with a copy of the request): it lands even if the caller stops
+    /// waiting.
+    async fn land(&self, request: &Request, deadline: Instant) -> StoreResult<Response> {
         let late = Duration::from_micros(self.faults.late_micros.load(Ordering::SeqCst));
         if late.is_zero() {
-            return call(Arc::clone(&self.inner)).await;
+            return request.send_to(&*self.inner, deadline).await;
         }
-        let inner = Arc::clone(&self.inner);
+        let (inner, request) = (Arc::clone(&self.inner), request.clone());
         let landing = tokio::spawn(async move {
             tokio::time::sleep(late).await;
-            call(inner).await
+            request.send_to(&*inner, deadline).await
         });
         landing.await.expect("a late request does not panic")
     }
@@ -245,11 +241,11 @@ impl<S: LeaseStore> FaultyStore<S> {
 
 #[async_trait]
 impl<S: LeaseStore> StoreLayer for FaultyStore<S> {
-    async fn call(&self, request: Request, deadline: Instant) -> StoreResult<Response> {
+    async fn call(&self, request: &Request, deadline: Instant) -> StoreResult<Response> {
         // A listing of the whole table goes page by page, each page a call of its own.
         match request {
             Request::Snapshot { eventually } => {
-                let snapshot = super::snapshot_by_pages(self, eventually, deadline).await?;
+                let snapshot = super::snapshot_by_pages(self, *eventually, deadline).await?;
                 return Ok(Response::Snapshot(snapshot));
             }
             Request::ListMembers => {
@@ -258,8 +254,8 @@ impl<S: LeaseStore> StoreLayer for FaultyStore<S> {
             }
             _ => {}
         }
-        let (operation, key) = (request.operation(), request.key().to_owned());
-        self.gate(operation, &key, deadline).await?;
+        let (operation, key) = (request.operation(), request.key());
+        self.gate(operation, key, deadline).await?;
         if let Request::Create { .. } = request {
             let racing = (self.faults.racing_create.lock())
                 .unwrap_or_else(|e| e.into_inner())
@@ -268,9 +264,7 @@ impl<S: LeaseStore> StoreLayer for FaultyStore<S> {
                 let _ = self.inner.create(racing, deadline).await?;
             }
         }
-        let response = self
-            .land(move |inner| async move { request.send_to(&*inner, deadline).await })
-            .await?;
+        let response = self.land(request, deadline).await?;
         let lose = match operation {
             "take" => &self.faults.lose_take_answer,
             "open_session" => &self.faults.lose_open_answer,
@@ -279,11 +273,11 @@ impl<S: LeaseStore> StoreLayer for FaultyStore<S> {
         match response {
             Response::Lease(outcome) => self
                 .faults
-                .answer(outcome, lose, operation, &key)
+                .answer(outcome, lose, operation, key)
                 .map(Response::Lease),
             Response::Member(outcome) => self
                 .faults
-                .answer(outcome, lose, operation, &key)
+                .answer(outcome, lose, operation, key)
                 .map(Response::Member),
             other => Ok(other),
         }

@@ -22,7 +22,7 @@
 //!
 //! #[async_trait]
 //! impl<S: LeaseStore> StoreLayer for Counted<S> {
-//!     async fn call(&self, request: Request, deadline: Instant) -> StoreResult<Response> {
+//!     async fn call(&self, request: &Request, deadline: Instant) -> StoreResult<Response> {
 //!         self.calls.fetch_add(1, Ordering::Relaxed);
 //!         request.send_to(&self.inner, deadline).await
 //!     }
@@ -226,19 +226,22 @@ impl Request {
         }
     }
 
-    /// Makes the call on `store`, by `deadline`.
+    /// Makes the call on `store`, by `deadline` (the request is kept: a layer still has it to
+    /// name in an error).
     pub async fn send_to<S: LeaseStore + ?Sized>(
-        self,
+        &self,
         store: &S,
         deadline: Instant,
     ) -> StoreResult<Response> {
         Ok(match self {
-            Request::Create { lease } => Response::Lease(store.create(lease, deadline).await?),
-            Request::Get { key } => Response::Found(store.get(&key, deadline).await?),
-            Request::ListPage { from, eventually } => Response::Page(if eventually {
-                store.list_page_eventually(from, deadline).await?
+            Request::Create { lease } => {
+                Response::Lease(store.create(lease.clone(), deadline).await?)
+            }
+            Request::Get { key } => Response::Found(store.get(key, deadline).await?),
+            Request::ListPage { from, eventually } => Response::Page(if *eventually {
+                store.list_page_eventually(from.clone(), deadline).await?
             } else {
-                store.list_page(from, deadline).await?
+                store.list_page(from.clone(), deadline).await?
             }),
             Request::Renew {
                 key,
@@ -247,7 +250,7 @@ impl Request {
                 tenure,
                 load,
             } => {
-                let renewed = store.renew(&key, nonce, &owner, tenure, load, deadline);
+                let renewed = store.renew(key, *nonce, owner, *tenure, *load, deadline);
                 Response::Lease(renewed.await?)
             }
             Request::Take {
@@ -257,8 +260,14 @@ impl Request {
                 incarnation,
                 observed_counter,
             } => {
-                let taken =
-                    store.take(&key, nonce, &taker, incarnation, observed_counter, deadline);
+                let taken = store.take(
+                    key,
+                    *nonce,
+                    taker,
+                    *incarnation,
+                    *observed_counter,
+                    deadline,
+                );
                 Response::Lease(taken.await?)
             }
             Request::RequestHandoff {
@@ -268,8 +277,7 @@ impl Request {
                 tenure,
                 requester,
             } => {
-                let asked =
-                    store.request_handoff(&key, nonce, &owner, tenure, &requester, deadline);
+                let asked = store.request_handoff(key, *nonce, owner, *tenure, requester, deadline);
                 Response::Lease(asked.await?)
             }
             Request::CompleteHandoff {
@@ -279,7 +287,7 @@ impl Request {
                 tenure,
                 to,
             } => {
-                let handed = store.complete_handoff(&key, nonce, &owner, tenure, &to, deadline);
+                let handed = store.complete_handoff(key, *nonce, owner, *tenure, to, deadline);
                 Response::Lease(handed.await?)
             }
             Request::Release {
@@ -287,7 +295,7 @@ impl Request {
                 nonce,
                 owner,
                 tenure,
-            } => Response::Lease(store.release(&key, nonce, &owner, tenure, deadline).await?),
+            } => Response::Lease(store.release(key, *nonce, owner, *tenure, deadline).await?),
             Request::Checkpoint {
                 key,
                 nonce,
@@ -297,7 +305,7 @@ impl Request {
                 checkpoint,
             } => {
                 let written =
-                    store.checkpoint(&key, nonce, &owner, tenure, seq, &checkpoint, deadline);
+                    store.checkpoint(key, *nonce, owner, *tenure, *seq, checkpoint, deadline);
                 Response::Lease(written.await?)
             }
             Request::Delete {
@@ -307,7 +315,7 @@ impl Request {
                 observed_tenure,
             } => {
                 let deleted =
-                    store.delete(&key, nonce, observed_counter, observed_tenure, deadline);
+                    store.delete(key, *nonce, *observed_counter, *observed_tenure, deadline);
                 Response::Lease(deleted.await?)
             }
             Request::Heartbeat {
@@ -317,14 +325,14 @@ impl Request {
                 capacity,
             } => {
                 let beat =
-                    store.heartbeat(&worker, incarnation, report.as_ref(), capacity, deadline);
+                    store.heartbeat(worker, *incarnation, report.as_ref(), *capacity, deadline);
                 Response::Member(beat.await?)
             }
             Request::RemoveMember {
                 worker,
                 observed_heartbeat,
             } => {
-                let removed = store.remove_member(&worker, observed_heartbeat, deadline);
+                let removed = store.remove_member(worker, *observed_heartbeat, deadline);
                 Response::Member(removed.await?)
             }
             Request::Give {
@@ -334,11 +342,11 @@ impl Request {
                 observed_counter,
             } => Response::Lease(
                 store
-                    .give(&key, nonce, &to, observed_counter, deadline)
+                    .give(key, *nonce, to, *observed_counter, deadline)
                     .await?,
             ),
             Request::GetMember { worker, consistent } => {
-                Response::FoundMember(store.get_member(&worker, consistent, deadline).await?)
+                Response::FoundMember(store.get_member(worker, *consistent, deadline).await?)
             }
             Request::OpenSession {
                 worker,
@@ -347,9 +355,9 @@ impl Request {
                 replacing,
             } => {
                 let opened = store.open_session(
-                    &worker,
-                    incarnation,
-                    capacity,
+                    worker,
+                    *incarnation,
+                    *capacity,
                     replacing.as_ref(),
                     deadline,
                 );
@@ -363,11 +371,11 @@ impl Request {
                 seen,
             } => {
                 let beat = store.beat(
-                    &worker,
-                    incarnation,
-                    capacity,
+                    worker,
+                    *incarnation,
+                    *capacity,
                     report.as_ref(),
-                    &seen,
+                    seen,
                     deadline,
                 );
                 Response::Member(beat.await?)
@@ -377,7 +385,7 @@ impl Request {
                 incarnation,
                 observed_heartbeat,
             } => {
-                let ended = store.end_session(&worker, incarnation, observed_heartbeat, deadline);
+                let ended = store.end_session(worker, *incarnation, *observed_heartbeat, deadline);
                 Response::Member(ended.await?)
             }
             Request::Notify {
@@ -386,11 +394,11 @@ impl Request {
                 notices,
             } => Response::Member(
                 store
-                    .notify(&worker, incarnation, &notices, deadline)
+                    .notify(worker, *incarnation, notices, deadline)
                     .await?,
             ),
             Request::ListMembers => Response::Members(store.list_members(deadline).await?),
-            Request::Snapshot { eventually } => Response::Snapshot(if eventually {
+            Request::Snapshot { eventually } => Response::Snapshot(if *eventually {
                 store.snapshot_eventually(deadline).await?
             } else {
                 store.snapshot(deadline).await?
@@ -407,21 +415,21 @@ pub trait StoreLayer: Send + Sync + 'static {
     /// Makes `request` by `deadline`. The response must be the kind its method returns (the
     /// one [`Request::send_to`] gives): another kind is answered to the caller as a
     /// [`StoreError::Fatal`].
-    async fn call(&self, request: Request, deadline: Instant) -> StoreResult<Response>;
+    async fn call(&self, request: &Request, deadline: Instant) -> StoreResult<Response>;
 }
 
 #[async_trait]
 impl<S: LeaseStore + ?Sized> StoreLayer for Arc<S> {
-    async fn call(&self, request: Request, deadline: Instant) -> StoreResult<Response> {
+    async fn call(&self, request: &Request, deadline: Instant) -> StoreResult<Response> {
         request.send_to(&**self, deadline).await
     }
 }
 
-/// The error for a layer that answered `operation` with the wrong kind of response.
-fn mismatched(operation: &'static str, key: &str, response: &Response) -> StoreError {
+/// The error for a layer that answered `request` with the wrong kind of response.
+fn mismatched(request: &Request, response: &Response) -> StoreError {
     StoreError::Fatal {
-        operation,
-        key: key.to_owned(),
+        operation: request.operation(),
+        key: request.key().to_owned(),
         source: format!("a store layer answered with another kind of response: {response:?}")
             .into(),
     }
@@ -431,10 +439,9 @@ fn mismatched(operation: &'static str, key: &str, response: &Response) -> StoreE
 macro_rules! answer {
     ($layer:expr, $request:expr, $deadline:expr, $kind:ident) => {{
         let request = $request;
-        let (operation, key) = (request.operation(), request.key().to_owned());
-        match $layer.call(request, $deadline).await? {
+        match $layer.call(&request, $deadline).await? {
             Response::$kind(value) => Ok(value),
-            other => Err(mismatched(operation, &key, &other)),
+            other => Err(mismatched(&request, &other)),
         }
     }};
 }

@@ -31,15 +31,14 @@ impl Bounded {
 impl StoreLayer for Bounded {
     /// The inner store's call (its own listing, for a snapshot: it may read the table its own
     /// way), abandoned at `deadline` as unanswered.
-    async fn call(&self, request: Request, deadline: Instant) -> StoreResult<Response> {
+    async fn call(&self, request: &Request, deadline: Instant) -> StoreResult<Response> {
         let start = self.clock.now();
-        let (operation, key) = (request.operation(), request.key().to_owned());
         let call = request.send_to(&*self.inner, deadline);
         match timeout_at(&*self.clock, deadline, call).await {
             Ok(result) => result,
             Err(_) => Err(StoreError::unanswered(
-                operation,
-                &key,
+                request.operation(),
+                request.key(),
                 deadline.saturating_duration_since(start),
             )),
         }

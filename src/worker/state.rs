@@ -21,7 +21,7 @@ use super::grant::{LeaseGrant, Ledger};
 use super::health::Health;
 use super::load::Loads;
 use super::metrics;
-use super::parts::{Base, EventSink, Receivers, Ring};
+use super::parts::{Base, EventSink, Receiver, Receivers, Ring};
 use super::stop::{Finished, LetGo, StopReason};
 use crate::clock::Clock;
 use crate::config::WorkerConfig;
@@ -156,8 +156,6 @@ pub(crate) struct Took {
 pub(crate) use crate::notice::{
     drain_notice, member_notice, notice_text, revoke_notice, EXPECT_NOTICE, REVOKE_PREFIX,
 };
-
-pub(crate) use super::parts::{Receiver, SessionVersion};
 
 /// This process's session.
 #[derive(Debug)]

@@ -14,6 +14,7 @@ use crate::config::WorkerConfig;
 use crate::lease::{Incarnation, Lease, LeaseKey, Member, Snapshot, WorkerId};
 use crate::lifecycle::LeaseStatus;
 use crate::worker::identity::{Identity, Ownership};
+use crate::worker::parts::Receiver;
 use crate::worker::state::Pending;
 use crate::worker::take::{Job, Report};
 
@@ -614,7 +615,7 @@ pub(crate) fn receivers(
     view: &FleetView,
     incarnations: &HashMap<&WorkerId, Incarnation>,
     me: &WorkerId,
-) -> Vec<crate::worker::state::Receiver> {
+) -> Vec<Receiver> {
     let mut counts: HashMap<&WorkerId, u32> = HashMap::new();
     for lease in &view.leases {
         if let Holder::Held(w) | Holder::Moving { to: w, .. } = &lease.holder {
@@ -624,7 +625,7 @@ pub(crate) fn receivers(
     live.iter()
         .filter(|(w, capacity)| *w != me && **capacity != Some(0))
         .filter_map(|(w, _)| {
-            incarnations.get(w).map(|i| crate::worker::state::Receiver {
+            incarnations.get(w).map(|i| Receiver {
                 worker: w.clone(),
                 incarnation: *i,
                 held: counts.get(w).copied().unwrap_or(0),

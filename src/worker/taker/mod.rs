@@ -23,7 +23,8 @@ use tokio_util::sync::CancellationToken;
 
 use super::identity::{Identity, Ownership};
 use super::metrics;
-use super::state::{revoke_notice, SessionVersion, Shared};
+use super::parts::SessionVersion;
+use super::state::{revoke_notice, Shared};
 use super::take::Job;
 use crate::balance::{BalancePolicy, Move};
 use crate::expiry::ExpiryTracker;
