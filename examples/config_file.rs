@@ -66,23 +66,23 @@ async fn run() -> Result<(), Error> {
     let shards = (0..4)
         .map(|i| LeaseKey::new(format!("shard-{i}")))
         .collect::<Result<Vec<_>, _>>()?;
-    let mut worker = Worker::builder(Arc::new(InMemoryStore::new()), WorkerId::new("w1")?)
-        .config(config)
-        .shards(shards)
-        // Leaves on Ctrl-C or SIGTERM, or after a few seconds for the demonstration.
-        .graceful_shutdown_on(async {
-            tokio::select! {
-                signal = common::shutdown_signal() => {
-                    if let Ok(name) = signal {
-                        println!("{name}: leaving");
+    let (worker, mut events) =
+        Worker::builder(Arc::new(InMemoryStore::new()), WorkerId::new("w1")?)
+            .config(config)
+            .shards(shards)
+            // Leaves on Ctrl-C or SIGTERM, or after a few seconds for the demonstration.
+            .graceful_shutdown_on(async {
+                tokio::select! {
+                    signal = common::shutdown_signal() => {
+                        if let Ok(name) = signal {
+                            println!("{name}: leaving");
+                        }
                     }
+                    _ = tokio::time::sleep(Duration::from_secs(5)) => {}
                 }
-                _ = tokio::time::sleep(Duration::from_secs(5)) => {}
-            }
-        })
-        .start()
-        .await?;
-    let mut events = worker.take_events().expect("taken once");
+            })
+            .start()
+            .await?;
     tokio::spawn(async move {
         while let Some(event) = events.recv().await {
             if let LeaseEvent::Acquired(mut grant) = event {

@@ -48,7 +48,7 @@ use shardlease::kinesis::{
     RecordCheckpointer, RecordProcessor, ShardStart,
 };
 use shardlease::store::dynamodb::{DynamoConfig, DynamoStore};
-use shardlease::worker::StopReason;
+use shardlease::worker::{LeaseEvent, StopReason};
 use shardlease::{LeaseKey, WorkerConfig, WorkerId};
 
 use common::Error;
@@ -160,13 +160,17 @@ impl EventLog {
                 self.write(key, "stop_requested", &[("reason", reason(why))]);
             }
             ConsumerEvent::Stopped { key } => self.write(key, "stopped", &[]),
-            ConsumerEvent::HandedOff { key, to } => {
+            ConsumerEvent::Lease(LeaseEvent::HandedOff { key, to }) => {
                 self.write(key, "handed_off", &[("to", to.to_string())]);
             }
-            ConsumerEvent::Released { key } => self.write(key, "released", &[]),
-            ConsumerEvent::Lost { key } => self.write(key, "lost", &[]),
-            ConsumerEvent::ShardEnded { key } => self.write(key, "shard_ended", &[]),
-            ConsumerEvent::Retired { key } => self.write(key, "retired", &[]),
+            ConsumerEvent::Lease(LeaseEvent::Released { key }) => {
+                self.write(key, "released", &[]);
+            }
+            ConsumerEvent::Lease(LeaseEvent::Lost { key }) => self.write(key, "lost", &[]),
+            ConsumerEvent::Lease(LeaseEvent::ShardEnded { key }) => {
+                self.write(key, "shard_ended", &[]);
+            }
+            ConsumerEvent::Lease(LeaseEvent::Retired { key }) => self.write(key, "retired", &[]),
             ConsumerEvent::Checkpointed {
                 key,
                 sequence_number,
@@ -347,9 +351,7 @@ async fn run(args: Args) -> Result<(), Error> {
         Arc::new(store),
         WorkerId::new(worker.clone())?,
     )
-    .worker_config(WorkerConfig::with_lease_duration(Duration::from_secs(
-        args.lease_secs,
-    )))
+    .worker_config(WorkerConfig::default().lease_duration(Duration::from_secs(args.lease_secs)))
     .config(config)
     .on_event(move |event| log.record(event))
     .processor(move |shard: &LeaseKey| Printer {

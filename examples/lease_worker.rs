@@ -336,7 +336,8 @@ async fn run(args: Args) -> Result<(), Error> {
     let shards = (0..args.shards)
         .map(|i| LeaseKey::new(format!("shard-{i:04}")))
         .collect::<Result<Vec<_>, _>>()?;
-    let config = WorkerConfig::with_lease_duration(Duration::from_secs_f64(args.lease_secs))
+    let config = WorkerConfig::default()
+        .lease_duration(Duration::from_secs_f64(args.lease_secs))
         .balance(args.balance.into())
         .weight(args.weight);
     let mut builder = Worker::builder(store, WorkerId::new(&id)?)
@@ -345,7 +346,7 @@ async fn run(args: Args) -> Result<(), Error> {
     if args.balance == BalanceArg::Kcl {
         builder = builder.policy(KclBalance::default());
     }
-    let mut worker = builder.start().await?;
+    let (worker, mut events) = builder.start().await?;
     let file = match &args.events_log {
         Some(path) => Some(Arc::new(Mutex::new(
             OpenOptions::new().create(true).append(true).open(path)?,
@@ -356,9 +357,6 @@ async fn run(args: Args) -> Result<(), Error> {
         worker: id.clone(),
         file,
     };
-    let mut events = worker
-        .take_events()
-        .ok_or("the event stream is taken once")?;
     let app_log = log.clone();
     let loads: std::collections::HashMap<LeaseKey, f64> = args.lease_load.into_iter().collect();
     let period =

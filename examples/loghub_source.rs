@@ -396,15 +396,12 @@ async fn run(args: Args) -> Result<(), Error> {
         }
         (None, None) => Arc::new(InMemoryStore::new()),
     };
-    let config = WorkerConfig::with_lease_duration(Duration::from_secs(args.lease_secs));
-    let mut leases = Worker::builder(store, WorkerId::new(&worker)?)
+    let config = WorkerConfig::default().lease_duration(Duration::from_secs(args.lease_secs));
+    let (leases, mut events) = Worker::builder(store, WorkerId::new(&worker)?)
         .config(config)
         .source(source.clone())
         .start()
         .await?;
-    let mut events = leases
-        .take_events()
-        .ok_or("the event stream is taken once")?;
     let name = worker.clone();
     let app = tokio::spawn(async move {
         while let Some(event) = events.recv().await {

@@ -142,9 +142,10 @@ async fn run(args: Args) -> Result<(), Error> {
         .collect::<Result<Vec<_>, _>>()?;
     let window =
         (args.progress_window > 0.0).then(|| Duration::from_secs_f64(args.progress_window));
-    let config = WorkerConfig::with_lease_duration(Duration::from_secs_f64(args.lease_secs))
+    let config = WorkerConfig::default()
+        .lease_duration(Duration::from_secs_f64(args.lease_secs))
         .progress_window(window);
-    let mut worker = Worker::builder(Arc::new(store), WorkerId::new(&id)?)
+    let (worker, mut events) = Worker::builder(Arc::new(store), WorkerId::new(&id)?)
         .config(config)
         .shards(shards)
         .graceful_shutdown_on(async {
@@ -156,9 +157,6 @@ async fn run(args: Args) -> Result<(), Error> {
         .start()
         .await?;
     let _ = served.monitor.set(worker.monitor());
-    let mut events = worker
-        .take_events()
-        .ok_or("the event stream is taken once")?;
     let stall_after = args.stall_after.map(Duration::from_secs_f64);
     tokio::spawn(async move {
         while let Some(event) = events.recv().await {

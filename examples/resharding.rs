@@ -70,15 +70,15 @@ async fn start(
     started: Instant,
 ) -> Result<Worker, Error> {
     let store: Arc<dyn LeaseStore> = store.clone();
-    let config = WorkerConfig::with_lease_duration(Duration::from_secs(2))
+    let config = WorkerConfig::default()
+        .lease_duration(Duration::from_secs(2))
         .discovery_interval(Duration::from_millis(500))
         .retire_after(Duration::from_secs(2));
-    let mut worker = Worker::builder(store, WorkerId::new(name)?)
+    let (worker, mut events) = Worker::builder(store, WorkerId::new(name)?)
         .config(config)
         .source(source.clone())
         .start()
         .await?;
-    let mut events = worker.take_events().ok_or("events are taken once")?;
     let source = source.clone();
     tokio::spawn(async move {
         let t = move || format!("{:5.1}s", started.elapsed().as_secs_f64());

@@ -68,16 +68,28 @@ pub enum Balance {
 ///
 /// Every default says where it comes from. [`WorkerConfig::validate`] explains what is wrong
 /// with a combination that cannot work.
+///
+/// With the `serde` feature it reads from a file or the environment: every field optional,
+/// durations as [`humantime`](https://docs.rs/humantime) text (`"10s"`, `"250ms"`,
+/// `"1m 30s"`), an unknown field refused by name, the result [validated](Self::validate).
 #[derive(Debug, Clone, PartialEq)]
 #[cfg_attr(
     feature = "serde",
     derive(serde::Deserialize),
-    serde(try_from = "file::WorkerConfigFile")
+    // `remote = "Self"`: the derived code is `WorkerConfig::deserialize`, which the
+    // `Deserialize` implementation below calls before it validates.
+    serde(
+        remote = "Self",
+        default,
+        deny_unknown_fields,
+        expecting = "a table of WorkerConfig fields (the worker configuration)"
+    )
 )]
 #[non_exhaustive]
 pub struct WorkerConfig {
     /// How long a lease stays valid without a renewal: the failover time after a crash.
     /// Default: 10 s (KCL's `failoverTimeMillis`).
+    #[cfg_attr(feature = "serde", serde(with = "humantime_serde"))]
     pub lease_duration: Duration,
     /// How often the worker's session (its membership record) is beaten: every lease it holds
     /// is valid as long as the session. Default: 45 % of `lease_duration` (4.5 s of 10 s). At
@@ -87,54 +99,72 @@ pub struct WorkerConfig {
     /// worker's leases are started elsewhere a lease duration after its last beat whatever
     /// the interval, but notices wait for their receiver's next beat: a shorter beat (at most
     /// half the lease duration) makes joins and handoffs faster (a join at lease / 4: 2.6 s
-    /// instead of 4.7 s in the simulator) and costs more requests at rest.
-    pub renew_interval: Duration,
+    /// instead of 4.7 s in the simulator) and costs more requests at rest. `None` (unset)
+    /// follows `lease_duration`; [`effective_renew_interval`](Self::effective_renew_interval)
+    /// is the value the worker uses.
+    #[cfg_attr(feature = "serde", serde(with = "humantime_serde"))]
+    pub renew_interval: Option<Duration>,
     /// How soon the taker scans the table again after a round that failed (a scan the store
     /// refused or did not answer), counted from that round's start. Rounds otherwise run when
     /// something changed, plus the slow scan (`slow_scan_interval`). Default:
-    /// `lease_duration / 2`.
-    pub taker_interval: Duration,
+    /// `lease_duration / 2`: `None` (unset) follows `lease_duration`;
+    /// [`effective_taker_interval`](Self::effective_taker_interval) is the value the worker
+    /// uses.
+    #[cfg_attr(feature = "serde", serde(with = "humantime_serde"))]
+    pub taker_interval: Option<Duration>,
     /// Safety margin taken off the local validity of a lease: a lease is valid locally until
     /// (start of the last successful renewal request) + `lease_duration` - this. It covers
     /// clock-rate drift between hosts and the time the application needs to notice its stop
-    /// signal. Default: `lease_duration / 20` (500 ms).
-    pub drift_allowance: Duration,
+    /// signal. Default: `lease_duration / 20` (500 ms): `None` (unset) follows
+    /// `lease_duration`; [`effective_drift_allowance`](Self::effective_drift_allowance) is the
+    /// value the worker uses.
+    #[cfg_attr(feature = "serde", serde(with = "humantime_serde"))]
+    pub drift_allowance: Option<Duration>,
     /// How long the owner of a lease asked for in a graceful handoff has to finish and hand it
     /// over before the requester takes it anyway. Default: 30 s (KCL 3.x's graceful handoff
     /// timeout).
+    #[cfg_attr(feature = "serde", serde(with = "humantime_serde"))]
     pub handoff_timeout: Duration,
     /// How often a worker waiting for a handoff reads the lease to start the moment it is
     /// handed over. Default: 250 ms (a handful of reads, only while a handoff is pending).
+    #[cfg_attr(feature = "serde", serde(with = "humantime_serde"))]
     pub handoff_poll_interval: Duration,
     /// A pause after every move before the new owner starts, for applications that back up
     /// state elsewhere. Default: zero.
+    #[cfg_attr(feature = "serde", serde(with = "humantime_serde"))]
     pub quiet_period: Duration,
     /// How long `shutdown()` lets the application finish and checkpoint before it stops
     /// waiting; leases not finished by then are left to expire instead of being released.
     /// Default: 30 s (as `handoff_timeout`).
+    #[cfg_attr(feature = "serde", serde(with = "humantime_serde"))]
     pub shutdown_timeout: Duration,
     /// The most leases this worker holds. Default: `u32::MAX` (no limit; KCL's
     /// `maxLeasesForWorker` default is also unlimited).
     pub max_leases_per_worker: u32,
-    /// Most renewals in flight at once. Default: 64: at 10 ms a request, 10,000 leases are
-    /// renewed in about 1.6 s, well within the renew interval. (KCL: 20 threads.)
-    pub max_concurrent_renewals: usize,
+    /// The most lease writes of one batch in flight at once: the creates of a wave of new
+    /// leases, the takes of a taker round, the placements of released leases. Default: 64: at
+    /// 10 ms a request, 10,000 takes are written in about 1.6 s. (KCL: 20 renewer threads.)
+    pub max_concurrent_writes: usize,
     /// Deadline of one store call made by the taker (scans, takes). Default: 5 s.
+    #[cfg_attr(feature = "serde", serde(with = "humantime_serde"))]
     pub store_timeout: Duration,
     /// How often the discoverer lists the [`ShardSource`](crate::source::ShardSource), on
     /// the one worker of the fleet that runs it. Failed listings back off with jitter up to
     /// 8 x this. A listing may take up to this long (or `store_timeout`, if longer).
     /// Default: 10 s (KCL syncs shards every 60 s).
+    #[cfg_attr(feature = "serde", serde(with = "humantime_serde"))]
     pub discovery_interval: Duration,
     /// How long a shard must be missing from the source before its lease is retired: the
     /// holder is told to stop ([`StopReason::Retired`](crate::worker::StopReason::Retired))
     /// and deletes the lease once its application finished. It keeps a shard that drops out
     /// of one listing from being retired. Default: 60 s.
+    #[cfg_attr(feature = "serde", serde(with = "humantime_serde"))]
     pub retire_after: Duration,
     /// How often one worker of the fleet (the smallest live id)
     /// scans the whole table for what nobody announced (a lease edited or deleted by hand, a
     /// session that stopped beating unnoticed, a lease nobody holds). Default: 50 s, so that a
     /// hand edit is noticed within a minute.
+    #[cfg_attr(feature = "serde", serde(with = "humantime_serde"))]
     pub slow_scan_interval: Duration,
     /// How long a lease reported to the application may go without progress (a checkpoint,
     /// or a call of [`LeaseGrant::progress`](crate::worker::LeaseGrant::progress)) before the
@@ -149,6 +179,7 @@ pub struct WorkerConfig {
     /// too short makes a liveness probe restart healthy processes. Set it to several times
     /// the longest pause between two checkpoints or `progress()` calls your application makes
     /// on a busy lease.
+    #[cfg_attr(feature = "serde", serde(with = "humantime_serde"))]
     pub progress_window: Option<Duration>,
     /// How the fleet is balanced. Default: [`Balance::Count`].
     pub balance: Balance,
@@ -158,38 +189,33 @@ pub struct WorkerConfig {
     pub weight: f64,
     /// The time constant of the short moving average of each lease's reported load: how fast
     /// a lease turning hot shows. Default: 10 s.
+    #[cfg_attr(feature = "serde", serde(with = "humantime_serde"))]
     pub load_short_window: Duration,
     /// The time constant of the long moving average: how slowly a lease cooling down is
     /// forgotten (a lease's published figure is this one, unless the short one is more than
     /// 20 % higher). Default: 2 min.
+    #[cfg_attr(feature = "serde", serde(with = "humantime_serde"))]
     pub load_long_window: Duration,
     /// The shortest time between two publications of this worker's load figures (sent with a
     /// beat or heartbeat, when a figure moved by more than 10 % or the leases changed; an
     /// unchanged report is sent again every three intervals). Default: 10 s.
+    #[cfg_attr(feature = "serde", serde(with = "humantime_serde"))]
     pub load_publish_interval: Duration,
 }
 
 impl Default for WorkerConfig {
     fn default() -> Self {
-        Self::with_lease_duration(Duration::from_secs(10))
-    }
-}
-
-impl WorkerConfig {
-    /// The defaults, scaled to `lease_duration`: beat at 45 % (sessions), scan every half,
-    /// drift allowance a twentieth.
-    pub fn with_lease_duration(lease_duration: Duration) -> Self {
         Self {
-            lease_duration,
-            renew_interval: lease_duration * 9 / 20,
-            taker_interval: lease_duration / 2,
-            drift_allowance: lease_duration / 20,
+            lease_duration: Duration::from_secs(10),
+            renew_interval: None,
+            taker_interval: None,
+            drift_allowance: None,
             handoff_timeout: Duration::from_secs(30),
             handoff_poll_interval: Duration::from_millis(250),
             quiet_period: Duration::ZERO,
             shutdown_timeout: Duration::from_secs(30),
             max_leases_per_worker: u32::MAX,
-            max_concurrent_renewals: 64,
+            max_concurrent_writes: 64,
             store_timeout: Duration::from_secs(5),
             discovery_interval: Duration::from_secs(10),
             retire_after: Duration::from_secs(60),
@@ -201,6 +227,27 @@ impl WorkerConfig {
             load_long_window: Duration::from_secs(120),
             load_publish_interval: Duration::from_secs(10),
         }
+    }
+}
+
+impl WorkerConfig {
+    /// The beat interval the worker uses: [`renew_interval`](Self::renew_interval) if set,
+    /// else 45 % of `lease_duration`.
+    pub fn effective_renew_interval(&self) -> Duration {
+        self.renew_interval.unwrap_or(self.lease_duration * 9 / 20)
+    }
+
+    /// The retry delay after a failed taker round: [`taker_interval`](Self::taker_interval)
+    /// if set, else half of `lease_duration`.
+    pub fn effective_taker_interval(&self) -> Duration {
+        self.taker_interval.unwrap_or(self.lease_duration / 2)
+    }
+
+    /// The margin taken off a lease's local validity:
+    /// [`drift_allowance`](Self::drift_allowance) if set, else a twentieth of
+    /// `lease_duration`.
+    pub fn effective_drift_allowance(&self) -> Duration {
+        self.drift_allowance.unwrap_or(self.lease_duration / 20)
     }
 
     /// Sets [`balance`](Self::balance).
@@ -238,8 +285,8 @@ impl WorkerConfig {
         self
     }
 
-    /// Sets [`lease_duration`](Self::lease_duration) alone. To have the intervals follow it
-    /// as the defaults do, start from [`with_lease_duration`](Self::with_lease_duration).
+    /// Sets [`lease_duration`](Self::lease_duration). The renew and taker intervals and the
+    /// drift allowance follow it unless set, whatever the order of the setters.
     #[must_use]
     pub fn lease_duration(mut self, value: Duration) -> Self {
         self.lease_duration = value;
@@ -249,14 +296,14 @@ impl WorkerConfig {
     /// Sets [`renew_interval`](Self::renew_interval).
     #[must_use]
     pub fn renew_interval(mut self, value: Duration) -> Self {
-        self.renew_interval = value;
+        self.renew_interval = Some(value);
         self
     }
 
     /// Sets [`drift_allowance`](Self::drift_allowance).
     #[must_use]
     pub fn drift_allowance(mut self, value: Duration) -> Self {
-        self.drift_allowance = value;
+        self.drift_allowance = Some(value);
         self
     }
 
@@ -267,10 +314,10 @@ impl WorkerConfig {
         self
     }
 
-    /// Sets [`max_concurrent_renewals`](Self::max_concurrent_renewals).
+    /// Sets [`max_concurrent_writes`](Self::max_concurrent_writes).
     #[must_use]
-    pub fn max_concurrent_renewals(mut self, value: usize) -> Self {
-        self.max_concurrent_renewals = value;
+    pub fn max_concurrent_writes(mut self, value: usize) -> Self {
+        self.max_concurrent_writes = value;
         self
     }
 
@@ -298,7 +345,7 @@ impl WorkerConfig {
     /// Sets [`taker_interval`](Self::taker_interval).
     #[must_use]
     pub fn taker_interval(mut self, value: Duration) -> Self {
-        self.taker_interval = value;
+        self.taker_interval = Some(value);
         self
     }
 
@@ -346,7 +393,8 @@ impl WorkerConfig {
 
     /// The local validity a renewal buys: `lease_duration - drift_allowance`.
     pub fn validity(&self) -> Duration {
-        self.lease_duration.saturating_sub(self.drift_allowance)
+        self.lease_duration
+            .saturating_sub(self.effective_drift_allowance())
     }
 
     /// The capacity this worker publishes in its membership record: `None` when unlimited.
@@ -357,6 +405,8 @@ impl WorkerConfig {
     /// Checks that the values can work together.
     pub fn validate(&self) -> Result<(), ConfigError> {
         let fail = |field, reason: String| Err(ConfigError::invalid(field, reason));
+        let renew_interval = self.effective_renew_interval();
+        let drift_allowance = self.effective_drift_allowance();
         if self.lease_duration < Duration::from_millis(100) {
             return fail(
                 "lease_duration",
@@ -366,28 +416,28 @@ impl WorkerConfig {
                 ),
             );
         }
-        if self.renew_interval.is_zero() || self.renew_interval * 2 > self.lease_duration {
+        if renew_interval.is_zero() || renew_interval * 2 > self.lease_duration {
             return fail(
                 "renew_interval",
                 format!(
                     "renew_interval {:?} must be non-zero and at most half of lease_duration {:?} \
                      (the default: 45 %), so that one failed beat does not lose the \
                      session",
-                    self.renew_interval, self.lease_duration
+                    renew_interval, self.lease_duration
                 ),
             );
         }
-        if self.drift_allowance + self.renew_interval >= self.lease_duration {
+        if drift_allowance + renew_interval >= self.lease_duration {
             return fail(
                 "drift_allowance",
                 format!(
                 "drift_allowance {:?} + renew_interval {:?} must be less than lease_duration {:?}",
-                self.drift_allowance, self.renew_interval, self.lease_duration
+                drift_allowance, renew_interval, self.lease_duration
             ),
             );
         }
         for (name, value) in [
-            ("taker_interval", self.taker_interval),
+            ("taker_interval", self.effective_taker_interval()),
             ("handoff_poll_interval", self.handoff_poll_interval),
             ("store_timeout", self.store_timeout),
             ("discovery_interval", self.discovery_interval),
@@ -428,18 +478,28 @@ impl WorkerConfig {
                 "max_leases_per_worker must be at least 1".into(),
             );
         }
-        if self.max_concurrent_renewals == 0 {
+        if self.max_concurrent_writes == 0 {
             return fail(
-                "max_concurrent_renewals",
-                "max_concurrent_renewals must be at least 1".into(),
+                "max_concurrent_writes",
+                "max_concurrent_writes must be at least 1".into(),
             );
         }
         Ok(())
     }
 }
 
+/// A configuration read from a file or the environment is validated as it is read.
+#[cfg(feature = "serde")]
+impl<'de> serde::Deserialize<'de> for WorkerConfig {
+    fn deserialize<D: serde::Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        let config = WorkerConfig::deserialize(deserializer)?;
+        config.validate().map_err(serde::de::Error::custom)?;
+        Ok(config)
+    }
+}
+
 /// Moves each field a configuration file gave (`Some`) into the configuration:
-/// `set_given!(config, file: field_a, field_b)`. Shared by every configuration's file form.
+/// `set_given!(config, file: field_a, field_b)`. Shared by the file forms of the DynamoDB store's and the Kinesis consumer's configurations.
 #[cfg(feature = "serde")]
 macro_rules! set_given {
     ($config:ident, $file:ident: $($field:ident),* $(,)?) => {
@@ -451,97 +511,6 @@ macro_rules! set_given {
 #[cfg(feature = "serde")]
 pub(crate) use set_given;
 
-/// The configuration as a file or the environment gives it: every field optional, durations
-/// as [`humantime`](https://docs.rs/humantime) text (`"10s"`, `"250ms"`, `"1m 30s"`).
-#[cfg(feature = "serde")]
-mod file {
-    use std::time::Duration;
-
-    use super::{Balance, ConfigError, WorkerConfig};
-
-    #[derive(serde::Deserialize)]
-    #[serde(
-        deny_unknown_fields,
-        rename = "WorkerConfig",
-        expecting = "a table of WorkerConfig fields (the worker configuration)"
-    )]
-    pub(super) struct WorkerConfigFile {
-        #[serde(default, with = "humantime_serde")]
-        lease_duration: Option<Duration>,
-        #[serde(default, with = "humantime_serde")]
-        renew_interval: Option<Duration>,
-        #[serde(default, with = "humantime_serde")]
-        taker_interval: Option<Duration>,
-        #[serde(default, with = "humantime_serde")]
-        drift_allowance: Option<Duration>,
-        #[serde(default, with = "humantime_serde")]
-        handoff_timeout: Option<Duration>,
-        #[serde(default, with = "humantime_serde")]
-        handoff_poll_interval: Option<Duration>,
-        #[serde(default, with = "humantime_serde")]
-        quiet_period: Option<Duration>,
-        #[serde(default, with = "humantime_serde")]
-        shutdown_timeout: Option<Duration>,
-        max_leases_per_worker: Option<u32>,
-        max_concurrent_renewals: Option<usize>,
-        #[serde(default, with = "humantime_serde")]
-        store_timeout: Option<Duration>,
-        #[serde(default, with = "humantime_serde")]
-        discovery_interval: Option<Duration>,
-        #[serde(default, with = "humantime_serde")]
-        retire_after: Option<Duration>,
-        #[serde(default, with = "humantime_serde")]
-        slow_scan_interval: Option<Duration>,
-        #[serde(default, with = "humantime_serde")]
-        progress_window: Option<Duration>,
-        balance: Option<Balance>,
-        weight: Option<f64>,
-        #[serde(default, with = "humantime_serde")]
-        load_short_window: Option<Duration>,
-        #[serde(default, with = "humantime_serde")]
-        load_long_window: Option<Duration>,
-        #[serde(default, with = "humantime_serde")]
-        load_publish_interval: Option<Duration>,
-    }
-
-    impl TryFrom<WorkerConfigFile> for WorkerConfig {
-        type Error = ConfigError;
-
-        /// The defaults follow the file's `lease_duration`, as
-        /// [`WorkerConfig::with_lease_duration`] makes them; the other fields given override
-        /// them; the result is validated.
-        fn try_from(file: WorkerConfigFile) -> Result<Self, ConfigError> {
-            let mut config = WorkerConfig::with_lease_duration(
-                file.lease_duration.unwrap_or(Duration::from_secs(10)),
-            );
-            crate::config::set_given!(
-                config, file:
-                renew_interval,
-                taker_interval,
-                drift_allowance,
-                handoff_timeout,
-                handoff_poll_interval,
-                quiet_period,
-                shutdown_timeout,
-                max_leases_per_worker,
-                max_concurrent_renewals,
-                store_timeout,
-                discovery_interval,
-                retire_after,
-                slow_scan_interval,
-                balance,
-                weight,
-                load_short_window,
-                load_long_window,
-                load_publish_interval
-            );
-            config.progress_window = file.progress_window;
-            config.validate()?;
-            Ok(config)
-        }
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -550,12 +519,37 @@ mod tests {
     fn defaults_follow_the_lease_duration_and_are_valid() {
         let config = WorkerConfig::default();
         assert_eq!(config.lease_duration, Duration::from_secs(10));
-        assert_eq!(config.renew_interval, Duration::from_millis(4500));
+        assert_eq!(
+            config.effective_renew_interval(),
+            Duration::from_millis(4500)
+        );
         assert_eq!(config.validity(), Duration::from_millis(9500));
         config.validate().unwrap();
-        WorkerConfig::with_lease_duration(Duration::from_millis(300))
+        WorkerConfig::default()
+            .lease_duration(Duration::from_millis(300))
             .validate()
             .unwrap();
+    }
+
+    #[test]
+    fn the_order_of_the_setters_does_not_matter() {
+        let short = Duration::from_secs(2);
+        let beat = Duration::from_millis(700);
+        let before = WorkerConfig::default()
+            .renew_interval(beat)
+            .lease_duration(short);
+        let after = WorkerConfig::default()
+            .lease_duration(short)
+            .renew_interval(beat);
+        assert_eq!(before, after);
+        assert_eq!(before.effective_renew_interval(), beat);
+        // What was not set follows the lease duration, set first or last.
+        assert_eq!(before.effective_taker_interval(), Duration::from_secs(1));
+        assert_eq!(
+            before.effective_drift_allowance(),
+            Duration::from_millis(100)
+        );
+        before.validate().unwrap();
     }
 
     #[test]
@@ -575,8 +569,8 @@ mod tests {
             "max_leases_per_worker"
         );
         assert_eq!(
-            field(base().max_concurrent_renewals(0)),
-            "max_concurrent_renewals"
+            field(base().max_concurrent_writes(0)),
+            "max_concurrent_writes"
         );
         assert_eq!(
             field(base().taker_interval(Duration::ZERO)),
@@ -620,15 +614,16 @@ mod file_tests {
         let config = parse(r#"{"lease_duration": "20s"}"#).unwrap();
         assert_eq!(
             config,
-            WorkerConfig::with_lease_duration(Duration::from_secs(20))
+            WorkerConfig::default().lease_duration(Duration::from_secs(20))
         );
+        assert_eq!(config.effective_renew_interval(), Duration::from_secs(9));
         let config = parse(
             r#"{"lease_duration": "20s", "renew_interval": "5s", "handoff_timeout": "1m 30s",
                 "max_leases_per_worker": 12}"#,
         )
         .unwrap();
-        assert_eq!(config.renew_interval, Duration::from_secs(5));
-        assert_eq!(config.taker_interval, Duration::from_secs(10));
+        assert_eq!(config.effective_renew_interval(), Duration::from_secs(5));
+        assert_eq!(config.effective_taker_interval(), Duration::from_secs(10));
         assert_eq!(config.handoff_timeout, Duration::from_secs(90));
         assert_eq!(config.max_leases_per_worker, 12);
         assert_eq!(config.progress_window, None);

@@ -27,12 +27,11 @@
 //! # async fn main() -> Result<(), Box<dyn std::error::Error>> {
 //! let store = Arc::new(InMemoryStore::new()); // or DynamoStore, or your own LeaseStore
 //! let shards = vec![LeaseKey::new("shard-0")?, LeaseKey::new("shard-1")?];
-//! let mut worker = Worker::builder(store, WorkerId::new("host-a")?)
+//! let (worker, mut events) = Worker::builder(store, WorkerId::new("host-a")?)
 //!     .config(WorkerConfig::default()) // a 10 s lease; every field has a setter
 //!     .shards(shards)
 //!     .start()
 //!     .await?;
-//! let mut events = worker.take_events().expect("taken once");
 //! while let Some(event) = events.recv().await {
 //!     if let LeaseEvent::Acquired(mut grant) = event {
 //!         tokio::spawn(async move {
@@ -61,7 +60,7 @@
 //! | configuration | [`WorkerConfig`] (every duration and limit, each with a setter; [`ConfigError`] names the field at fault) |
 //! | the leases to hold | [`WorkerBuilder::shards`](worker::WorkerBuilder::shards) for a fixed set, or a [`ShardSource`] the discoverer follows (new, split, merged and vanished shards, children after their parents) |
 //! | to leave | [`Worker::shutdown`], or [`graceful_shutdown_on`](worker::WorkerBuilder::graceful_shutdown_on) a signal, then [`Worker::stopped`] |
-//! | events as callbacks | [`worker::LeaseListener`] |
+//! | what happens to the leases | the [`LeaseEvents`] stream [`WorkerBuilder::start`] returns beside the worker |
 //! | health and metrics | [`Worker::monitor`] ([`worker::WorkerMonitor::ready`] and [`healthy`](worker::WorkerMonitor::healthy) for probes); metric names in [`metrics`] |
 //! | another balance | [`balance::BalancePolicy`] |
 //! | a simulation | [`clock::Clock`] and [`clock::seed_thread`] |
@@ -115,7 +114,7 @@ pub use lease::{
 };
 pub use source::{Shard, ShardSource, StaticShardSource};
 pub use store::{LeaseStore, Outcome, StoreError, StoreResult};
-pub use worker::{LeaseEvent, LeaseGrant, StopReason, Worker, WorkerBuilder};
+pub use worker::{LeaseEvent, LeaseEvents, LeaseGrant, StopReason, Worker, WorkerBuilder};
 
 /// The README's examples, compiled as doc tests so that they stay true.
 #[cfg(doctest)]

@@ -10,7 +10,7 @@ use std::time::Duration;
 use shardlease::store::fault::FaultyStore;
 use shardlease::store::memory::InMemoryStore;
 use shardlease::store::LeaseStore;
-use shardlease::worker::{CheckpointError, LeaseEvent, LeaseGrant};
+use shardlease::worker::{CheckpointError, LeaseEvent, LeaseEvents, LeaseGrant};
 use shardlease::{LeaseKey, Worker, WorkerConfig, WorkerId, SHARD_END};
 use tokio::time::Instant;
 
@@ -18,8 +18,7 @@ fn far() -> Instant {
     Instant::now() + Duration::from_secs(5)
 }
 
-async fn first_grant(worker: &mut Worker) -> LeaseGrant {
-    let mut events = worker.take_events().unwrap();
+async fn first_grant(events: &mut LeaseEvents) -> LeaseGrant {
     loop {
         match events.recv().await {
             Some(LeaseEvent::Acquired(grant)) => return grant,
@@ -37,13 +36,13 @@ async fn late_then_later(late: &str, later: Option<&str>) -> Option<String> {
     let (store, faults) = FaultyStore::new(inner.clone());
     let key = LeaseKey::new("s").unwrap();
     let config = WorkerConfig::default();
-    let mut worker = Worker::builder(Arc::new(store), WorkerId::new("w").unwrap())
+    let (worker, mut events) = Worker::builder(Arc::new(store), WorkerId::new("w").unwrap())
         .config(config.clone())
         .shards(vec![key.clone()])
         .start()
         .await
         .unwrap();
-    let grant = first_grant(&mut worker).await;
+    let grant = first_grant(&mut events).await;
 
     let delay = config.store_timeout + Duration::from_secs(1);
     faults.set_late(delay);

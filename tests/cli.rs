@@ -137,14 +137,13 @@ async fn worker(table: &Table, id: &str, shards: usize, journal: &Journal) -> Wo
     let keys = (0..shards)
         .map(|i| LeaseKey::new(format!("shard-{i}")).unwrap())
         .collect();
-    let config = WorkerConfig::with_lease_duration(Duration::from_secs(6));
-    let mut worker = Worker::builder(store(table).await, WorkerId::new(id).unwrap())
+    let config = WorkerConfig::default().lease_duration(Duration::from_secs(6));
+    let (worker, mut events) = Worker::builder(store(table).await, WorkerId::new(id).unwrap())
         .config(config)
         .shards(keys)
         .start()
         .await
         .expect("worker starts");
-    let mut events = worker.take_events().unwrap();
     let (journal, id) = (Arc::clone(journal), id.to_owned());
     tokio::spawn(async move {
         while let Some(event) = events.recv().await {

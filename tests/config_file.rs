@@ -18,7 +18,8 @@ struct File {
 #[test]
 fn the_sample_file_configures_what_it_says() {
     let file: File = toml::from_str(include_str!("../examples/shardlease.toml")).unwrap();
-    let worker = WorkerConfig::with_lease_duration(Duration::from_secs(20))
+    let worker = WorkerConfig::default()
+        .lease_duration(Duration::from_secs(20))
         .handoff_timeout(Duration::from_secs(60))
         .max_leases_per_worker(64)
         .shutdown_timeout(Duration::from_secs(45))
@@ -101,7 +102,8 @@ fn the_environment_configures_a_worker() {
     let config: WorkerConfig = envy::prefixed("SHARDLEASE_WORKER_")
         .from_iter(vars)
         .unwrap();
-    let expected = WorkerConfig::with_lease_duration(Duration::from_secs(30))
+    let expected = WorkerConfig::default()
+        .lease_duration(Duration::from_secs(30))
         .max_leases_per_worker(7)
         .progress_window(Some(Duration::from_secs(90)));
     assert_eq!(config, expected);

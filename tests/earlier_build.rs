@@ -9,7 +9,7 @@ use std::time::Duration;
 use shardlease::store::fault::FaultyStore;
 use shardlease::store::memory::InMemoryStore;
 use shardlease::store::LeaseStore;
-use shardlease::worker::{LeaseEvent, WorkerError};
+use shardlease::worker::{LeaseEvent, LeaseEvents, WorkerError};
 use shardlease::{Incarnation, LeaseKey, NewLease, Outcome, Worker, WorkerId};
 use tokio::task::JoinHandle;
 use tokio::time::Instant;
@@ -26,7 +26,10 @@ fn far() -> Instant {
     Instant::now() + Duration::from_secs(5)
 }
 
-async fn start(store: Arc<dyn LeaseStore>, name: &str) -> Result<Worker, WorkerError> {
+async fn start(
+    store: Arc<dyn LeaseStore>,
+    name: &str,
+) -> Result<(Worker, LeaseEvents), WorkerError> {
     Worker::builder(store, id(name)).start().await
 }
 
@@ -88,8 +91,7 @@ async fn earlier_build_worker(store: &InMemoryStore, name: &str, keys: &[&str]) 
 }
 
 /// Keeps every grant a worker is given, so that its leases stay processed.
-fn keep_grants(worker: &mut Worker) {
-    let mut events = worker.take_events().unwrap();
+fn keep_grants(mut events: LeaseEvents) {
     tokio::spawn(async move {
         let mut grants = Vec::new();
         while let Some(event) = events.recv().await {
@@ -101,7 +103,7 @@ fn keep_grants(worker: &mut Worker) {
 }
 
 /// The refusal, with the live workers it names.
-fn refused_for(result: Result<Worker, WorkerError>) -> (String, Vec<String>) {
+fn refused_for(result: Result<(Worker, LeaseEvents), WorkerError>) -> (String, Vec<String>) {
     match result {
         Err(WorkerError::EarlierBuild { worker, others }) => {
             let text = WorkerError::EarlierBuild {
@@ -112,7 +114,7 @@ fn refused_for(result: Result<Worker, WorkerError>) -> (String, Vec<String>) {
             (text, others.iter().map(|w| w.to_string()).collect())
         }
         Err(other) => panic!("refused for another reason: {other}"),
-        Ok(worker) => panic!(
+        Ok((worker, _)) => panic!(
             "worker {} started on a table of an earlier build's live workers",
             worker.id()
         ),
@@ -153,10 +155,10 @@ async fn records_of_stopped_workers_of_an_earlier_build_are_cleared() {
     gone.abort();
 
     let began = Instant::now();
-    let mut worker = start(Arc::new(store.clone()), "new").await.unwrap();
+    let (worker, events) = start(Arc::new(store.clone()), "new").await.unwrap();
     assert!(began.elapsed() >= shardlease::WorkerConfig::default().lease_duration);
     assert_eq!(member_ids(&store).await, ["new"]);
-    keep_grants(&mut worker);
+    keep_grants(events);
     tokio::time::sleep(Duration::from_secs(30)).await;
     assert_eq!(worker.held_leases(), [key("s1")]);
     worker.shutdown().await;

@@ -18,13 +18,14 @@ use shardlease::kinesis::{
 };
 use shardlease::store::dynamodb::DynamoConfig;
 use shardlease::store::LeaseStore;
-use shardlease::{WorkerConfig, WorkerId};
+use shardlease::{LeaseEvent, WorkerConfig, WorkerId};
 use tokio::time::Instant;
 
 const LIMIT: Duration = Duration::from_secs(90);
 
 fn worker_config() -> WorkerConfig {
-    WorkerConfig::with_lease_duration(Duration::from_secs(2))
+    WorkerConfig::default()
+        .lease_duration(Duration::from_secs(2))
         .discovery_interval(Duration::from_millis(500))
 }
 
@@ -582,7 +583,8 @@ async fn a_panicking_processor_is_reported_and_its_lease_released_then_read_agai
     })
     .await;
     let panicked = |e: &ConsumerEvent| matches!(e, ConsumerEvent::ProcessorPanicked { message, .. } if message.starts_with("poison record"));
-    let released = |e: &ConsumerEvent| matches!(e, ConsumerEvent::Released { .. });
+    let released =
+        |e: &ConsumerEvent| matches!(e, ConsumerEvent::Lease(LeaseEvent::Released { .. }));
     let reacquired = |e: &ConsumerEvent| matches!(e, ConsumerEvent::Acquired { .. });
     assert_eq!(events.count(panicked), 1);
     let at = events.first(panicked).unwrap();
@@ -616,7 +618,7 @@ async fn a_refused_read_is_reported_and_ends_the_loop_releasing_the_lease() {
     until("the refusal is reported", || events.count(refused) > 0).await;
     until("the loop ends and the lease is released", || {
         events.count(|e| matches!(e, ConsumerEvent::Stopped { .. })) > 0
-            && events.count(|e| matches!(e, ConsumerEvent::Released { .. })) > 0
+            && events.count(|e| matches!(e, ConsumerEvent::Lease(LeaseEvent::Released { .. }))) > 0
     })
     .await;
     // Once access is back, the lease is taken again and read.
@@ -707,7 +709,8 @@ async fn a_shutdown_signal_checkpoints_releases_and_ends_every_record_loop() {
     tokio::time::timeout(Duration::from_secs(60), consumer.stopped())
         .await
         .expect("the consumer left after the signal");
-    let released = |e: &ConsumerEvent| matches!(e, ConsumerEvent::Released { .. });
+    let released =
+        |e: &ConsumerEvent| matches!(e, ConsumerEvent::Lease(LeaseEvent::Released { .. }));
     let stopped = |e: &ConsumerEvent| matches!(e, ConsumerEvent::Stopped { .. });
     assert_eq!(events.count(released), 2, "both leases released");
     assert_eq!(events.count(stopped), 2, "both record loops ended");

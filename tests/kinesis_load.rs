@@ -21,7 +21,8 @@ use tokio::time::Instant;
 const LIMIT: Duration = Duration::from_secs(120);
 
 fn worker_config(balance: Balance) -> WorkerConfig {
-    WorkerConfig::with_lease_duration(Duration::from_secs(2))
+    WorkerConfig::default()
+        .lease_duration(Duration::from_secs(2))
         .discovery_interval(Duration::from_millis(500))
         .balance(balance)
         .load_short_window(Duration::from_secs(2))

@@ -23,7 +23,7 @@ async fn a_session_found_in_its_record_after_a_lost_open_is_beaten_before_it_cou
     let inner = InMemoryStore::new();
     let (store, faults) = FaultyStore::new(inner.clone());
     let id = WorkerId::new("a").unwrap();
-    let worker = Worker::builder(Arc::new(store), id.clone())
+    let (worker, _events) = Worker::builder(Arc::new(store), id.clone())
         .shards(vec![LeaseKey::new("s").unwrap()])
         .start()
         .await

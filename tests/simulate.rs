@@ -434,7 +434,7 @@ fn sessions_at_rest_cost_one_beat_and_one_read_per_worker() {
     let report = simulate(at_rest);
     let usage = report.rest.usage;
     let workers = 8.0; // 6 and the two that joined
-    let interval = shardlease::WorkerConfig::default().renew_interval;
+    let interval = shardlease::WorkerConfig::default().effective_renew_interval();
     let beats = workers * 3600.0 / interval.as_secs_f64();
     assert!(
         (usage.writes as f64) < beats * 1.02 && (usage.writes as f64) > beats * 0.98,

@@ -10,13 +10,12 @@ use std::time::Duration;
 
 use shardlease::balance::KclBalance;
 use shardlease::store::memory::InMemoryStore;
-use shardlease::worker::LeaseEvent;
+use shardlease::worker::{LeaseEvent, LeaseEvents};
 use shardlease::{LeaseKey, Worker, WorkerId};
-use tokio::sync::mpsc::UnboundedReceiver;
 
 /// Runs an application that finishes each lease as soon as it is asked to stop; returns the
 /// events it saw.
-fn application(mut events: UnboundedReceiver<LeaseEvent>) -> tokio::task::JoinHandle<Vec<String>> {
+fn application(mut events: LeaseEvents) -> tokio::task::JoinHandle<Vec<String>> {
     tokio::spawn(async move {
         let mut seen = Vec::new();
         while let Some(event) = events.recv().await {
@@ -43,21 +42,21 @@ async fn a_kcl_steal_from_a_live_owner_is_a_graceful_handoff() {
     let keys: Vec<LeaseKey> = (0..4)
         .map(|i| LeaseKey::new(format!("s{i}")).unwrap())
         .collect();
-    let mut first = Worker::builder(store.clone(), WorkerId::new("a").unwrap())
+    let (first, first_events) = Worker::builder(store.clone(), WorkerId::new("a").unwrap())
         .policy(KclBalance::default())
         .shards(keys.clone())
         .start()
         .await
         .unwrap();
-    let first_app = application(first.take_events().unwrap());
+    let first_app = application(first_events);
     tokio::time::sleep(Duration::from_secs(30)).await;
 
-    let mut second = Worker::builder(store.clone(), WorkerId::new("b").unwrap())
+    let (second, second_events) = Worker::builder(store.clone(), WorkerId::new("b").unwrap())
         .policy(KclBalance::default())
         .start()
         .await
         .unwrap();
-    let second_app = application(second.take_events().unwrap());
+    let second_app = application(second_events);
     tokio::time::sleep(Duration::from_secs(120)).await;
 
     second.shutdown().await;

@@ -27,12 +27,11 @@ async fn a_twin_whose_read_was_answered_late_waits_for_the_last_beat_it_did_not_
 
     // The first process takes the lease.
     let (first_store, first_faults) = FaultyStore::new(inner.clone());
-    let mut first = Worker::builder(Arc::new(first_store), id.clone())
+    let (first, mut events) = Worker::builder(Arc::new(first_store), id.clone())
         .shards(vec![key.clone()])
         .start()
         .await
         .unwrap();
-    let mut events = first.take_events().unwrap();
     let mut grant = loop {
         match events.recv().await {
             Some(LeaseEvent::Acquired(grant)) => break grant,
@@ -81,8 +80,7 @@ async fn a_twin_whose_read_was_answered_late_waits_for_the_last_beat_it_did_not_
     }
     first_faults.set_cut_off(true);
     twin_faults.set_latency_on("get_member", Duration::ZERO);
-    let mut twin = starting.await.unwrap().expect("the twin starts");
-    let mut twin_events = twin.take_events().unwrap();
+    let (twin, mut twin_events) = starting.await.unwrap().expect("the twin starts");
     let started = loop {
         match tokio::time::timeout(Duration::from_secs(60), twin_events.recv()).await {
             Ok(Some(LeaseEvent::Acquired(_))) => break Instant::now(),

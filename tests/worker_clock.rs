@@ -41,13 +41,12 @@ async fn a_cut_off_worker_stops_by_its_own_clock() {
         origin: Instant::now(),
         rate: 2.0,
     };
-    let mut worker = Worker::builder(Arc::new(store), WorkerId::new("fast").unwrap())
+    let (worker, mut events) = Worker::builder(Arc::new(store), WorkerId::new("fast").unwrap())
         .shards(vec![LeaseKey::new("shard-0").unwrap()])
         .clock(clock)
         .start()
         .await
         .unwrap();
-    let mut events = worker.take_events().unwrap();
     // The application keeps every grant (a dropped grant would abandon its lease).
     tokio::spawn(async move {
         let mut grants = Vec::new();

@@ -8,9 +8,8 @@ use std::time::Duration;
 use shardlease::store::fault::FaultyStore;
 use shardlease::store::memory::InMemoryStore;
 use shardlease::store::LeaseStore;
-use shardlease::worker::{LeaseEvent, LeaseGrant, Stall, Worker};
+use shardlease::worker::{LeaseEvent, LeaseEvents, LeaseGrant, Stall, Worker};
 use shardlease::{LeaseKey, WorkerConfig, WorkerId};
-use tokio::sync::mpsc::UnboundedReceiver;
 
 fn secs(s: u64) -> Duration {
     Duration::from_secs(s)
@@ -20,7 +19,11 @@ fn key(name: &str) -> LeaseKey {
     LeaseKey::new(name).unwrap()
 }
 
-async fn start(store: Arc<dyn LeaseStore>, config: WorkerConfig, shards: &[&str]) -> Worker {
+async fn start(
+    store: Arc<dyn LeaseStore>,
+    config: WorkerConfig,
+    shards: &[&str],
+) -> (Worker, LeaseEvents) {
     Worker::builder(store, WorkerId::new("a").unwrap())
         .config(config)
         .shards(shards.iter().map(|s| key(s)).collect())
@@ -29,7 +32,7 @@ async fn start(store: Arc<dyn LeaseStore>, config: WorkerConfig, shards: &[&str]
         .unwrap()
 }
 
-async fn next_grant(events: &mut UnboundedReceiver<LeaseEvent>) -> LeaseGrant {
+async fn next_grant(events: &mut LeaseEvents) -> LeaseGrant {
     loop {
         match tokio::time::timeout(secs(60), events.recv()).await {
             Ok(Some(LeaseEvent::Acquired(grant))) => return grant,
@@ -44,9 +47,8 @@ async fn next_grant(events: &mut UnboundedReceiver<LeaseEvent>) -> LeaseGrant {
 async fn a_lease_without_progress_for_the_window_is_stalled_until_the_application_reports_some() {
     let store: Arc<dyn LeaseStore> = Arc::new(InMemoryStore::new());
     let config = WorkerConfig::default().progress_window(Some(secs(30)));
-    let mut worker = start(store, config, &["s", "t"]).await;
+    let (worker, mut events) = start(store, config, &["s", "t"]).await;
     let monitor = worker.monitor();
-    let mut events = worker.take_events().unwrap();
     let (s, t) = (next_grant(&mut events).await, next_grant(&mut events).await);
     let (s, t) = if *s.key() == key("s") { (s, t) } else { (t, s) };
     let checkpointer = t.checkpointer();
@@ -76,9 +78,8 @@ async fn a_lease_without_progress_for_the_window_is_stalled_until_the_applicatio
 async fn without_a_window_a_quiet_lease_is_not_stalled() {
     let store: Arc<dyn LeaseStore> = Arc::new(InMemoryStore::new());
     assert_eq!(WorkerConfig::default().progress_window, None);
-    let mut worker = start(store, WorkerConfig::default(), &["s"]).await;
+    let (worker, mut events) = start(store, WorkerConfig::default(), &["s"]).await;
     let monitor = worker.monitor();
-    let mut events = worker.take_events().unwrap();
     let grant = next_grant(&mut events).await;
     tokio::time::sleep(secs(3600)).await;
     assert_eq!(worker.held_leases(), [key("s")]);
@@ -94,7 +95,7 @@ async fn a_lease_asked_to_stop_is_judged_by_its_stop_deadline_not_by_progress() 
         .progress_window(Some(secs(5)))
         .shutdown_timeout(secs(30));
     let (tx, rx) = tokio::sync::oneshot::channel::<()>();
-    let mut worker = Worker::builder(store, WorkerId::new("a").unwrap())
+    let (worker, mut events) = Worker::builder(store, WorkerId::new("a").unwrap())
         .config(config)
         .shards(vec![key("s")])
         .graceful_shutdown_on(async move {
@@ -104,7 +105,6 @@ async fn a_lease_asked_to_stop_is_judged_by_its_stop_deadline_not_by_progress() 
         .await
         .unwrap();
     let monitor = worker.monitor();
-    let mut events = worker.take_events().unwrap();
     let mut grant = next_grant(&mut events).await;
     assert!(monitor.ready() && monitor.healthy());
     tx.send(()).unwrap();
@@ -127,9 +127,8 @@ async fn ready_follows_the_store(
 ) {
     let (faulty, faults) = FaultyStore::new(InMemoryStore::new());
     let config = WorkerConfig::default();
-    let mut worker = start(Arc::new(faulty), config.clone(), &["s"]).await;
+    let (worker, mut events) = start(Arc::new(faulty), config.clone(), &["s"]).await;
     let monitor = worker.monitor();
-    let mut events = worker.take_events().unwrap();
     let grant = next_grant(&mut events).await;
     assert!(monitor.ready());
     cut(&faults, true);

@@ -7,9 +7,8 @@ use std::time::Duration;
 
 use shardlease::store::memory::InMemoryStore;
 use shardlease::store::LeaseStore;
-use shardlease::worker::LeaseEvent;
+use shardlease::worker::{LeaseEvent, LeaseEvents};
 use shardlease::{Incarnation, Lease, LeaseKey, Worker, WorkerConfig, WorkerId};
-use tokio::sync::mpsc::UnboundedReceiver;
 use tokio::time::Instant;
 
 fn key(name: &str) -> LeaseKey {
@@ -22,12 +21,7 @@ fn config() -> WorkerConfig {
 
 /// Keeps every grant alive (a processing application) until `key` is lost (`lost`) or
 /// acquired (`!lost`) here; `false` if not by `by`.
-async fn until(
-    events: &mut UnboundedReceiver<LeaseEvent>,
-    key: &LeaseKey,
-    lost: bool,
-    by: Instant,
-) -> bool {
+async fn until(events: &mut LeaseEvents, key: &LeaseKey, lost: bool, by: Instant) -> bool {
     let mut grants = Vec::new();
     loop {
         tokio::select! {
@@ -50,19 +44,15 @@ async fn until(
 
 /// Starts two workers over `shards`; returns them with their event streams once every lease
 /// is held (grants kept by a task each).
-async fn fleet(
-    store: &InMemoryStore,
-    shards: &[&str],
-) -> Vec<(Worker, UnboundedReceiver<LeaseEvent>)> {
+async fn fleet(store: &InMemoryStore, shards: &[&str]) -> Vec<(Worker, LeaseEvents)> {
     let mut workers = Vec::new();
     for id in ["a", "b"] {
-        let mut worker = Worker::builder(Arc::new(store.clone()), WorkerId::new(id).unwrap())
+        let (worker, events) = Worker::builder(Arc::new(store.clone()), WorkerId::new(id).unwrap())
             .config(config())
             .shards(shards.iter().map(|s| key(s)).collect())
             .start()
             .await
             .unwrap();
-        let events = worker.take_events().unwrap();
         workers.push((worker, events));
     }
     tokio::time::sleep(Duration::from_secs(20)).await;
@@ -118,7 +108,7 @@ async fn a_lease_deleted_by_hand_is_dropped_by_its_holder_within_the_slow_scan()
     assert!(deleted.is_done(), "{deleted:?}");
     let edited = Instant::now();
     let config = config();
-    let by = edited + config.slow_scan_interval + config.renew_interval * 2;
+    let by = edited + config.slow_scan_interval + config.effective_renew_interval() * 2;
     let (_, events) = &mut workers[1];
     assert!(
         until(events, &victim.key, true, by).await,
@@ -128,7 +118,7 @@ async fn a_lease_deleted_by_hand_is_dropped_by_its_holder_within_the_slow_scan()
     );
     let noticed = Instant::now() - edited;
     eprintln!("a lease deleted by hand was dropped by its holder {noticed:?} after the edit");
-    assert!(noticed <= config.slow_scan_interval + config.renew_interval * 2);
+    assert!(noticed <= config.slow_scan_interval + config.effective_renew_interval() * 2);
     for (worker, _) in workers {
         worker.shutdown().await;
     }
@@ -144,7 +134,7 @@ async fn a_lease_taken_by_hand_is_dropped_by_its_holder_within_the_slow_scan() {
     take_by_hand(&store, &victim).await;
     let edited = Instant::now();
     let config = config();
-    let by = edited + config.slow_scan_interval + config.renew_interval * 2;
+    let by = edited + config.slow_scan_interval + config.effective_renew_interval() * 2;
     let (_, events) = &mut workers[0];
     assert!(
         until(events, &victim.key, true, by).await,
@@ -181,7 +171,7 @@ async fn a_lease_given_without_a_notice_is_taken_by_its_receiver() {
     let by = edited
         + config.slow_scan_interval
         + config.lease_duration
-        + config.renew_interval * 2
+        + config.effective_renew_interval() * 2
         + config.quiet_period;
     let (_, events) = &mut workers[1];
     assert!(
@@ -201,7 +191,7 @@ async fn a_lease_given_without_a_notice_is_taken_by_its_receiver() {
 
 /// The next grant of `key` among `events` (grants of other leases are kept alive in `keep`).
 async fn grant_of(
-    events: &mut UnboundedReceiver<LeaseEvent>,
+    events: &mut LeaseEvents,
     key: &LeaseKey,
     keep: &mut Vec<shardlease::worker::LeaseGrant>,
 ) -> shardlease::worker::LeaseGrant {
@@ -282,14 +272,14 @@ async fn a_lease_given_back_in_a_new_tenure_is_dropped_and_taken_anew() {
     assert!(told.is_done(), "{told:?}");
     let config = config();
     let (_, events) = &mut workers[0];
-    let by = Instant::now() + config.renew_interval * 2 + config.quiet_period;
+    let by = Instant::now() + config.effective_renew_interval() * 2 + config.quiet_period;
     assert!(
         until(events, &victim.key, true, by).await,
         "a kept its grant of {} in tenure {}",
         victim.key,
         victim.tenure
     );
-    let by = Instant::now() + config.renew_interval * 2 + config.quiet_period;
+    let by = Instant::now() + config.effective_renew_interval() * 2 + config.quiet_period;
     assert!(
         until(events, &victim.key, false, by).await,
         "a did not take {} again",
@@ -320,7 +310,7 @@ async fn a_session_found_open_is_beaten_before_it_is_used() {
     // Observers see that heartbeat from now; the process only reads it 8 s later, 2 s before
     // they may judge the session over.
     tokio::time::sleep(Duration::from_secs(8)).await;
-    let worker = Worker::builder(Arc::new(store.clone()), id.clone())
+    let (worker, _events) = Worker::builder(Arc::new(store.clone()), id.clone())
         .incarnation(incarnation)
         .config(config())
         .shards(vec![key("s1")])

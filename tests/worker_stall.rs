@@ -7,9 +7,8 @@ use std::time::Duration;
 use shardlease::store::fault::FaultyStore;
 use shardlease::store::memory::InMemoryStore;
 use shardlease::store::LeaseStore;
-use shardlease::worker::{LeaseEvent, LeaseGrant, Stall, StopReason, Worker};
+use shardlease::worker::{LeaseEvent, LeaseEvents, LeaseGrant, Stall, StopReason, Worker};
 use shardlease::{LeaseKey, WorkerConfig, WorkerId};
-use tokio::sync::mpsc::UnboundedReceiver;
 
 fn secs(s: u64) -> Duration {
     Duration::from_secs(s)
@@ -19,7 +18,7 @@ fn key(name: &str) -> LeaseKey {
     LeaseKey::new(name).unwrap()
 }
 
-async fn start(store: Arc<dyn LeaseStore>, name: &str, shards: &[&str]) -> Worker {
+async fn start(store: Arc<dyn LeaseStore>, name: &str, shards: &[&str]) -> (Worker, LeaseEvents) {
     Worker::builder(store, WorkerId::new(name).unwrap())
         .shards(shards.iter().map(|s| key(s)).collect())
         .start()
@@ -28,7 +27,7 @@ async fn start(store: Arc<dyn LeaseStore>, name: &str, shards: &[&str]) -> Worke
 }
 
 /// The next event within `limit` of (paused) time; panics naming `what` otherwise.
-async fn next(events: &mut UnboundedReceiver<LeaseEvent>, what: &str) -> LeaseEvent {
+async fn next(events: &mut LeaseEvents, what: &str) -> LeaseEvent {
     match tokio::time::timeout(secs(60), events.recv()).await {
         Ok(Some(event)) => event,
         Ok(None) => panic!("the event stream ended while waiting for {what}"),
@@ -36,7 +35,7 @@ async fn next(events: &mut UnboundedReceiver<LeaseEvent>, what: &str) -> LeaseEv
     }
 }
 
-async fn next_grant(events: &mut UnboundedReceiver<LeaseEvent>) -> LeaseGrant {
+async fn next_grant(events: &mut LeaseEvents) -> LeaseGrant {
     loop {
         if let LeaseEvent::Acquired(grant) = next(events, "a grant").await {
             return grant;
@@ -45,7 +44,7 @@ async fn next_grant(events: &mut UnboundedReceiver<LeaseEvent>) -> LeaseGrant {
 }
 
 /// The events up to the next grant, in order, as short strings (the grant itself last).
-async fn until_grant(events: &mut UnboundedReceiver<LeaseEvent>) -> (Vec<String>, LeaseGrant) {
+async fn until_grant(events: &mut LeaseEvents) -> (Vec<String>, LeaseGrant) {
     let mut seen = Vec::new();
     loop {
         match next(events, "the lease to come back").await {
@@ -61,8 +60,7 @@ async fn until_grant(events: &mut UnboundedReceiver<LeaseEvent>) -> (Vec<String>
 #[tokio::test(start_paused = true)]
 async fn a_dropped_grant_is_reported_abandoned_and_its_lease_released_and_placed_again() {
     let store: Arc<dyn LeaseStore> = Arc::new(InMemoryStore::new());
-    let mut worker = start(Arc::clone(&store), "a", &["s"]).await;
-    let mut events = worker.take_events().unwrap();
+    let (worker, mut events) = start(Arc::clone(&store), "a", &["s"]).await;
     let first = next_grant(&mut events).await;
     let tenure = first.tenure();
     // The application forgets the lease: no finish, no stop request.
@@ -80,8 +78,7 @@ async fn a_dropped_grant_is_reported_abandoned_and_its_lease_released_and_placed
 #[tokio::test(start_paused = true)]
 async fn a_panicking_application_task_gives_its_lease_back_to_the_fleet() {
     let store: Arc<dyn LeaseStore> = Arc::new(InMemoryStore::new());
-    let mut a = start(Arc::clone(&store), "a", &["s"]).await;
-    let mut a_events = a.take_events().unwrap();
+    let (a, mut a_events) = start(Arc::clone(&store), "a", &["s"]).await;
     let grant = next_grant(&mut a_events).await;
     let task = tokio::spawn(async move {
         let _grant = grant;
@@ -96,8 +93,7 @@ async fn a_panicking_application_task_gives_its_lease_back_to_the_fleet() {
 #[tokio::test(start_paused = true)]
 async fn finishing_an_active_grant_without_a_stop_releases_it_without_calling_it_abandoned() {
     let store: Arc<dyn LeaseStore> = Arc::new(InMemoryStore::new());
-    let mut worker = start(Arc::clone(&store), "a", &["s"]).await;
-    let mut events = worker.take_events().unwrap();
+    let (worker, mut events) = start(Arc::clone(&store), "a", &["s"]).await;
     next_grant(&mut events).await.finish();
     let (seen, again) = until_grant(&mut events).await;
     assert_eq!(seen, ["released s"]);
@@ -106,9 +102,9 @@ async fn finishing_an_active_grant_without_a_stop_releases_it_without_calling_it
 }
 
 #[tokio::test(start_paused = true)]
-async fn a_grant_waiting_in_an_untaken_event_stream_is_reported_stalled() {
+async fn a_grant_waiting_unread_in_the_event_stream_is_reported_stalled() {
     let store: Arc<dyn LeaseStore> = Arc::new(InMemoryStore::new());
-    let mut worker = start(Arc::clone(&store), "a", &["s", "t"]).await;
+    let (worker, mut events) = start(Arc::clone(&store), "a", &["s", "t"]).await;
     let monitor = worker.monitor();
     tokio::time::sleep(secs(5)).await;
     assert_eq!(worker.held_leases(), [key("s"), key("t")]);
@@ -120,9 +116,16 @@ async fn a_grant_waiting_in_an_untaken_event_stream_is_reported_stalled() {
         ]
     );
     assert!(!monitor.nothing_stalled());
-    // Once the stream is taken the queued grants reach the application.
-    let mut events = worker.take_events().unwrap();
-    let (s, t) = (next_grant(&mut events).await, next_grant(&mut events).await);
+    // Once the stream is read the queued grants reach the application: each lease stops
+    // being undelivered as its own grant is read.
+    let first = next_grant(&mut events).await;
+    let other = if *first.key() == key("s") {
+        key("t")
+    } else {
+        key("s")
+    };
+    assert_eq!(monitor.stalled_leases(), [(other, Stall::Undelivered)]);
+    let (s, t) = (first, next_grant(&mut events).await);
     assert!(monitor.stalled_leases().is_empty());
     assert!(monitor.nothing_stalled());
     drop((s, t));
@@ -135,14 +138,13 @@ async fn an_abandoned_lease_whose_release_cannot_be_written_stays_stalled_until_
     let (faulty, faults) = FaultyStore::new(memory);
     let store: Arc<dyn LeaseStore> = Arc::new(faulty);
     let config = WorkerConfig::default();
-    let mut worker = Worker::builder(store, WorkerId::new("a").unwrap())
+    let (worker, mut events) = Worker::builder(store, WorkerId::new("a").unwrap())
         .config(config.clone())
         .shards(vec![key("s")])
         .start()
         .await
         .unwrap();
     let monitor = worker.monitor();
-    let mut events = worker.take_events().unwrap();
     let grant = next_grant(&mut events).await;
     faults.set_cut_off(true);
     drop(grant);
@@ -163,21 +165,29 @@ async fn an_abandoned_lease_whose_release_cannot_be_written_stays_stalled_until_
 #[tokio::test(start_paused = true)]
 async fn a_grant_dropped_after_a_stop_request_still_finishes_the_handoff() {
     let store: Arc<dyn LeaseStore> = Arc::new(InMemoryStore::new());
-    let mut a = start(Arc::clone(&store), "a", &["s", "t"]).await;
-    let mut a_events = a.take_events().unwrap();
+    let (a, mut a_events) = start(Arc::clone(&store), "a", &["s", "t"]).await;
     let mut grants = vec![
         next_grant(&mut a_events).await,
         next_grant(&mut a_events).await,
     ];
-    let mut b = start(Arc::clone(&store), "b", &["s", "t"]).await;
-    let mut b_events = b.take_events().unwrap();
+    let (b, mut b_events) = start(Arc::clone(&store), "b", &["s", "t"]).await;
     // b asks for one of them; a's application drops the grant once asked.
-    let asked = loop {
-        if let LeaseEvent::StopRequested { key, reason } = next(&mut a_events, "a stop").await {
-            assert!(matches!(reason, StopReason::Handoff { .. }), "{reason:?}");
-            break key;
-        }
+    let keys = [grants[0].key().clone(), grants[1].key().clone()];
+    let (asked, reason) = {
+        let [first, second] = &mut grants[..] else {
+            unreachable!("two grants")
+        };
+        let stopped = async {
+            tokio::select! {
+                reason = first.stopped() => (keys[0].clone(), reason),
+                reason = second.stopped() => (keys[1].clone(), reason),
+            }
+        };
+        tokio::time::timeout(secs(60), stopped)
+            .await
+            .expect("a stop within 60 s")
     };
+    assert!(matches!(reason, StopReason::Handoff { .. }), "{reason:?}");
     grants.retain(|g| *g.key() != asked);
     let moved = next_grant(&mut b_events).await;
     assert_eq!(*moved.key(), asked);

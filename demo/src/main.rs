@@ -35,12 +35,11 @@ async fn start(
     started: Instant,
 ) -> Result<Worker, Error> {
     let store: Arc<dyn LeaseStore> = store.clone();
-    let mut worker = Worker::builder(store, WorkerId::new(name)?)
-        .config(WorkerConfig::with_lease_duration(Duration::from_secs(2)))
+    let (worker, mut events) = Worker::builder(store, WorkerId::new(name)?)
+        .config(WorkerConfig::default().lease_duration(Duration::from_secs(2)))
         .shards(shards.to_vec())
         .start()
         .await?;
-    let mut events = worker.take_events().ok_or("events are taken once")?;
     let name = name.to_owned();
     tokio::spawn(async move {
         let t = move || format!("{:5.1}s", started.elapsed().as_secs_f64());

@@ -7,7 +7,6 @@ use std::sync::Arc;
 use std::collections::HashMap;
 
 use async_trait::async_trait;
-use tokio::sync::mpsc;
 use tokio::task::JoinHandle;
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
@@ -22,7 +21,7 @@ use crate::config::{ConfigError, WorkerConfig};
 use crate::lease::{LeaseKey, WorkerId};
 use crate::source::{Shard, ShardSource, SourceError};
 use crate::store::LeaseStore;
-use crate::worker::{LeaseEvent, ShutdownSignal, Worker, WorkerError};
+use crate::worker::{LeaseEvent, LeaseEvents, ShutdownSignal, Worker, WorkerError};
 
 /// Why a consumer could not start.
 #[derive(Debug, thiserror::Error)]
@@ -148,15 +147,12 @@ impl<F> KinesisConsumerBuilder<F> {
             shards,
             latest: self.config.initial_position == InitialPosition::Latest,
         };
-        let mut worker = Worker::builder(self.store, self.id.clone())
+        let (worker, events) = Worker::builder(self.store, self.id.clone())
             .config(self.worker_config)
             .source(source)
             .shutdown_signal(self.shutdown_signal)
             .start()
             .await?;
-        let events = worker
-            .take_events()
-            .expect("a new worker has its event stream");
         let context = Arc::new(ReaderContext {
             client: self.client,
             stream: self.stream,
@@ -286,7 +282,7 @@ impl ShardSource for StreamSource {
 /// (a new tenure) while its previous loop is still inside a processor call waits for that loop
 /// to end first, so one process never has two loops on one shard.
 async fn dispatch<F: ProcessorFactory>(
-    mut events: mpsc::UnboundedReceiver<LeaseEvent>,
+    mut events: LeaseEvents,
     context: Arc<ReaderContext>,
     factory: F,
     readers: TaskTracker,
@@ -316,20 +312,9 @@ async fn dispatch<F: ProcessorFactory>(
                 running.insert(key, readers.spawn(record_loop.instrument(span)));
                 continue;
             }
-            // The record loop reports it when it acts on it, so that a lease's events are in
-            // order (its `Stopped` comes after).
-            LeaseEvent::StopRequested { .. } => continue,
-            LeaseEvent::HandedOff { key, to } => ConsumerEvent::HandedOff { key, to },
-            LeaseEvent::Released { key } => ConsumerEvent::Released { key },
-            LeaseEvent::Lost { key } => ConsumerEvent::Lost { key },
-            LeaseEvent::ShardEnded { key } => ConsumerEvent::ShardEnded { key },
-            LeaseEvent::Retired { key } => ConsumerEvent::Retired { key },
-            // Not about one shard: the worker logs it at error level and counts it
-            // (`shardlease_duplicate_worker_id_total`).
-            LeaseEvent::DuplicateWorkerId { .. } => continue,
-            // A record loop finishes its grant on every path; the worker logs and counts an
-            // abandonment, should a loop's task end some other way.
-            LeaseEvent::Abandoned { .. } => continue,
+            // Everything else is reported as the worker reported it. (A record loop finishes
+            // its grant on every path: an abandonment means a loop's task ended some other way.)
+            event => ConsumerEvent::Lease(event),
         };
         (context.observer)(observed);
     }

@@ -3,13 +3,19 @@
 
 use std::sync::Arc;
 
-use crate::lease::{LeaseKey, WorkerId};
-use crate::worker::StopReason;
+use crate::lease::LeaseKey;
+use crate::worker::{LeaseEvent, StopReason};
 
-/// Something that happened to a lease of this consumer, for logs and metrics.
-#[derive(Debug, Clone, PartialEq, Eq)]
+/// Something that happened to a lease of this consumer, for logs and metrics: what its record
+/// loops did, and the worker's own [`LeaseEvent`]s.
+#[derive(Debug)]
 #[non_exhaustive]
 pub enum ConsumerEvent {
+    /// What the worker reported of one of its leases (handed off, released, lost, processed to
+    /// its end, retired, abandoned) or of itself (another process with its id), as the worker
+    /// reported it. Never [`LeaseEvent::Acquired`]: the grant goes to the lease's record loop,
+    /// and the consumer reports [`Acquired`](Self::Acquired) instead.
+    Lease(LeaseEvent),
     /// The lease was acquired; its record loop starts.
     Acquired {
         /// The shard.
@@ -27,33 +33,6 @@ pub enum ConsumerEvent {
     },
     /// The record loop of the lease ended; nothing of it is processed here any more.
     Stopped {
-        /// The shard.
-        key: LeaseKey,
-    },
-    /// The lease was handed over to `to`.
-    HandedOff {
-        /// The shard.
-        key: LeaseKey,
-        /// The new owner.
-        to: WorkerId,
-    },
-    /// The lease was released (shutdown).
-    Released {
-        /// The shard.
-        key: LeaseKey,
-    },
-    /// The lease was lost.
-    Lost {
-        /// The shard.
-        key: LeaseKey,
-    },
-    /// The shard was processed to its end and its lease released.
-    ShardEnded {
-        /// The shard.
-        key: LeaseKey,
-    },
-    /// The shard left the stream and its lease was deleted.
-    Retired {
         /// The shard.
         key: LeaseKey,
     },

@@ -86,7 +86,12 @@ pub(crate) async fn control(
         }
         for (key, nonce, tenure) in due {
             // Pushed back while the read runs: this loop starts one read at a time per lease.
-            shared.report_at(&key, nonce, tenure, now + shared.config.renew_interval);
+            shared.report_at(
+                &key,
+                nonce,
+                tenure,
+                now + shared.config.effective_renew_interval(),
+            );
             let task_shared = Arc::clone(&shared);
             shared.jobs.spawn(
                 async move { confirm_and_report(&task_shared, key, nonce, tenure).await }

@@ -368,7 +368,7 @@ async fn apply(base: &Arc<Base>, discovery: &mut Discovery, plan: DiscoveryPlan)
 
 /// Creates one wave of leases concurrently; false if any create gave no answer.
 async fn create_wave(base: &Arc<Base>, wave: Vec<NewLease>, deadline: Instant) -> bool {
-    let limit = Arc::new(Semaphore::new(base.config.max_concurrent_renewals));
+    let limit = Arc::new(Semaphore::new(base.config.max_concurrent_writes));
     let mut creates = JoinSet::new();
     for lease in wave {
         let (base, limit) = (Arc::clone(base), Arc::clone(&limit));

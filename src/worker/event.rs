@@ -1,22 +1,24 @@
-//! What the worker tells the application: one [`LeaseEvent`] per change to its leases.
+//! What the worker tells the application: one [`LeaseEvent`] per change to its leases, in the
+//! one stream [`LeaseEvents`] that [`WorkerBuilder::start`](super::WorkerBuilder::start)
+//! returns.
+
+use std::collections::HashSet;
+use std::sync::{Arc, Mutex};
+
+use tokio::sync::mpsc;
 
 use super::grant::LeaseGrant;
-use super::stop::StopReason;
 use crate::lease::{LeaseKey, WorkerId};
 
 /// Something that happened to one of this worker's leases.
+///
+/// A request to stop is not an event: it reaches the holder of the lease through its grant
+/// ([`LeaseGrant::stopped`]), with its reason.
 #[derive(Debug)]
 #[non_exhaustive]
 pub enum LeaseEvent {
     /// The application may start working on a lease.
     Acquired(LeaseGrant),
-    /// The application must stop working on a lease (the grant's signal fires too).
-    StopRequested {
-        /// The lease.
-        key: LeaseKey,
-        /// Why.
-        reason: StopReason,
-    },
     /// The lease was handed over to `to` after the application finished.
     HandedOff {
         /// The lease.
@@ -65,4 +67,72 @@ pub enum LeaseEvent {
         /// The lease.
         key: LeaseKey,
     },
+}
+
+impl LeaseEvent {
+    /// The lease the event is about; `None` for [`DuplicateWorkerId`](Self::DuplicateWorkerId).
+    pub fn key(&self) -> Option<&LeaseKey> {
+        match self {
+            Self::Acquired(grant) => Some(grant.key()),
+            Self::HandedOff { key, .. }
+            | Self::Released { key }
+            | Self::Lost { key }
+            | Self::ShardEnded { key }
+            | Self::Retired { key }
+            | Self::Abandoned { key } => Some(key),
+            Self::DuplicateWorkerId { .. } => None,
+        }
+    }
+}
+
+/// The grants given to the application and not read yet: a lease whose grant waits here is
+/// held and renewed while nobody processes it ([`Stall::Undelivered`](super::Stall::Undelivered)).
+pub(crate) type Unread = Arc<Mutex<HashSet<(LeaseKey, u64)>>>;
+
+/// The worker's events, in order, as [`WorkerBuilder::start`](super::WorkerBuilder::start)
+/// returns them beside the worker. The stream ends when the worker stops.
+///
+/// Read it for as long as the worker runs: events queue here (unbounded) until read, and a
+/// lease whose [`Acquired`](LeaseEvent::Acquired) grant waits unread is held and renewed
+/// while nobody processes it; [`WorkerMonitor::stalled_leases`](super::WorkerMonitor::stalled_leases)
+/// reports it as [`Stall::Undelivered`](super::Stall::Undelivered), so a probe on
+/// [`healthy`](super::WorkerMonitor::healthy) fails. Dropping the stream drops every later
+/// grant with its event: each lease is abandoned ([`LeaseEvent::Abandoned`]) and released,
+/// so a worker whose stream is dropped holds nothing for long. Keep it in a binding that
+/// lives as long as the worker (`let (worker, _events) = ...`, not `let (worker, _) = ...`,
+/// which drops it at once).
+#[derive(Debug)]
+pub struct LeaseEvents {
+    events: mpsc::UnboundedReceiver<LeaseEvent>,
+    unread: Unread,
+}
+
+impl LeaseEvents {
+    pub(crate) fn new(events: mpsc::UnboundedReceiver<LeaseEvent>, unread: Unread) -> Self {
+        Self { events, unread }
+    }
+
+    /// The next event; `None` once the worker stopped and every event was read.
+    /// Cancel-safe: an event is only taken from the stream when this returns it.
+    pub async fn recv(&mut self) -> Option<LeaseEvent> {
+        let event = self.events.recv().await?;
+        self.read(&event);
+        Some(event)
+    }
+
+    /// The next event if one is waiting; `None` if none is (or the stream ended).
+    pub fn try_recv(&mut self) -> Option<LeaseEvent> {
+        let event = self.events.try_recv().ok()?;
+        self.read(&event);
+        Some(event)
+    }
+
+    fn read(&self, event: &LeaseEvent) {
+        if let LeaseEvent::Acquired(grant) = event {
+            self.unread
+                .lock()
+                .unwrap_or_else(|e| e.into_inner())
+                .remove(&(grant.key().clone(), grant.tenure()));
+        }
+    }
 }

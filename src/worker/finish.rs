@@ -212,7 +212,7 @@ async fn follow(shared: &Shared, to: &WorkerId, handed: Lease) {
                 tracing::debug!(to = %to, error = %err, "could not read the receiver of a lease handed over; reading again");
                 shared
                     .clock
-                    .sleep_until(shared.now() + config.renew_interval)
+                    .sleep_until(shared.now() + config.effective_renew_interval())
                     .await;
                 continue;
             }
@@ -231,7 +231,7 @@ async fn follow(shared: &Shared, to: &WorkerId, handed: Lease) {
                         seen = None;
                         shared
                             .clock
-                            .sleep_until(shared.now() + config.renew_interval)
+                            .sleep_until(shared.now() + config.effective_renew_interval())
                             .await;
                         continue;
                     }

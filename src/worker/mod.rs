@@ -11,11 +11,10 @@
 //! # async fn main() -> Result<(), Box<dyn std::error::Error>> {
 //! let store = Arc::new(InMemoryStore::new());
 //! let shards = (0..4).map(|i| LeaseKey::new(format!("shard-{i}"))).collect::<Result<_, _>>()?;
-//! let mut worker = Worker::builder(store, WorkerId::new("host-a")?)
+//! let (worker, mut events) = Worker::builder(store, WorkerId::new("host-a")?)
 //!     .shards(shards)
 //!     .start()
 //!     .await?;
-//! let mut events = worker.take_events().expect("first call");
 //! while let Some(event) = events.recv().await {
 //!     if let LeaseEvent::Acquired(mut grant) = event {
 //!         tokio::spawn(async move {
@@ -47,7 +46,6 @@ mod finish;
 mod grant;
 mod health;
 mod identity;
-mod listener;
 mod load;
 mod metrics;
 mod parts;
@@ -69,14 +67,14 @@ use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 use tracing::Instrument;
 
-pub use self::event::LeaseEvent;
+pub use self::event::{LeaseEvent, LeaseEvents};
 pub use self::grant::{CheckpointError, Checkpointer, LeaseGrant};
-pub use self::listener::LeaseListener;
 pub use self::load::InvalidLoad;
 pub use self::state::Stall;
 pub use self::stop::StopReason;
 
 use self::finish::spawn_finish;
+use self::parts::EventSink;
 use self::state::{Phase, Shared};
 use crate::balance::{BalancePolicy, CountBalance, LoadBalance};
 use crate::clock::{timeout_at, Clock, TokioClock};
@@ -232,12 +230,17 @@ impl WorkerBuilder {
     /// # use std::sync::Arc;
     /// # use shardlease::{store::memory::InMemoryStore, Worker, WorkerId};
     /// # async fn run() -> Result<(), Box<dyn std::error::Error>> {
-    /// let worker = Worker::builder(Arc::new(InMemoryStore::new()), WorkerId::new("w1")?)
+    /// let (worker, mut events) = Worker::builder(Arc::new(InMemoryStore::new()), WorkerId::new("w1")?)
     ///     .graceful_shutdown_on(async {
     ///         let _ = tokio::signal::ctrl_c().await;
     ///     })
     ///     .start()
     ///     .await?;
+    /// tokio::spawn(async move {
+    ///     while let Some(_event) = events.recv().await {
+    ///         // ... start and stop the work on each lease ...
+    ///     }
+    /// });
     /// worker.stopped().await; // after Ctrl-C, once every lease was finished and released
     /// # Ok(())
     /// # }
@@ -260,15 +263,16 @@ impl WorkerBuilder {
     }
 
     /// Validates the configuration, creates the missing leases, registers the worker's
-    /// membership and starts its tasks.
+    /// membership and starts its tasks. Returns the worker and its event stream: read the
+    /// stream for as long as the worker runs (see [`LeaseEvents`]).
     ///
     /// Every store call the worker makes, from here on, ends by its deadline (on the worker's
     /// clock) whether or not the store answers: one that does not is a transient, ambiguous
     /// failure, as for a store that gives up by itself.
-    pub async fn start(mut self) -> Result<Worker, WorkerError> {
+    pub async fn start(mut self) -> Result<(Worker, LeaseEvents), WorkerError> {
         let (store, deadline) = self.preflight().await?;
         let incarnation = self.incarnation.unwrap_or_else(Incarnation::random);
-        let (events_tx, events_rx) = mpsc::unbounded_channel();
+        let (sink, events) = EventSink::new();
         let (finished_tx, finished_rx) = mpsc::unbounded_channel();
         let policy: Arc<dyn BalancePolicy> = match self.policy.take() {
             Some(policy) => policy,
@@ -284,7 +288,7 @@ impl WorkerBuilder {
             self.clock,
             self.config,
             self.source.is_some(),
-            events_tx,
+            sink,
             finished_tx,
         ));
         open_first_session(&shared, deadline).await?;
@@ -292,12 +296,12 @@ impl WorkerBuilder {
         let signal = self.shutdown_signal.map(ShutdownSignal::into_future);
         spawn_leave_on(&shared, &leaving, signal);
         tracing::info!(worker = %shared.id, %incarnation, "worker started");
-        Ok(Worker {
+        let worker = Worker {
             shared,
             leaving,
-            events: Some(events_rx),
             stopped: false,
-        })
+        };
+        Ok((worker, events))
     }
 
     /// Before a session opens: validates the configuration and the id, bounds the store's
@@ -493,7 +497,6 @@ fn spawn_leave_on(
 pub struct Worker {
     shared: Arc<Shared>,
     leaving: Arc<Leaving>,
-    events: Option<mpsc::UnboundedReceiver<LeaseEvent>>,
     stopped: bool,
 }
 
@@ -539,8 +542,8 @@ impl WorkerMonitor {
     /// key order. A lease is stalled when:
     ///
     /// - [`Stall::Undelivered`]: it was reported to the application (it is active, or asked
-    ///   to stop) but the application has not taken the event stream, so its grant waits in
-    ///   the worker's queue while the lease is renewed;
+    ///   to stop) but its grant waits unread in the event stream ([`LeaseEvents`]) while the
+    ///   lease is renewed;
     /// - [`Stall::Abandoned`]: its grant was dropped while active, without `finish` or a stop
     ///   request, and its release is not answered yet; if the release fails, until the
     ///   validity the lease had here ends (then peers may take it);
@@ -651,29 +654,6 @@ impl Worker {
     /// This process's incarnation (see [`Incarnation`]).
     pub fn incarnation(&self) -> Incarnation {
         self.shared.incarnation()
-    }
-
-    /// The event stream (once; `None` after the first call). It ends when the worker stops.
-    ///
-    /// Take it right after [`start`](WorkerBuilder::start): until it is taken, events queue
-    /// in the worker (unbounded) and the leases the worker acquires are held and renewed
-    /// while their grants wait unread; [`WorkerMonitor::stalled_leases`] reports them as
-    /// [`Stall::Undelivered`] (so a probe on [`healthy`](WorkerMonitor::healthy) fails) and they reach the application once
-    /// the stream is taken. Once the stream is taken, the worker cannot tell whether it is
-    /// read: read it promptly. If the receiver is dropped, later grants are dropped with
-    /// their events: each is abandoned ([`LeaseEvent::Abandoned`]) and its lease released.
-    pub fn take_events(&mut self) -> Option<mpsc::UnboundedReceiver<LeaseEvent>> {
-        let events = self.events.take()?;
-        self.shared.events.mark_taken();
-        Some(events)
-    }
-
-    /// Delivers the events to `listener` on a task of its own instead of the stream. Returns
-    /// `None` if the event stream was already taken.
-    pub fn listen(&mut self, listener: impl LeaseListener) -> Option<tokio::task::JoinHandle<()>> {
-        let events = self.events.take()?;
-        self.shared.events.mark_taken();
-        Some(tokio::spawn(listener::dispatch(events, listener)))
     }
 
     /// The leases the application may work on now (reported, not finished, locally valid).

@@ -6,25 +6,25 @@
 //!   changed by none;
 //! - [`Ring`]: the session the watcher watches and what it saw, between the taker (which names
 //!   it) and the watcher (which reads it and reports a suspect);
-//! - [`EventSink`]: the application's event stream;
+//! - [`EventSink`]: the sending end of the application's event stream;
 //! - [`Receivers`]: where a lease released here goes, written by the taker's rounds, read by
 //!   the releases.
 //!
 //! The sessions known to be over are [`Fences`](super::fenced::Fences); the leases held here
 //! and this process's session are in `state.rs`.
 
-use std::collections::HashMap;
-use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Arc, Mutex};
+use std::collections::{HashMap, HashSet};
+use std::sync::atomic::AtomicBool;
+use std::sync::{Arc, Mutex, MutexGuard};
 
 use tokio::sync::{mpsc, watch};
 use tokio::time::Instant;
 
-use super::event::LeaseEvent;
+use super::event::{LeaseEvent, LeaseEvents, Unread};
 use super::metrics;
 use crate::clock::Clock;
 use crate::config::WorkerConfig;
-use crate::lease::{Incarnation, WorkerId};
+use crate::lease::{Incarnation, LeaseKey, WorkerId};
 use crate::notice::with_nonce;
 use crate::store::{LeaseStore, Outcome};
 
@@ -138,41 +138,56 @@ impl Ring {
     }
 }
 
-/// The application's event stream: events queue in it until the application takes it, and
-/// it is closed when the worker stops.
+/// The sending end of the application's event stream ([`LeaseEvents`]); closed when the
+/// worker stops.
 pub(crate) struct EventSink {
     /// Taken (closing the application's stream) when the worker stops.
     events: Mutex<Option<mpsc::UnboundedSender<LeaseEvent>>>,
-    /// The application took the event stream (`take_events` or `listen`): grants reach it.
-    taken: AtomicBool,
+    /// The grants sent and not read yet, shared with the application's end.
+    unread: Unread,
 }
 
 impl EventSink {
-    pub fn new(events: mpsc::UnboundedSender<LeaseEvent>) -> Self {
-        Self {
-            events: Mutex::new(Some(events)),
-            taken: AtomicBool::new(false),
-        }
+    /// A sink and the application's end of its stream.
+    pub fn new() -> (Self, LeaseEvents) {
+        let (tx, rx) = mpsc::unbounded_channel();
+        let unread = Unread::default();
+        let sink = Self {
+            events: Mutex::new(Some(tx)),
+            unread: Arc::clone(&unread),
+        };
+        (sink, LeaseEvents::new(rx, unread))
     }
 
     pub fn emit(&self, event: LeaseEvent) {
-        // Until the application takes the stream, events queue in the receiver the worker
-        // keeps. Once the receiver is dropped, sending fails and the grant is dropped here:
-        // an abandoned grant, released like any other.
+        // A grant counts as unread until the application's end reads it. Once that end is
+        // dropped, sending fails and the grant is dropped here: an abandoned grant, released
+        // like any other.
+        let grant = match &event {
+            LeaseEvent::Acquired(grant) => Some((grant.key().clone(), grant.tenure())),
+            _ => None,
+        };
         let events = self.events.lock().unwrap_or_else(|e| e.into_inner());
-        if let Some(events) = events.as_ref() {
-            let _ = events.send(event);
+        let Some(events) = events.as_ref() else {
+            return;
+        };
+        if let Some(grant) = &grant {
+            self.unread_grants().insert(grant.clone());
+        }
+        if events.send(event).is_err() {
+            if let Some(grant) = &grant {
+                self.unread_grants().remove(grant);
+            }
         }
     }
 
-    /// The application took the event stream.
-    pub fn mark_taken(&self) {
-        self.taken.store(true, Ordering::SeqCst);
+    /// Whether the grant of `key` in `tenure` waits unread in the application's stream.
+    pub fn unread(&self, key: &LeaseKey, tenure: u64) -> bool {
+        self.unread_grants().contains(&(key.clone(), tenure))
     }
 
-    /// Whether the application took the event stream.
-    pub fn taken(&self) -> bool {
-        self.taken.load(Ordering::SeqCst)
+    fn unread_grants(&self) -> MutexGuard<'_, HashSet<(LeaseKey, u64)>> {
+        self.unread.lock().unwrap_or_else(|e| e.into_inner())
     }
 
     /// Ends the application's event stream.

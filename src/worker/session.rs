@@ -119,7 +119,7 @@ struct Notices {
 }
 
 pub(crate) async fn run(shared: Arc<Shared>, cancel: CancellationToken) {
-    let interval = shared.config.renew_interval;
+    let interval = shared.config.effective_renew_interval();
     // Balancing by load, the first beat goes at once: it publishes this worker's weight,
     // which the others plan with (1 until then).
     let mut next = if shared.config.balance == crate::config::Balance::Load {
@@ -163,7 +163,7 @@ pub(crate) async fn run(shared: Arc<Shared>, cancel: CancellationToken) {
 /// One beat of the open session, due by `next`: publishes capacity and load, names the
 /// notices handled, and hands the new ones on. Returns when the next beat is due.
 async fn beat(shared: &Arc<Shared>, notices: &Arc<Mutex<Notices>>, next: Instant) -> Instant {
-    let interval = shared.config.renew_interval;
+    let interval = shared.config.effective_renew_interval();
     let seen = std::mem::take(&mut lock(notices).handled);
     let start = shared.now();
     let capacity = shared.published_capacity();
@@ -456,7 +456,7 @@ async fn handle(shared: &Arc<Shared>, notice: &str) -> bool {
     let notice = notice_text(notice);
     if notice == EXPECT_NOTICE {
         let config = &shared.config;
-        shared.expect(shared.now() + config.renew_interval * 3);
+        shared.expect(shared.now() + config.effective_renew_interval() * 3);
         return true;
     }
     if let Some(key) = notice.strip_prefix(REVOKE_PREFIX) {
@@ -689,7 +689,7 @@ async fn look_at_given(
         let later = Arc::clone(shared);
         shared.jobs.spawn(
             async move {
-                let at = later.now() + later.config.renew_interval;
+                let at = later.now() + later.config.effective_renew_interval();
                 later.clock.sleep_until(at).await;
                 later.rescan.notify_one();
             }

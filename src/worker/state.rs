@@ -33,10 +33,8 @@ use crate::store::LeaseStore;
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 #[non_exhaustive]
 pub enum Stall {
-    /// Reported to the application, but the application has not taken the event stream
-    /// ([`Worker::take_events`](super::Worker::take_events) or
-    /// [`Worker::listen`](super::Worker::listen)): its grant waits in the worker's queue while
-    /// the lease is renewed.
+    /// Reported to the application, but its grant waits unread in the event stream
+    /// ([`LeaseEvents`](super::LeaseEvents)) while the lease is renewed.
     Undelivered,
     /// Its grant was dropped while active (without `finish` or a stop request) and its
     /// release is not answered yet; if the release fails, until the lease's validity here ends
@@ -294,11 +292,11 @@ impl Shared {
         clock: Arc<dyn Clock>,
         config: WorkerConfig,
         discovering: bool,
-        events: mpsc::UnboundedSender<LeaseEvent>,
+        events: EventSink,
         finished: mpsc::UnboundedSender<Finished>,
     ) -> Self {
         let now = clock.now();
-        let health = Health::new(config.renew_interval);
+        let health = Health::new(config.effective_renew_interval());
         let loads = Loads::new(&config);
         let base = Arc::new(Base {
             id,
@@ -320,7 +318,7 @@ impl Shared {
             beat_now: Notify::new(),
             released: Notify::new(),
             view: watch::Sender::new(None),
-            events: EventSink::new(events),
+            events,
             finished,
             jobs: TaskTracker::new(),
             cancel: CancellationToken::new(),
@@ -523,7 +521,6 @@ impl Shared {
     /// [`WorkerMonitor::stalled_leases`](super::WorkerMonitor::stalled_leases).
     pub fn stalled(&self) -> Vec<(LeaseKey, Stall)> {
         let now = self.now();
-        let undelivered = !self.events.taken();
         let mut state = self.lock();
         state.abandoned.retain(|_, valid_until| *valid_until > now);
         let mut stalled: Vec<(LeaseKey, Stall)> = state
@@ -531,20 +528,21 @@ impl Shared {
             .keys()
             .map(|key| (key.clone(), Stall::Abandoned))
             .collect();
-        if undelivered {
-            let reported = state
-                .held
-                .iter()
-                .filter(|(_, h)| h.valid_until > now && !matches!(h.phase, Phase::Waiting { .. }));
-            stalled.extend(reported.map(|(key, _)| (key.clone(), Stall::Undelivered)));
-        } else if let Some(window) = self.config.progress_window {
-            // Active only: a lease asked to stop has the stop's deadline instead.
-            let idle = state.held.iter().filter(|(_, h)| {
-                h.valid_until > now
-                    && h.phase == Phase::Active
-                    && now.saturating_duration_since(h.progress_at) > window
-            });
-            stalled.extend(idle.map(|(key, _)| (key.clone(), Stall::NoProgress)));
+        let reported = state
+            .held
+            .iter()
+            .filter(|(_, h)| h.valid_until > now && !matches!(h.phase, Phase::Waiting { .. }));
+        for (key, held) in reported {
+            if self.events.unread(key, held.tenure) {
+                stalled.push((key.clone(), Stall::Undelivered));
+            } else if let Some(window) = self.config.progress_window {
+                // Active only: a lease asked to stop has the stop's deadline instead.
+                if held.phase == Phase::Active
+                    && now.saturating_duration_since(held.progress_at) > window
+                {
+                    stalled.push((key.clone(), Stall::NoProgress));
+                }
+            }
         }
         stalled.sort_by(|a, b| a.0.cmp(&b.0));
         stalled
@@ -788,10 +786,6 @@ impl Shared {
         let app_done = held.app_done;
         drop(state);
         tracing::info!(lease_key = %key, ?reason, "stop requested");
-        self.events.emit(LeaseEvent::StopRequested {
-            key: key.clone(),
-            reason,
-        });
         if app_done {
             self.finish(key, tenure, LetGo::Finished)
         } else {

@@ -439,7 +439,10 @@ async fn acknowledged(
                 tracing::debug!(lease_key = %key, error = %err, "could not read the previous owner's session");
             }
         }
-        shared.clock.sleep_until(now + config.renew_interval).await;
+        shared
+            .clock
+            .sleep_until(now + config.effective_renew_interval())
+            .await;
     }
 }
 

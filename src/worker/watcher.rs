@@ -92,7 +92,7 @@ struct Beats {
 
 /// Watches `target` until its session is fenced here or its record is gone.
 async fn watch(parts: &WatcherParts, target: &WorkerId) {
-    let interval = parts.base.config.renew_interval;
+    let interval = parts.base.config.effective_renew_interval();
     let lease = parts.base.config.lease_duration;
     let mut beats: Option<Beats> = None;
     let mut next = parts.base.now();
@@ -148,7 +148,7 @@ fn missed(
     now: Instant,
 ) -> Instant {
     let (interval, lease) = (
-        parts.base.config.renew_interval,
+        parts.base.config.effective_renew_interval(),
         parts.base.config.lease_duration,
     );
     b.missed = Some(now);
@@ -188,7 +188,7 @@ fn changed(
     value: SessionVersion,
     now: Instant,
 ) -> (Beats, Instant) {
-    let interval = parts.base.config.renew_interval;
+    let interval = parts.base.config.effective_renew_interval();
     let floor = interval / 16;
     // The new value landed after the last read that did not show it.
     let (lo, synced) = match last {

@@ -75,7 +75,7 @@ async fn shards_added_while_running_join_the_balance() {
     );
     let config = base();
     assert!(
-        took <= config.discovery_interval.mul_f64(1.1) + config.taker_interval,
+        took <= config.discovery_interval.mul_f64(1.1) + config.effective_taker_interval(),
         "new shards balanced after {took:?}"
     );
     finish(fleet).await;
@@ -105,7 +105,7 @@ async fn removed_shards_are_retired_without_errors() {
     assert!(
         took <= config.retire_after
             + 2 * config.discovery_interval
-            + config.renew_interval
+            + config.effective_renew_interval()
             + secs(1),
         "retired after {took:?}"
     );
@@ -212,14 +212,14 @@ async fn discovery_runs_on_one_worker_and_moves_when_it_crashes() {
     let config = base();
     assert!(
         took <= config.lease_duration
-            + config.taker_interval
+            + config.effective_taker_interval()
             + config.discovery_interval.mul_f64(1.1),
         "the new shard was held {took:?} after the discoverer crashed"
     );
     fleet.idle(secs(60)).await;
     let calls = listings_since(
         &fleet,
-        crashed + config.lease_duration + config.taker_interval,
+        crashed + config.lease_duration + config.effective_taker_interval(),
     );
     assert!(
         calls.get("b").copied().unwrap_or(0) >= 4,
@@ -474,8 +474,9 @@ async fn a_discoverer_that_cannot_list_is_relieved_by_the_standby_within_a_stand
     fleet.start("b", QUICK).await;
     let config = base();
     // One standby period, give or take its jitter, plus a taker round and the quiet period.
-    let bound =
-        config.discovery_interval * 6 * 11 / 10 + config.taker_interval + config.quiet_period;
+    let bound = config.discovery_interval * 6 * 11 / 10
+        + config.effective_taker_interval()
+        + config.quiet_period;
     let took = fleet
         .until(secs(600), |f| f.counts().iter().sum::<usize>() == 2)
         .await;

@@ -292,8 +292,7 @@ impl Fleet {
                 calls: Arc::clone(&self.source_calls),
             });
         }
-        let mut worker = builder.start().await.expect("worker starts");
-        let events = worker.take_events().unwrap();
+        let (worker, events) = builder.start().await.expect("worker starts");
         self.monitors
             .lock()
             .unwrap()
@@ -639,7 +638,7 @@ async fn process(
 
 async fn run_app(
     name: String,
-    mut events: tokio::sync::mpsc::UnboundedReceiver<LeaseEvent>,
+    mut events: shardlease::worker::LeaseEvents,
     behaviour: Behaviour,
     ledger: Arc<Mutex<Ledger>>,
 ) {

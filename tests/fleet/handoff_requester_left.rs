@@ -63,7 +63,7 @@ async fn a_handoff_is_not_completed_to_a_requester_that_left() {
         .await;
     let let_go = Instant::now();
     assert!(
-        let_go - left >= base().taker_interval,
+        let_go - left >= base().effective_taker_interval(),
         "a round of a's taker saw b gone"
     );
     let took = fleet.until(secs(30), |f| f.counts() == [2]).await;
@@ -75,7 +75,7 @@ async fn a_handoff_is_not_completed_to_a_requester_that_left() {
     // The owner hands the lease over, finds that the receiver has no session and
     // places it again at once (here, on itself): processed again as soon.
     assert!(
-        took <= base().taker_interval,
+        took <= base().effective_taker_interval(),
         "processed again {took:?} after a let go"
     );
     let lease = fleet
@@ -97,7 +97,7 @@ async fn a_handoff_is_not_completed_to_a_requester_that_left() {
 #[tokio::test(start_paused = true)]
 async fn a_handoff_whose_owner_dies_is_taken_when_the_lease_expires() {
     let config = base().handoff_timeout(secs(12));
-    let (lease, taker) = (config.lease_duration, config.taker_interval);
+    let (lease, taker) = (config.lease_duration, config.effective_taker_interval());
     let mut fleet = Fleet::new(Arc::new(InMemoryStore::new()), config.clone(), 2);
     // a's application never finishes a handoff in time.
     fleet.start("a", App::FinishAfter(secs(600))).await;
@@ -107,7 +107,9 @@ async fn a_handoff_whose_owner_dies_is_taken_when_the_lease_expires() {
         .await;
     let key = asked_for(&fleet, "b").await;
     // Let the request reach a at a renewal (it asks its application to stop), then a dies.
-    fleet.idle(base().renew_interval + secs(1)).await;
+    fleet
+        .idle(base().effective_renew_interval() + secs(1))
+        .await;
     fleet.crash("a");
     let crashed = Instant::now();
     let took = fleet
@@ -124,7 +126,7 @@ async fn a_handoff_whose_owner_dies_is_taken_when_the_lease_expires() {
         "processed again {took:?} after its owner died (expiry: {lease:?} after its last renewal)"
     );
     // Expiry counts from the last beat the taker saw, up to one interval before the crash.
-    let last_seen = config.renew_interval;
+    let last_seen = config.effective_renew_interval();
     assert!(
         Instant::now() - crashed >= lease - last_seen - config_drift(),
         "taken before it expired"
@@ -134,5 +136,5 @@ async fn a_handoff_whose_owner_dies_is_taken_when_the_lease_expires() {
 }
 
 fn config_drift() -> Duration {
-    base().drift_allowance
+    base().effective_drift_allowance()
 }

@@ -33,7 +33,7 @@ async fn the_leases_a_leaving_worker_releases_are_taken_while_it_winds_down() {
         .start("b", App::FinishAfter(Duration::from_millis(100)))
         .await;
     // Let b ask a for its share: a's application takes 25 s to hand the slow ones over.
-    fleet.idle(config.taker_interval * 2).await;
+    fleet.idle(config.effective_taker_interval() * 2).await;
 
     let shutdown = fleet.begin_leave("a");
 
@@ -60,7 +60,7 @@ async fn the_leases_a_leaving_worker_releases_are_taken_while_it_winds_down() {
         released,
     );
     assert!(
-        released <= config.taker_interval * 2,
+        released <= config.effective_taker_interval() * 2,
         "b took a's released leases {released:?} after a began to leave"
     );
     assert!(
@@ -81,7 +81,7 @@ async fn a_shutdown_signal_leaves_gracefully_and_stopped_resolves_once_the_lease
     let store = Arc::new(InMemoryStore::new());
     let key = LeaseKey::new("shard-0").unwrap();
     let (fire, signal) = tokio::sync::oneshot::channel::<()>();
-    let mut worker = Worker::builder(store.clone(), WorkerId::new("a").unwrap())
+    let (worker, mut events) = Worker::builder(store.clone(), WorkerId::new("a").unwrap())
         .config(base())
         .shards(vec![key.clone()])
         .graceful_shutdown_on(async {
@@ -90,7 +90,6 @@ async fn a_shutdown_signal_leaves_gracefully_and_stopped_resolves_once_the_lease
         .start()
         .await
         .unwrap();
-    let mut events = worker.take_events().unwrap();
     let mut grant = loop {
         if let LeaseEvent::Acquired(grant) = events.recv().await.unwrap() {
             break grant;

@@ -13,7 +13,8 @@ use shardlease::{LeaseKey, WorkerConfig};
 /// removed are followed, the children only after their parent, and the leases of the gone
 /// shards retired; no lease processed by two workers at once.
 pub async fn discovery_splits_and_retires(store: Arc<dyn LeaseStore>) {
-    let config = WorkerConfig::with_lease_duration(Duration::from_secs(2))
+    let config = WorkerConfig::default()
+        .lease_duration(Duration::from_secs(2))
         .discovery_interval(Duration::from_millis(500))
         .retire_after(Duration::from_secs(2));
     let key = |s: &str| LeaseKey::new(s).unwrap();

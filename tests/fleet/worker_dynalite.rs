@@ -13,7 +13,7 @@ use shardlease::WorkerConfig;
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn workers_on_dynalite_join_crash_and_leave_without_overlap() {
-    let config = WorkerConfig::with_lease_duration(Duration::from_secs(2));
+    let config = WorkerConfig::default().lease_duration(Duration::from_secs(2));
     fleet_joins_crashes_and_leaves(config).await;
 }
 

@@ -44,7 +44,7 @@ async fn joining_workers_reach_their_share_within_two_taker_rounds() {
     let took = fleet.until(secs(60), |f| f.counts() == [2, 2]).await;
     figure("join: 4 leases, 1 -> 2 workers, until 2+2", took);
     assert!(
-        took <= 2 * config().taker_interval,
+        took <= 2 * config().effective_taker_interval(),
         "2 workers balanced after {took:?}"
     );
 
@@ -57,7 +57,7 @@ async fn joining_workers_reach_their_share_within_two_taker_rounds() {
         })
         .await;
     assert!(
-        took <= 2 * config().taker_interval,
+        took <= 2 * config().effective_taker_interval(),
         "3 workers balanced after {took:?}"
     );
     let handoffs = fleet.count(|r| matches!(r, Record::HandedOff { .. }));
@@ -131,7 +131,7 @@ async fn forced_handoff(config: WorkerConfig, name: &str) {
     // take is reported then.
     let (earliest, latest) = (
         config.handoff_timeout,
-        config.handoff_timeout + 2 * config.renew_interval + secs(1),
+        config.handoff_timeout + 2 * config.effective_renew_interval() + secs(1),
     );
     assert!(took >= earliest, "forced after {took:?}");
     assert!(took <= latest, "forced after {took:?}");
@@ -157,11 +157,11 @@ async fn a_crashed_workers_leases_are_taken_about_one_lease_duration_later() {
     );
     let config = config();
     assert!(
-        took <= config.lease_duration + config.taker_interval + secs(1),
+        took <= config.lease_duration + config.effective_taker_interval() + secs(1),
         "failover took {took:?}"
     );
     assert!(
-        took >= config.lease_duration - config.renew_interval,
+        took >= config.lease_duration - config.effective_renew_interval(),
         "failover took {took:?}"
     );
     fleet.assert_safe();
@@ -181,7 +181,7 @@ async fn a_worker_that_leaves_gracefully_releases_its_leases_for_the_others() {
     let took = fleet.until(secs(60), |f| f.counts() == [3, 3]).await;
     figure("graceful leave: end of shutdown to all held again", took);
     assert!(
-        took <= config().taker_interval + secs(1),
+        took <= config().effective_taker_interval() + secs(1),
         "peers took over after {took:?}"
     );
     fleet.assert_safe();
@@ -222,7 +222,7 @@ async fn an_owner_crashing_mid_handoff_leaves_no_lease_stuck() {
     fleet.crash("a");
     let took = fleet.until(secs(60), |f| f.counts() == [4]).await;
     assert!(
-        took <= config().lease_duration + config().taker_interval + secs(1),
+        took <= config().lease_duration + config().effective_taker_interval() + secs(1),
         "{took:?}"
     );
     fleet.assert_safe();
@@ -240,7 +240,10 @@ async fn a_requester_crashing_mid_handoff_leaves_no_lease_stuck() {
     let took = fleet.until(secs(60), |f| f.counts() == [4]).await;
     let config = config();
     assert!(
-        took <= config.renew_interval + config.lease_duration + config.taker_interval + secs(1),
+        took <= config.effective_renew_interval()
+            + config.lease_duration
+            + config.effective_taker_interval()
+            + secs(1),
         "{took:?}"
     );
     fleet.assert_safe();
@@ -264,7 +267,7 @@ async fn fifty_workers_share_a_thousand_leases_with_minimal_moves_and_then_rest(
     let took = fleet.until(secs(300), Fleet::balanced).await;
     figure("25 -> 50 workers over 1,000 leases, until 20 each", took);
     assert!(
-        took <= 2 * config().taker_interval,
+        took <= 2 * config().effective_taker_interval(),
         "balanced {took:?} after the joins"
     );
     assert!(fleet.counts().iter().all(|c| *c == 20));
@@ -321,29 +324,34 @@ async fn one_worker_keeps_ten_thousand_leases_at_ten_ms_a_call() {
 }
 
 #[tokio::test(start_paused = true)]
-async fn a_listener_receives_the_events_of_a_graceful_handoff() {
-    use shardlease::worker::{LeaseGrant, LeaseListener, StopReason, Worker};
-    use shardlease::{LeaseKey, WorkerId};
+async fn the_event_stream_tells_a_graceful_handoff() {
+    use shardlease::worker::{LeaseEvent, LeaseEvents, Worker};
+    use shardlease::WorkerId;
     use std::sync::Mutex;
 
-    // Keeps its grants and finishes each one when asked to stop (a grant dropped while
-    // active would abandon its lease).
-    #[derive(Clone, Default)]
-    struct Log(Arc<Mutex<Vec<String>>>, Arc<Mutex<Vec<LeaseGrant>>>);
-    impl LeaseListener for Log {
-        fn on_acquired(&mut self, grant: LeaseGrant) {
-            self.0
-                .lock()
-                .unwrap()
-                .push(format!("acquired {}", grant.key()));
-            self.1.lock().unwrap().push(grant);
-        }
-        fn on_stop_requested(&mut self, key: &LeaseKey, _reason: &StopReason) {
-            self.1.lock().unwrap().retain(|grant| grant.key() != key);
-        }
-        fn on_handed_off(&mut self, key: &LeaseKey, to: &WorkerId) {
-            self.0.lock().unwrap().push(format!("handed {key} to {to}"));
-        }
+    // Logs the events; finishes each grant when asked to stop (a grant dropped while active
+    // would abandon its lease).
+    fn log(mut events: LeaseEvents) -> Arc<Mutex<Vec<String>>> {
+        let log = Arc::new(Mutex::new(Vec::new()));
+        let written = Arc::clone(&log);
+        tokio::spawn(async move {
+            while let Some(event) = events.recv().await {
+                let line = match event {
+                    LeaseEvent::Acquired(mut grant) => {
+                        let line = format!("acquired {}", grant.key());
+                        tokio::spawn(async move {
+                            grant.stopped().await;
+                            grant.finish();
+                        });
+                        line
+                    }
+                    LeaseEvent::HandedOff { key, to } => format!("handed {key} to {to}"),
+                    other => format!("{other:?}"),
+                };
+                written.lock().unwrap().push(line);
+            }
+        });
+        log
     }
 
     let store = Arc::new(InMemoryStore::new());
@@ -357,16 +365,14 @@ async fn a_listener_receives_the_events_of_a_graceful_handoff() {
                 .unwrap()
         }
     };
-    let (log_a, log_b) = (Log::default(), Log::default());
-    let mut a = start("a").await;
-    a.listen(log_a.clone()).unwrap();
-    assert!(a.take_events().is_none(), "the listener has the stream");
+    let (a, a_events) = start("a").await;
+    let log_a = log(a_events);
     tokio::time::sleep(secs(1)).await;
-    let mut b = start("b").await;
-    b.listen(log_b.clone()).unwrap();
+    let (b, b_events) = start("b").await;
+    let log_b = log(b_events);
     tokio::time::sleep(secs(10)).await;
-    let a_log = log_a.0.lock().unwrap().clone();
-    let b_log = log_b.0.lock().unwrap().clone();
+    let a_log = log_a.lock().unwrap().clone();
+    let b_log = log_b.lock().unwrap().clone();
     assert_eq!(a_log.len(), 3, "{a_log:?}");
     assert!(
         a_log[2].starts_with("handed shard-") && a_log[2].ends_with(" to b"),
@@ -414,12 +420,11 @@ async fn a_grant_of_a_lost_tenure_cannot_checkpoint_even_after_the_lease_comes_b
 
     let memory = Arc::new(InMemoryStore::new());
     let (store, faults) = FaultyStore::new(memory.clone());
-    let mut worker = Worker::builder(Arc::new(store), WorkerId::new("a").unwrap())
+    let (worker, mut events) = Worker::builder(Arc::new(store), WorkerId::new("a").unwrap())
         .shards(crate::fleet::keys(1))
         .start()
         .await
         .unwrap();
-    let mut events = worker.take_events().unwrap();
     let Some(LeaseEvent::Acquired(mut first)) = events.recv().await else {
         panic!("expected the lease");
     };

@@ -67,7 +67,7 @@ async fn after_thirty_seconds_unanswered_a_worker_gets_its_share_back_within_two
         let took = fleet.until(secs(120), |f| f.counts() == [2, 2]).await;
         Fleet::figure(&format!("hold {hold:?}: heal to fair share"), took);
         assert!(
-            took <= 2 * config.taker_interval,
+            took <= 2 * config.effective_taker_interval(),
             "hold {hold:?}: b got its share back {took:?} after the heal"
         );
         fleet.assert_safe();

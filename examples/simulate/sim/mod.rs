@@ -29,7 +29,7 @@ use rand::SeedableRng;
 use shardlease::balance::Kcl3Balance;
 use shardlease::lease::Incarnation;
 use shardlease::source::{Shard, StaticShardSource};
-use shardlease::worker::{LeaseEvent, StopReason, Worker};
+use shardlease::worker::{LeaseEvent, LeaseEvents, StopReason, Worker};
 use shardlease::{Balance, LeaseKey, LeaseStore, NewLease, WorkerConfig, WorkerId};
 use tokio::task::JoinHandle;
 use tokio::time::Instant;
@@ -585,8 +585,7 @@ impl Fleet {
             builder = builder.source(source.clone());
         }
         Box::pin(async move {
-            let mut worker = builder.start().await.expect("worker starts");
-            let events = worker.take_events().expect("first call");
+            let (worker, events) = builder.start().await.expect("worker starts");
             let reports = policy.by_load().then_some(REPORT_EVERY);
             let app = tokio::spawn(run_app(index, events, ledger, checkpoint_every, reports));
             let process = Process::Library { worker, app };
@@ -1123,7 +1122,7 @@ impl Fleet {
 /// retirement or shutdown it checkpoints once and finishes.
 async fn run_app(
     index: usize,
-    mut events: tokio::sync::mpsc::UnboundedReceiver<LeaseEvent>,
+    mut events: LeaseEvents,
     ledger: Arc<Mutex<Ledger>>,
     checkpoint_every: Option<Duration>,
     reports: Option<Duration>,

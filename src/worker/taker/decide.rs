@@ -446,7 +446,7 @@ impl Waiting {
     /// a lease duration.
     pub(crate) fn patience(&self, config: &WorkerConfig) -> Duration {
         match self.asked_by {
-            None => (config.renew_interval * 2).min(config.lease_duration),
+            None => (config.effective_renew_interval() * 2).min(config.lease_duration),
             Some(_) => config.lease_duration,
         }
     }
@@ -909,7 +909,7 @@ mod tests {
         let patience = waiting[&key("k")].0.patience(&config);
         assert_eq!(
             patience,
-            (config.renew_interval * 2).min(config.lease_duration)
+            (config.effective_renew_interval() * 2).min(config.lease_duration)
         );
         let later = Looked {
             waiting: &waiting,

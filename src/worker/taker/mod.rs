@@ -159,7 +159,7 @@ impl Taker {
                     // Counted from the round's start: a scan nobody answered took up to
                     // `store_timeout` already, and the next one must not wait for another
                     // whole interval on top once the store answers again.
-                    (started + config.taker_interval).max(self.shared.now())
+                    (started + config.effective_taker_interval()).max(self.shared.now())
                 }
             };
         }
@@ -216,7 +216,7 @@ impl Taker {
         let next = self.next_session_round(&snapshot, &live, &expiry, moved, now);
         // Workers joining together see each other one round later: look again soon.
         let next = if fleet_changed || gathering {
-            next.min(now + config.renew_interval / 8)
+            next.min(now + config.effective_renew_interval() / 8)
         } else {
             next
         };
@@ -406,7 +406,8 @@ impl Taker {
         let Some((since, last)) = self.joining else {
             return false;
         };
-        if now < last + config.renew_interval / 8 && now < since + config.lease_duration {
+        if now < last + config.effective_renew_interval() / 8 && now < since + config.lease_duration
+        {
             true
         } else {
             self.joining = None;

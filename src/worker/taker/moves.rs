@@ -88,7 +88,7 @@ impl Taker {
         decide::fleet_view(snapshot, statuses, live, expiry, &figures, now)
     }
 
-    /// Carries out this round's actions, then its moves, at most `max_concurrent_renewals`
+    /// Carries out this round's actions, then its moves, at most `max_concurrent_writes`
     /// at a time, and records their answers.
     pub(super) async fn execute(
         &mut self,
@@ -127,9 +127,9 @@ impl Taker {
         }
     }
 
-    /// Runs `jobs`, at most `max_concurrent_renewals` at a time; their answers as they come.
+    /// Runs `jobs`, at most `max_concurrent_writes` at a time; their answers as they come.
     async fn run_jobs(&self, jobs: Vec<Job>) -> Vec<Answer> {
-        let limit = Arc::new(Semaphore::new(self.shared.config.max_concurrent_renewals));
+        let limit = Arc::new(Semaphore::new(self.shared.config.max_concurrent_writes));
         let mut running = JoinSet::new();
         for job in jobs {
             let (shared, limit) = (Arc::clone(&self.shared), Arc::clone(&limit));

@@ -322,7 +322,7 @@ impl Taker {
             self.placements(snapshot, assignment, by_key, &incarnations, gathering, now);
         self.unproven = unproven;
         let deadline = now + self.shared.config.store_timeout;
-        let limit = Arc::new(Semaphore::new(self.shared.config.max_concurrent_renewals));
+        let limit = Arc::new(Semaphore::new(self.shared.config.max_concurrent_writes));
         let mut gives = JoinSet::new();
         for placement in placements {
             let (shared, limit) = (Arc::clone(&self.shared), Arc::clone(&limit));
@@ -442,10 +442,10 @@ impl Taker {
             }
         }
         if moved {
-            next = next.min(now + config.renew_interval / 2);
+            next = next.min(now + config.effective_renew_interval() / 2);
         }
         if self.unproven {
-            next = next.min(now + config.renew_interval);
+            next = next.min(now + config.effective_renew_interval());
         }
         for pending in self.shared.lock().pending.values() {
             next = next.min((pending.since + config.handoff_timeout).max(now));

@@ -9,9 +9,9 @@ use std::time::Duration;
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
 use shardlease::clock::Clock;
-use shardlease::worker::{Checkpointer, LeaseEvent, LeaseGrant, StopReason};
+use shardlease::worker::{Checkpointer, LeaseEvent, LeaseEvents, LeaseGrant, StopReason};
 use shardlease::LeaseKey;
-use tokio::sync::{mpsc, Notify};
+use tokio::sync::Notify;
 
 use super::ledger::{checkpoint_text, checkpoint_value, Ledger};
 use crate::sim::clock::SimClock;
@@ -103,7 +103,7 @@ impl Drop for Processing {
 /// aborted: the process is gone).
 pub async fn run(
     process: u64,
-    mut events: mpsc::UnboundedReceiver<LeaseEvent>,
+    mut events: LeaseEvents,
     ledger: Arc<Mutex<Ledger>>,
     clock: SimClock,
     every: Duration,

@@ -174,8 +174,8 @@ impl Fleet {
             builder = builder.policy(KclBalance::default());
         }
         let started = tokio::time::timeout(self.start_limit(), builder.start()).await;
-        let mut worker = match started {
-            Ok(Ok(worker)) => worker,
+        let (worker, events) = match started {
+            Ok(Ok(started)) => started,
             Ok(Err(_)) => {
                 link.kill();
                 return Ok(());
@@ -189,7 +189,6 @@ impl Fleet {
                 ));
             }
         };
-        let events = worker.take_events().expect("first call");
         let control = AppControl {
             report_load: self.balancing == Balancing::Load,
             ..AppControl::default()

@@ -325,7 +325,7 @@ async fn drive(schedule: Schedule, knobs: Knobs) -> Outcome {
     net.chaos.set_audit(ledger.clone());
     let mut fleet = Fleet::new(Arc::clone(&net), Arc::clone(&ledger), &schedule).await;
     if let Some(interval) = knobs.renew_interval {
-        fleet.config.renew_interval = interval;
+        fleet.config.renew_interval = Some(interval);
     }
     let mut driver = Driver {
         begin,
@@ -440,9 +440,9 @@ async fn drive(schedule: Schedule, knobs: Knobs) -> Outcome {
 /// gives nothing up: the thief counts a lease duration from the read that showed it so.
 async fn after_heal(driver: &mut Driver, schedule: &Schedule, healed: Instant) {
     let config = driver.fleet.config.clone();
-    let mut failover = config.lease_duration + config.taker_interval * 2;
+    let mut failover = config.lease_duration + config.effective_taker_interval() * 2;
     if schedule.balancing == Balancing::Kcl {
-        failover += config.lease_duration + config.renew_interval;
+        failover += config.lease_duration + config.effective_renew_interval();
     }
     let processed_by = healed + failover.div_f64(1.0 - schedule.max_skew) + ROUND_TRIPS;
     let balanced_by = healed + BALANCE_LIMIT;
