@@ -54,7 +54,10 @@ case "$store" in
     ;;
   *) echo "chaos.sh: --store $store: expected dynamodb or redis" >&2; exit 2 ;;
 esac
-cargo build --quiet --all-features --example lease_worker --bin shardlease
+# The command line is the package shardlease-cli; the workers are an example of the library.
+# The same packages and features as the test command's build, so that it reuses it.
+cargo build --quiet --all-features -p shardlease -p shardlease-cli \
+  --example lease_worker --bin shardlease
 export AWS_REGION=us-east-1 AWS_ACCESS_KEY_ID=test AWS_SECRET_ACCESS_KEY=test
 target=${CARGO_TARGET_DIR:-target}
 python3 scripts/chaos.py --binary "$target/debug/examples/lease_worker" \

@@ -30,8 +30,10 @@ trap cleanup EXIT
 step() { printf '\n\033[1m== %s\033[0m\n' "$*"; }
 
 scripts/emulators.sh install
-# The same features as the test command's build, so that it reuses it.
-cargo build --quiet --all-features --bin shardlease --example lease_worker
+# The same packages and features as the test command's build, so that it reuses it (the
+# command line is the package shardlease-cli, the workers an example of the library).
+cargo build --quiet --all-features -p shardlease -p shardlease-cli \
+  --bin shardlease --example lease_worker
 started=$(date +%s)
 
 export AWS_ACCESS_KEY_ID=demo AWS_SECRET_ACCESS_KEY=demo AWS_REGION=us-east-1

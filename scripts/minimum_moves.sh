@@ -30,13 +30,13 @@ fi
 start=$(mktemp --suffix=.json)
 trap 'rm -f "$start"' EXIT
 
-cargo build --quiet --example simulate
+cargo build --quiet -p shardlease-sim
 if [ ! -x .venv-plot/bin/python ] || ! .venv-plot/bin/python -c 'import scipy' 2>/dev/null; then
   [ -x .venv-plot/bin/python ] || python3 -m venv .venv-plot
   .venv-plot/bin/pip install --quiet scipy
 fi
 for seed in "$@"; do
-  "$target"/debug/examples/simulate --scenario "$scenario" --workers "$workers" \
+  "$target"/debug/simulate --scenario "$scenario" --workers "$workers" \
     --leases "$leases" --policy load --seed "$seed" --rest 0 --dump-start "$start" >/dev/null
   printf '{"seed": %s, "solution": ' "$seed"
   .venv-plot/bin/python scripts/minimum_moves.py "$start" --time-limit "$time_limit" \

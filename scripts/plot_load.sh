@@ -14,11 +14,11 @@ out=${2:-docs/hot-shard-load.png}
 trace=$(mktemp --suffix=.csv)
 trap 'rm -f "$trace"' EXIT
 
-cargo build --quiet --example simulate
+cargo build --quiet -p shardlease-sim
 rm -f "$trace"
-"$target"/debug/examples/simulate --scenario hot-shard --workers 20 --leases 1000 \
+"$target"/debug/simulate --scenario hot-shard --workers 20 --leases 1000 \
   --policy load --seed "$seed" --rest 900 --load-trace "$trace" >/dev/null
-"$target"/debug/examples/simulate --scenario hot-shard --workers 20 --leases 1000 \
+"$target"/debug/simulate --scenario hot-shard --workers 20 --leases 1000 \
   --policy kcl3 --seed "$seed" --rest 900 --load-trace "$trace" >/dev/null
 
 if [ ! -x .venv-plot/bin/python ]; then

@@ -10,11 +10,11 @@ workers=${1:-10}
 leases=${2:-1000}
 rest=${3:-3600}
 shift $(( $# < 3 ? $# : 3 ))
-cargo build --release --example simulate
+cargo build --release -p shardlease-sim
 for scenario in cold-start join crash leave rolling-restart shards pause cut-off autoscale; do
     n=$workers
     # The autoscaling wave goes from 4 workers to the peak and back.
     if [ "$scenario" = autoscale ]; then n=$(( workers < 64 ? 64 : workers )); fi
-    echo "\$ cargo run --release --example simulate -- --scenario $scenario --workers $n --leases $leases --rest $rest --step-limit 3600 $*"
-    "$target"/release/examples/simulate --scenario "$scenario" --workers "$n" --leases "$leases" --rest "$rest" --step-limit 3600 "$@"
+    echo "\$ cargo run --release -p shardlease-sim -- --scenario $scenario --workers $n --leases $leases --rest $rest --step-limit 3600 $*"
+    "$target"/release/simulate --scenario "$scenario" --workers "$n" --leases "$leases" --rest "$rest" --step-limit 3600 "$@"
 done

@@ -19,9 +19,14 @@ if [ -z "${SHARDLEASE_DYNALITE_ENDPOINT:-}${SHARDLEASE_MOTO_ENDPOINT:-}${SHARDLE
   export SHARDLEASE_REDIS_TLS_CA="$PWD/.emulators/tls/ca.pem"
 fi
 
-# Tests that run example processes (example_sigterm) find them built with the same features.
-cargo build --all-features --examples
-cargo test --all-features --all-targets "$@"
+# The library, the command line (cli/) and the simulator (sim/: its library's unit tests,
+# tests/simulate.rs, tests/campaign_holes.rs), in one build so that the library is built once,
+# with every feature (the demo, demo/, has no tests).
+packages=(-p shardlease -p shardlease-cli -p shardlease-sim)
+# Tests and scripts that run example processes (example_sigterm, chaos.sh) or the command line
+# (demo_cli.sh) find them built with the same packages and features.
+cargo build --all-features "${packages[@]}" --bins --examples
+cargo test --all-features "${packages[@]}" --all-targets "$@"
 cargo test --all-features --doc "$@"
 # Real processes under faults for 60 s: lease_worker processes on dynalite behind fault
 # proxies, killed, frozen, partitioned, slowed and restarted (BENCHMARKS.md has 10 minutes).

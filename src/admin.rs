@@ -1,5 +1,6 @@
 //! What an operator does to a running fleet: move a lease, drain a worker, write or reset a
-//! checkpoint, delete a lease. The `shardlease` command line (feature `cli`) is built on it.
+//! checkpoint, delete a lease. The `shardlease` command line (the workspace package
+//! `shardlease-cli`, in `cli/`) is built on it.
 //!
 //! Every change goes through the conditional writes the workers make, so that nothing is
 //! processed twice:

@@ -11,8 +11,9 @@
 //! a clock of its own that runs a little fast or slow, or stops as a frozen process does, to
 //! check the protocol under the clock-rate skew it claims to tolerate.
 //!
-//! The other thing a simulation must fix is chance: [`seed_thread`] seeds the generator every
-//! jitter and backoff of the crate draws from, so that a run on one thread replays exactly.
+//! The other thing a simulation must fix is chance: `seed_thread` (feature `testing`) seeds the
+//! generator every jitter and backoff of the crate draws from, so that a run on one thread
+//! replays exactly.
 
 use std::fmt::Debug;
 use std::future::Future;
@@ -20,6 +21,10 @@ use std::pin::Pin;
 
 use tokio::time::Instant;
 
+// Simulation machinery (the simulator, sim/, uses it), so behind `testing`; its doc is
+// `jitter::seed_thread`'s.
+#[cfg(feature = "testing")]
+#[cfg_attr(docsrs, doc(cfg(feature = "testing")))]
 pub use crate::jitter::seed_thread;
 
 /// A sleep on a [`Clock`].

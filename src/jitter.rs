@@ -2,9 +2,9 @@
 //!
 //! By default each thread's generator is seeded from the operating system. A simulation that
 //! runs a whole fleet on one thread (a `current_thread` tokio runtime on paused time) calls
-//! [`seed_thread`] first, and the run replays exactly: the discovery interval, the store
-//! retries and the Kinesis backoffs all draw from the seeded generator, in an order the
-//! single-threaded scheduler fixes.
+//! `seed_thread` first (`clock::seed_thread`, feature `testing`), and the run replays
+//! exactly: the discovery interval, the store retries and the Kinesis backoffs all draw from
+//! the seeded generator, in an order the single-threaded scheduler fixes.
 
 use std::cell::RefCell;
 
@@ -15,8 +15,13 @@ thread_local! {
     static RNG: RefCell<StdRng> = RefCell::new(StdRng::from_entropy());
 }
 
-/// Re-seeds this thread's generator: from here on, this thread draws the same numbers for
-/// the same seed.
+/// Re-seeds this thread's generator, the one every jitter and backoff of the crate draws from:
+/// from here on, this thread draws the same numbers for the same seed, so that a simulation run
+/// on one thread (a `current_thread` runtime on paused time) replays exactly.
+///
+/// Needs the `testing` feature: simulation machinery (the simulator, `sim/`, uses it), which no
+/// worker needs.
+#[cfg(any(test, feature = "testing"))]
 pub fn seed_thread(seed: u64) {
     RNG.with(|rng| *rng.borrow_mut() = StdRng::seed_from_u64(seed));
 }

@@ -181,8 +181,8 @@ impl Incarnation {
         Self(value)
     }
 
-    /// A fresh incarnation, drawn from the crate's generator (seeded by
-    /// [`clock::seed_thread`](crate::clock::seed_thread) in a simulation, so a run replays).
+    /// A fresh incarnation, drawn from the crate's generator (seeded by `clock::seed_thread`,
+    /// feature `testing`, in a simulation, so a run replays).
     pub fn random() -> Self {
         Self(crate::jitter::next_u64())
     }

@@ -63,7 +63,7 @@
 //! | what happens to the leases | the [`LeaseEvents`] stream [`WorkerBuilder::start`] returns beside the worker |
 //! | health and metrics | [`Worker::monitor`] ([`worker::WorkerMonitor::ready`] and [`healthy`](worker::WorkerMonitor::healthy) for probes); metric names in [`metrics`] |
 //! | another balance | [`balance::BalancePolicy`] |
-//! | a simulation | [`clock::Clock`] and [`clock::seed_thread`] |
+//! | a simulation | [`clock::Clock`], and `clock::seed_thread` (feature `testing`) |
 //!
 //! ## Features
 //!
@@ -74,7 +74,8 @@
 //! - `loghub`: nothing in the library; the Aliyun LogHub SDK for `examples/loghub_source.rs`,
 //!   a [`ShardSource`] over a logstore's shards.
 //! - `testing`: test machinery: `store::fault::FaultyStore`, a store layer that cuts off,
-//!   delays, hangs or loses answers.
+//!   delays, hangs or loses answers, and `clock::seed_thread`, which makes a simulation on one
+//!   thread replay exactly.
 //!
 //! ## What is guaranteed
 //!

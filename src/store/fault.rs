@@ -1,7 +1,7 @@
 //! A store wrapper that injects faults, for tests: a worker cut off from the table, requests
 //! that are never answered (a half-open connection), a fixed latency per call, requests that
 //! land late whether or not their caller still waits (a slow link), and a take whose answer
-//! is lost after it landed. (The simulator in `examples/simulate` has a richer network model:
+//! is lost after it landed. (The simulator in `sim/` has a richer network model:
 //! latency distributions, throttles, lost answers, pauses.)
 
 use std::collections::{HashMap, HashSet};

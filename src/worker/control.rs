@@ -20,7 +20,7 @@ use crate::lease::LeaseKey;
 /// waited the lease may have moved on without a word to it (a steal whose answer was lost
 /// tells nobody; the worker doing the chores may then give the thief's lease to a third
 /// worker, an overlap: `a_lease_that_moved_on_while_its_report_waited_is_not_started` in
-/// `tests/campaign_holes.rs`). A failed read keeps
+/// `sim/tests/campaign_holes.rs`). A failed read keeps
 /// the lease waiting; the control loop reads again a beat later.
 async fn confirm_and_report(shared: &Arc<Shared>, key: LeaseKey, nonce: u64, tenure: u64) {
     let deadline = shared.now() + shared.config.store_timeout;

@@ -109,7 +109,7 @@ impl Fences {
         // by a hander-over whose receiver never took the lease) must start it: nothing else
         // would before the slow scan
         // (`sessions_place_the_leases_of_a_session_fenced_by_a_follow_up` in
-        // `tests/simulate.rs`).
+        // `sim/tests/simulate.rs`).
         self.rescan.notify_one();
         Ok(true)
     }

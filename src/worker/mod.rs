@@ -715,7 +715,7 @@ async fn leave(shared: &Arc<Shared>, leaving: &Leaving) {
     // Handoffs asked by this worker whose owners were not told yet (the taker stopped in
     // the middle): told now, they are done (and given on) at once, not when the chores
     // find them long after the fleet settled
-    // (`sessions_a_leaving_worker_tells_the_owners_it_asked` in `tests/simulate.rs`).
+    // (`sessions_a_leaving_worker_tells_the_owners_it_asked` in `sim/tests/simulate.rs`).
     tell_owners(shared, asking, deadline).await;
     for (key, nonce, tenure, phase) in leases {
         if let Some(finish) = finish_on_leaving(shared, &key, nonce, tenure, phase, deadline) {

@@ -70,7 +70,7 @@ impl Base {
                 // a lease given to the id is that session's to take. Told nothing, it would
                 // wait for the chores, up to a slow scan
                 // (`sessions_tell_the_current_session_of_a_restarted_receiver` in
-                // `tests/simulate.rs`).
+                // `sim/tests/simulate.rs`).
                 Ok(Outcome::LostRace {
                     current: Some(member),
                 }) if !retold && member.session && member.incarnation != Some(incarnation) => {

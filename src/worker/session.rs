@@ -335,7 +335,7 @@ async fn reopen(shared: &Shared, closed: &mut Closed, deadline: Instant) {
         // record is gone, or replaced): a peer that fenced it holds its leases for orphans.
         // Opened again under the same incarnation, at the same heartbeat, the new session
         // would be that fenced one in the peer's eyes
-        // (`sessions_open_anew_after_an_open_that_may_have_landed` in `tests/simulate.rs`).
+        // (`sessions_open_anew_after_an_open_that_may_have_landed` in `sim/tests/simulate.rs`).
         let next = shared.new_incarnation();
         tracing::info!(incarnation = %next, "an earlier open may have landed unseen: the next session is this incarnation");
     }
@@ -639,7 +639,7 @@ fn look_at_ours(
                 // go of it, not before. (A handoff notice told again by the chores, read
                 // right after the revocation, handed it over at once while the application
                 // still worked on it: `sessions_hand_a_revoked_lease_over_only_once_let_go`
-                // in `tests/simulate.rs`.)
+                // in `sim/tests/simulate.rs`.)
                 return true;
             }
             tracing::info!(lease_key = %key, to = %to, "a lease of this session not held here was asked for: handing it over");
@@ -685,7 +685,7 @@ async fn look_at_given(
         // It may have landed: then the lease is this session's in the table and held nowhere,
         // and nothing would look at it before the slow scan
         // (`sessions_look_again_after_an_unanswered_take_from_a_notice` in
-        // `tests/simulate.rs`). A round a beat later resumes it, or takes it again.
+        // `sim/tests/simulate.rs`). A round a beat later resumes it, or takes it again.
         let later = Arc::clone(shared);
         shared.jobs.spawn(
             async move {

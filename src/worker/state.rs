@@ -135,7 +135,7 @@ pub(crate) struct State {
     /// (the request is out, or landed and its notice is not sent), with the owner's session.
     /// A worker that leaves tells those owners, so that no request of a worker gone waits for
     /// the chores to be told, long after the fleet settled
-    /// (`sessions_a_leaving_worker_tells_the_owners_it_asked` in `tests/simulate.rs`).
+    /// (`sessions_a_leaving_worker_tells_the_owners_it_asked` in `sim/tests/simulate.rs`).
     pub asking: BTreeMap<LeaseKey, (WorkerId, Incarnation)>,
     /// The item and tenure each lease was last taken in by this process: a later take that
     /// finds the lease in that tenure under this incarnation met this earlier take, not its
@@ -373,7 +373,7 @@ impl Shared {
     /// between the two lived up to a lease duration after it (a twin took the leases of the
     /// process it replaced while that one still worked on them: `tests/twin_opening.rs`, and
     /// `a_replaced_session_is_over_a_lease_duration_after_the_opening_was_answered` in
-    /// `tests/campaign_holes.rs`).
+    /// `sim/tests/campaign_holes.rs`).
     pub fn opened(&self, replaced: Vec<Incarnation>) {
         let answered = self.now();
         self.session().opened = Some((answered, replaced));

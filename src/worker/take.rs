@@ -242,7 +242,7 @@ pub(crate) async fn take(
         // a peer that fenced it may have started the lease already, taking it for an orphan
         // of that session. Held under the next session, it would be processed twice
         // (`sessions_do_not_hold_a_lease_taken_for_an_ended_session` in
-        // `tests/simulate.rs`). A placement round looks at it again.
+        // `sim/tests/simulate.rs`). A placement round looks at it again.
         tracing::info!(lease_key = %taken.key, tenure = taken.tenure, "taken for a session that has ended since: not held");
         shared.rescan.notify_one();
         return Answer::LostRace;

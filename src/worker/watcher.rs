@@ -55,7 +55,7 @@ pub(crate) async fn run(parts: WatcherParts, cancel: CancellationToken) {
                         // session to watch, another or this worker's next one (a worker
                         // restarted and crashed again, and the round naming it again woke
                         // nothing; its leases waited for the slow scan:
-                        // `sessions_watch_a_restarted_worker_again` in `tests/simulate.rs`).
+                        // `sessions_watch_a_restarted_worker_again` in `sim/tests/simulate.rs`).
                         parts.ring.watch_done.store(true, Ordering::SeqCst);
                         tokio::select! {
                             biased;

@@ -442,7 +442,7 @@ impl Waiting {
     /// waits on again. A receiver takes a lease given to it within a beat of the notice: two
     /// beats without a take mean the notice never came (its giver died between the give and
     /// the notice: `sessions_tell_again_a_lease_given_by_a_process_that_died` in
-    /// `tests/simulate.rs`). An owner asked for a handoff first lets its application finish:
+    /// `sim/tests/simulate.rs`). An owner asked for a handoff first lets its application finish:
     /// a lease duration.
     pub(crate) fn patience(&self, config: &WorkerConfig) -> Duration {
         match self.asked_by {

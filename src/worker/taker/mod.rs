@@ -285,7 +285,7 @@ impl Taker {
     /// the wrong session, and nothing would bring another before the slow scan (a crash of
     /// the newcomer went unseen for 50 s:
     /// `a_worker_that_announced_itself_is_watched_though_a_stale_scan_misses_it` in
-    /// `tests/campaign_holes.rs`).
+    /// `sim/tests/campaign_holes.rs`).
     /// Each one the scan does not show is read consistently and added; one that cannot be
     /// read waits for the next round.
     async fn see_announced(&self, snapshot: &mut Snapshot, deadline: Instant) {
@@ -325,7 +325,7 @@ impl Taker {
     /// seen the change already and told it once (seen in the campaign: leases of removed
     /// shards never retired, the discoverer standing by for a worker that had left:
     /// `a_worker_that_left_shown_by_a_stale_scan_does_not_keep_the_chores` in
-    /// `tests/campaign_holes.rs`). So the smallest other worker the scan shows below
+    /// `sim/tests/campaign_holes.rs`). So the smallest other worker the scan shows below
     /// this one is read consistently, and, while the read shows it gone or leaving, the next
     /// one. A read that fails leaves the scan's figure: the next round reads again.
     async fn confirm_chores(&self, snapshot: &mut Snapshot, deadline: Instant) {
@@ -376,7 +376,7 @@ impl Taker {
     /// after it opened its session (nobody had looked at the table since): leases asked from
     /// their owners on its behalf would wait for it, unprocessed, until its session is fenced
     /// a lease duration later (12 leases unprocessed for 8 s after the fleet had settled:
-    /// `leases_are_not_placed_with_a_worker_never_seen_to_beat` in `tests/campaign_holes.rs`).
+    /// `leases_are_not_placed_with_a_worker_never_seen_to_beat` in `sim/tests/campaign_holes.rs`).
     /// A worker that joins takes its share by itself meanwhile; others place leases with it
     /// once it has beaten.
     fn proven(&self, member: &Member) -> bool {

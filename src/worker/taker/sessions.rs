@@ -229,7 +229,7 @@ impl Taker {
     /// beaten just before. Its leases wait a lease duration from the first read that showed
     /// it replaced (`Taker::replaced`; a twin started a lease its other process still held:
     /// `a_session_replaced_by_a_twin_is_over_a_lease_duration_after_the_read_that_showed_it`
-    /// in `tests/campaign_holes.rs`). A failed read keeps the session waiting. Returns the
+    /// in `sim/tests/campaign_holes.rs`). A failed read keeps the session waiting. Returns the
     /// sessions whose leases wait this round.
     async fn confirm_ended(
         &mut self,

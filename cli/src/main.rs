@@ -1,7 +1,7 @@
 //! `shardlease`: look at and operate a lease table from the command line.
 //!
 //! ```text
-//! cargo run --features cli --bin shardlease -- --help
+//! cargo run -p shardlease-cli -- --help
 //! shardlease --table orders status --watch
 //! shardlease --table orders drain host-a
 //! ```

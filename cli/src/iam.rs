@@ -1,7 +1,7 @@
 //! `iam-policy`: the least-privilege policy for workers (and the Kinesis consumer).
 //!
-//! The actions are exactly the SDK operations the library calls (`tests/cli.rs` checks them
-//! against the source), on the table and the stream only.
+//! The actions are exactly the SDK operations the library calls (`cli/tests/cli.rs` checks
+//! them against the source), on the table and the stream only.
 
 use serde_json::{json, Value};
 

@@ -78,8 +78,8 @@ impl Options {
     /// The command that replays the schedule of `seed` alone.
     pub fn replay(&self, seed: u64, day_rest: bool) -> String {
         let mut command = match &self.script {
-            Some(name) => format!("cargo run --release --example simulate -- --script {name}"),
-            None => format!("cargo run --release --example simulate -- --schedule {seed}"),
+            Some(name) => format!("cargo run --release -p shardlease-sim -- --script {name}"),
+            None => format!("cargo run --release -p shardlease-sim -- --schedule {seed}"),
         };
         if self.faults != Fault::defaults() {
             command += &format!(" --faults {}", fault_list(&self.faults));

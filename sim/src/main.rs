@@ -4,13 +4,13 @@
 //! coordination, `sim/kcl.rs`) side by side.
 //!
 //! ```sh
-//! cargo run --release --example simulate -- --scenario join --workers 100 --leases 10000
-//! cargo run --release --example simulate -- --scenario crash --workers 50 --leases 5000 --json
-//! cargo run --release --example simulate -- --campaign 200 --seed 1
-//! cargo run --release --example simulate -- --help
+//! cargo run --release -p shardlease-sim -- --scenario join --workers 100 --leases 10000
+//! cargo run --release -p shardlease-sim -- --scenario crash --workers 50 --leases 5000 --json
+//! cargo run --release -p shardlease-sim -- --campaign 200 --seed 1
+//! cargo run --release -p shardlease-sim -- --help
 //! ```
-
-mod sim;
+//!
+//! The modules are the crate's library (`src/lib.rs`, `src/sim/`), which the tests use too.
 
 use std::collections::BTreeSet;
 use std::process::ExitCode;
@@ -21,6 +21,7 @@ use clap::error::ErrorKind;
 use clap::parser::ValueSource;
 use clap::{Args, CommandFactory, FromArgMatches, Parser, ValueEnum};
 
+use shardlease_sim::sim;
 use sim::campaign::schedule::{self, Fault};
 use sim::load::{self, LoadModel, Loads};
 use sim::net::{FaultRates, Latencies, Latency};
@@ -40,9 +41,9 @@ use sim::{Policy, Settings};
 #[derive(Parser)]
 #[command(
     name = "simulate",
-    override_usage = "cargo run --release --example simulate -- [OPTIONS]\n       \
-                      cargo run --release --example simulate -- --campaign N [CAMPAIGN OPTIONS]\n       \
-                      cargo run --release --example simulate -- --schedule SEED [CAMPAIGN OPTIONS]",
+    override_usage = "cargo run --release -p shardlease-sim -- [OPTIONS]\n       \
+                      cargo run --release -p shardlease-sim -- --campaign N [CAMPAIGN OPTIONS]\n       \
+                      cargo run --release -p shardlease-sim -- --schedule SEED [CAMPAIGN OPTIONS]",
     after_help = "Examples:\n  \
                   simulate --scenario join --workers 100 --leases 10000\n  \
                   simulate --scenario crash --workers 50 --leases 5000 --json\n  \

@@ -1,12 +1,10 @@
-//! The fleet simulator (examples/simulate) on small fleets: a seed replays a run exactly, the
+//! The fleet simulator (`src/sim/`) on small fleets: a seed replays a run exactly, the
 //! reports add up, and the safety figure is zero with faults injected; the fault campaign
 //! (200 seeded schedules, CI's run) breaks no invariant, and a schedule replays exactly.
 
-#[path = "../examples/simulate/sim/mod.rs"]
-mod sim;
-
 use std::time::Duration;
 
+use shardlease_sim::sim;
 use sim::campaign::run::Knobs;
 use sim::campaign::schedule::{parse_faults, schedule, schedule_seed};
 use sim::campaign::{self, campaign, Options};
@@ -782,7 +780,7 @@ fn a_replay_command_names_every_setting_that_differs_from_the_defaults() {
     let plain = Options::default().replay(7, false);
     assert_eq!(
         plain,
-        "cargo run --release --example simulate -- --schedule 7"
+        "cargo run --release -p shardlease-sim -- --schedule 7"
     );
     let options = Options {
         knobs: Knobs {

@@ -1,11 +1,9 @@
-//! Schedules of the fault campaign (examples/simulate) that broke an invariant before the
+//! Schedules of the fault campaign (`src/sim/campaign/`) that broke an invariant before the
 //! library was fixed for them: a seeded schedule the campaign found, or a scripted one where
 //! random schedules rarely meet the fault. Each test asserts that its schedule breaks no
 //! invariant; each doc says what the schedule showed before the fix.
 
-#[path = "../examples/simulate/sim/mod.rs"]
-mod sim;
-
+use shardlease_sim::sim;
 use sim::campaign::run::{run, Knobs};
 use sim::campaign::schedule::{parse_faults, schedule, script, Schedule};
 

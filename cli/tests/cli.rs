@@ -3,7 +3,8 @@
 //! operations the source calls. The operator's commands (status, release, drain, checkpoint,
 //! delete) run on a Redis table too (`--redis`, on the server at `SHARDLEASE_REDIS_URL`).
 
-#[path = "common/dynamo.rs"]
+// The library's emulator helpers, shared with its own tests.
+#[path = "../../tests/common/dynamo.rs"]
 mod dynamo;
 
 use std::collections::BTreeSet;
@@ -429,8 +430,8 @@ async fn checkpoints_and_deletes_need_force_while_held_on(table: Table) {
     assert_one_at_a_time(&journal);
 }
 
-/// The SDK operations the source sends: every `client . op ()` call in src/, as IAM names
-/// them.
+/// The SDK operations the source sends: every `client . op ()` call in the library's `src/`
+/// and in this command line's own `cli/src/`, as IAM names them.
 fn operations_in_source() -> BTreeSet<String> {
     fn walk(dir: &std::path::Path, files: &mut Vec<std::path::PathBuf>) {
         for entry in std::fs::read_dir(dir).unwrap() {
@@ -442,11 +443,10 @@ fn operations_in_source() -> BTreeSet<String> {
             }
         }
     }
+    let cli = std::path::Path::new(env!("CARGO_MANIFEST_DIR"));
     let mut files = Vec::new();
-    walk(
-        &std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("src"),
-        &mut files,
-    );
+    walk(&cli.join("../src"), &mut files);
+    walk(&cli.join("src"), &mut files);
     let mut operations = BTreeSet::new();
     for file in files {
         let source = std::fs::read_to_string(&file).unwrap();
@@ -516,7 +516,10 @@ async fn the_iam_policy_allows_exactly_the_operations_the_code_sends() {
         sent.contains("dynamodb:UpdateItem") && sent.contains("kinesis:GetRecords"),
         "the source scan found too little: {sent:?}"
     );
-    assert_eq!(actions, sent, "policy actions vs SDK operations in src/");
+    assert_eq!(
+        actions, sent,
+        "policy actions vs SDK operations in src/ and cli/src/"
+    );
     assert_eq!(
         resources,
         [
@@ -709,7 +712,7 @@ async fn dynamodb_commands_refuse_a_redis_table_and_say_why() {
 #[tokio::test]
 async fn the_policy_in_the_operations_guide_is_the_one_the_command_prints() {
     let guide = std::fs::read_to_string(
-        std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("docs/OPERATIONS.md"),
+        std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../docs/OPERATIONS.md"),
     )
     .unwrap();
     let block = guide
