@@ -429,7 +429,7 @@ impl LoadReport {
     /// fault is named in the error.
     ///
     /// ```
-    /// use shardlease::LoadReport;
+    /// use shardlease::lease::LoadReport;
     /// let mut report = LoadReport { weight: 1.0, ..LoadReport::default() };
     /// assert!(report.validate().is_ok());
     /// report.utilisation = Some(f64::NAN);

@@ -109,12 +109,11 @@ pub mod store;
 pub mod worker;
 
 pub use config::{Balance, ConfigError, WorkerConfig};
-pub use lease::{
-    Incarnation, InvalidId, InvalidLoadReport, Lease, LeaseKey, LoadReport, Member, NewLease,
-    Snapshot, WorkerId, SHARD_END,
-};
+// What an application names; what a store of one's own needs (`Lease`, `Member`, `Outcome`,
+// ...) is in `lease` and `store`.
+pub use lease::{InvalidId, LeaseKey, WorkerId, SHARD_END};
 pub use source::{Shard, ShardSource, StaticShardSource};
-pub use store::{LeaseStore, Outcome, StoreError, StoreResult};
+pub use store::{LeaseStore, StoreError};
 pub use worker::{LeaseEvent, LeaseEvents, LeaseGrant, StopReason, Worker, WorkerBuilder};
 
 /// The README's examples, compiled as doc tests so that they stay true.

@@ -5,7 +5,7 @@
 //! use shardlease::source::{Shard, StaticShardSource};
 //! use shardlease::LeaseKey;
 //!
-//! # fn main() -> Result<(), shardlease::InvalidId> {
+//! # fn main() -> Result<(), shardlease::lease::InvalidId> {
 //! let source = StaticShardSource::new(vec![Shard::new(LeaseKey::new("shard-0")?)]);
 //! // Later, while the workers run: shard-0 splits into two children.
 //! source.split(&LeaseKey::new("shard-0")?, [LeaseKey::new("shard-1")?, LeaseKey::new("shard-2")?]);

@@ -13,9 +13,10 @@ use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
+use shardlease::lease::{Incarnation, NewLease};
 use shardlease::store::redis::{RedisConfig, RedisStore};
 use shardlease::store::{Jitter, LeaseStore, Misconfiguration, Outcome, RetryPolicy, StoreError};
-use shardlease::{Incarnation, LeaseKey, NewLease, WorkerId};
+use shardlease::{LeaseKey, WorkerId};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpStream};
 use tokio::time::Instant;

@@ -6,11 +6,13 @@
 use std::sync::Arc;
 use std::time::Duration;
 
+use shardlease::lease::{Incarnation, NewLease};
 use shardlease::store::fault::FaultyStore;
 use shardlease::store::memory::InMemoryStore;
 use shardlease::store::LeaseStore;
+use shardlease::store::Outcome;
 use shardlease::worker::{LeaseEvent, LeaseEvents, WorkerError};
-use shardlease::{Incarnation, LeaseKey, NewLease, Outcome, Worker, WorkerId};
+use shardlease::{LeaseKey, Worker, WorkerId};
 use tokio::task::JoinHandle;
 use tokio::time::Instant;
 

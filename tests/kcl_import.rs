@@ -17,10 +17,11 @@ use aws_sdk_dynamodb::types::{
     ScalarAttributeType, TableStatus,
 };
 use aws_sdk_dynamodb::Client;
+use shardlease::lease::{Incarnation, Lease, NewLease};
 use shardlease::store::dynamodb::kcl::{self, Action, KclCheckpoint, Resume};
 use shardlease::store::dynamodb::{ConnectError, DynamoConfig, DynamoStore};
 use shardlease::store::LeaseStore;
-use shardlease::{Incarnation, Lease, LeaseKey, NewLease, WorkerId, SHARD_END};
+use shardlease::{LeaseKey, WorkerId, SHARD_END};
 use tokio::time::Instant;
 
 type Item = HashMap<String, AttributeValue>;

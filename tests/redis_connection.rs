@@ -9,9 +9,10 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
+use shardlease::lease::NewLease;
 use shardlease::store::redis::{RedisConfig, RedisStore};
 use shardlease::store::{LeaseStore, RetryPolicy};
-use shardlease::{LeaseKey, NewLease};
+use shardlease::LeaseKey;
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpStream};
 use tokio::time::Instant;

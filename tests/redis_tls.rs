@@ -6,9 +6,10 @@
 use std::path::PathBuf;
 use std::time::Duration;
 
+use shardlease::lease::{Incarnation, NewLease};
 use shardlease::store::redis::{RedisConfig, RedisStore};
 use shardlease::store::{LeaseStore, RetryPolicy, StoreError};
-use shardlease::{Incarnation, LeaseKey, NewLease, WorkerId};
+use shardlease::{LeaseKey, WorkerId};
 use tokio::time::Instant;
 
 fn tls_url() -> String {

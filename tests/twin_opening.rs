@@ -47,7 +47,7 @@ async fn a_twin_whose_read_was_answered_late_waits_for_the_last_beat_it_did_not_
 
     // Just after one of its beats lands, the twin starts; its read of the record is answered
     // 4.9 s after it was sent (under its store timeout), after the first process's next beat.
-    let heartbeat = |m: Option<shardlease::Member>| m.map(|m| (m.incarnation, m.heartbeat));
+    let heartbeat = |m: Option<shardlease::lease::Member>| m.map(|m| (m.incarnation, m.heartbeat));
     let before = heartbeat(inner.get_member(&id, true, far()).await.unwrap());
     while heartbeat(inner.get_member(&id, true, far()).await.unwrap()) == before {
         tokio::time::sleep(Duration::from_millis(10)).await;

@@ -5,10 +5,11 @@
 use std::sync::Arc;
 use std::time::Duration;
 
+use shardlease::lease::{Incarnation, Lease};
 use shardlease::store::memory::InMemoryStore;
 use shardlease::store::LeaseStore;
 use shardlease::worker::{LeaseEvent, LeaseEvents};
-use shardlease::{Incarnation, Lease, LeaseKey, Worker, WorkerConfig, WorkerId};
+use shardlease::{LeaseKey, Worker, WorkerConfig, WorkerId};
 use tokio::time::Instant;
 
 fn key(name: &str) -> LeaseKey {

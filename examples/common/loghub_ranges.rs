@@ -90,7 +90,7 @@ pub enum RangeError {
         /// The shard's id.
         shard: i32,
         /// Why the key was refused.
-        source: shardlease::InvalidId,
+        source: shardlease::lease::InvalidId,
     },
 }
 

@@ -9,7 +9,8 @@
 //! ```
 //! use std::time::Duration;
 //! use shardlease::store::{memory::InMemoryStore, LeaseStore, Outcome};
-//! use shardlease::{Incarnation, LeaseKey, NewLease, WorkerId};
+//! use shardlease::{LeaseKey, WorkerId};
+//! use shardlease::lease::{Incarnation, NewLease};
 //! use tokio::time::Instant;
 //!
 //! # #[tokio::main(flavor = "current_thread")]

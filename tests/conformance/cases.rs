@@ -4,11 +4,9 @@ use std::collections::BTreeMap;
 use std::time::Duration;
 
 use shardlease::lease::{CheckpointWrite, Incarnation};
+use shardlease::lease::{InvalidLoadReport, Lease, LoadReport, Member, NewLease};
 use shardlease::store::{LeaseStore, Outcome};
-use shardlease::{
-    InvalidLoadReport, Lease, LeaseKey, LoadReport, Member, NewLease, StoreError, WorkerId,
-    SHARD_END,
-};
+use shardlease::{LeaseKey, StoreError, WorkerId, SHARD_END};
 use tokio::time::Instant;
 
 use super::Target;
@@ -1153,7 +1151,7 @@ pub async fn sixteen_concurrent_takers_have_exactly_one_winner<T: Target>(target
 }
 
 /// The notices as a sorted list, for comparisons.
-fn notices(member: &shardlease::Member) -> Vec<&str> {
+fn notices(member: &shardlease::lease::Member) -> Vec<&str> {
     member.notices.iter().map(String::as_str).collect()
 }
 

@@ -415,7 +415,7 @@ async fn a_re_elected_discoverer_keeps_a_shard_that_one_listing_missed_and_its_c
     fleet.idle(base().retire_after + secs(30)).await;
 
     // a leaves; b is elected again, and its first listing misses s0 once more.
-    let tenure = |lease: Option<shardlease::Lease>| lease.expect("s0 exists").tenure;
+    let tenure = |lease: Option<shardlease::lease::Lease>| lease.expect("s0 exists").tenure;
     let before_tenure = tenure(
         fleet
             .store

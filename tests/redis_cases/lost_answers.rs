@@ -12,11 +12,11 @@ use std::future::Future;
 use std::sync::atomic::Ordering::SeqCst;
 use std::time::Duration;
 
+use shardlease::lease::{Incarnation, Lease, LoadReport, Member, NewLease};
 use shardlease::store::redis::RedisStore;
+use shardlease::store::Outcome;
 use shardlease::store::{Jitter, RetryPolicy, StoreResult};
-use shardlease::{
-    Incarnation, Lease, LeaseKey, LeaseStore, LoadReport, Member, NewLease, Outcome, WorkerId,
-};
+use shardlease::{LeaseKey, LeaseStore, WorkerId};
 
 use crate::{config, connect, deadline, key, worker, Proxy, PROCESS};
 

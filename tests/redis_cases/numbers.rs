@@ -2,8 +2,9 @@
 //! hash the decoder calls malformed is refused by every write and skipped by listings, never
 //! written over, and a hash it decodes is not refused.
 
+use shardlease::lease::{Member, NewLease};
 use shardlease::store::StoreResult;
-use shardlease::{LeaseStore, Member, NewLease, StoreError};
+use shardlease::{LeaseStore, StoreError};
 
 use super::{assert_written_iff_decoded, put_raw, raw_hash, Hash, Side};
 use crate::{config, connect, deadline, key, side, worker, HashFields, PROCESS};

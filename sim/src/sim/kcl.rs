@@ -41,9 +41,10 @@ use std::time::Duration;
 
 use shardlease::balance::{BalancePolicy, FleetView, Holder, KclBalance, LeaseView, Move};
 use shardlease::lease::Incarnation;
+use shardlease::lease::{Lease, NewLease};
 use shardlease::source::StaticShardSource;
 use shardlease::store::{LeaseStore, Outcome, StoreResult};
-use shardlease::{Lease, LeaseKey, NewLease, WorkerId};
+use shardlease::{LeaseKey, WorkerId};
 use tokio::sync::{oneshot, Semaphore};
 use tokio::task::{JoinHandle, JoinSet};
 use tokio::time::Instant;

@@ -28,9 +28,10 @@ use rand::seq::SliceRandom;
 use rand::SeedableRng;
 use shardlease::balance::Kcl3Balance;
 use shardlease::lease::Incarnation;
+use shardlease::lease::NewLease;
 use shardlease::source::{Shard, StaticShardSource};
 use shardlease::worker::{LeaseEvent, LeaseEvents, StopReason, Worker};
-use shardlease::{Balance, LeaseKey, LeaseStore, NewLease, WorkerConfig, WorkerId};
+use shardlease::{Balance, LeaseKey, LeaseStore, WorkerConfig, WorkerId};
 use tokio::task::JoinHandle;
 use tokio::time::Instant;
 

@@ -11,11 +11,12 @@ use async_trait::async_trait;
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
 use shardlease::lease::Incarnation;
-use shardlease::store::dynamodb::schema::{lease_item_size, member_item_size};
+use shardlease::lease::{Lease, LoadReport, Member, NewLease};
+use shardlease::store::dynamodb::{lease_item_size, member_item_size};
 use shardlease::store::memory::InMemoryStore;
 use shardlease::store::StoreResult;
 use shardlease::store::{LeaseStore, Outcome, Page, PageToken, RetryPolicy, StoreError};
-use shardlease::{Lease, LeaseKey, LoadReport, Member, NewLease, WorkerId};
+use shardlease::{LeaseKey, WorkerId};
 use tokio::time::Instant;
 
 use super::clock::SimClock;

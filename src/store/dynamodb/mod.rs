@@ -1,7 +1,8 @@
 //! The DynamoDB backend: the distributed store users scale on.
 //!
 //! Every write is one `PutItem`, `UpdateItem` or `DeleteItem` with a condition expression
-//! (see [`schema`]); no transactions. Conditional failures ask for the current item with
+//! (`src/store/dynamodb/schema.rs` lists them, and `docs/ARCHITECTURE.md` explains each); no
+//! transactions. Conditional failures ask for the current item with
 //! `ReturnValuesOnConditionCheckFailure = ALL_OLD` and fall back to a consistent `GetItem`
 //! where the server does not return it (dynalite, for one).
 
@@ -9,7 +10,7 @@ mod classify;
 mod connect_error;
 pub mod kcl;
 mod metrics;
-pub mod schema;
+mod schema;
 mod table;
 
 use std::collections::HashMap;
@@ -30,6 +31,7 @@ use aws_sdk_dynamodb::Client;
 use tokio::time::Instant;
 
 pub use self::connect_error::ConnectError;
+pub use self::schema::{lease_item_size, member_item_size};
 
 use self::classify::classify;
 use self::metrics::{Answer, Api, Request};

@@ -300,7 +300,7 @@ fn integer_size(mut value: u64) -> usize {
 /// The size DynamoDB bills for the lease's item, in bytes (attribute names plus values, by
 /// the rules of the DynamoDB developer guide's "item sizes"): what a read or a write of it
 /// costs in capacity units. Computed without encoding the item; a test checks it against
-/// [`encode_lease`].
+/// the encoding (`encode_lease`).
 pub fn lease_item_size(lease: &Lease) -> usize {
     let string = |name: &str, len: usize| name.len() + len;
     let number = |name: &str, value: u64| name.len() + integer_size(value);

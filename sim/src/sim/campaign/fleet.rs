@@ -11,9 +11,10 @@ use rand::SeedableRng;
 use shardlease::admin::Admin;
 use shardlease::balance::{KclBalance, LoadBalance};
 use shardlease::clock::Clock;
+use shardlease::lease::NewLease;
 use shardlease::source::{Shard, StaticShardSource};
 use shardlease::worker::Worker;
-use shardlease::{Balance, LeaseKey, LeaseStore, NewLease, WorkerConfig, WorkerId};
+use shardlease::{Balance, LeaseKey, LeaseStore, WorkerConfig, WorkerId};
 use tokio::task::JoinHandle;
 use tokio::time::Instant;
 

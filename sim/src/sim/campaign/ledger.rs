@@ -6,7 +6,8 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Mutex;
 use std::time::Duration;
 
-use shardlease::{Lease, LeaseKey};
+use shardlease::lease::Lease;
+use shardlease::LeaseKey;
 use tokio::time::Instant;
 
 use crate::sim::net::Audit;
@@ -473,7 +474,7 @@ mod tests {
         ledger.start(2, &key("a"), 1, None);
         let mut lease = Lease {
             checkpoint: Some(checkpoint_text(5, 0)),
-            ..shardlease::NewLease::new(key("a")).into_lease()
+            ..shardlease::lease::NewLease::new(key("a")).into_lease()
         };
         ledger.written(2, "checkpoint", &lease);
         lease.checkpoint = Some(checkpoint_text(4, 0));
@@ -497,7 +498,7 @@ mod tests {
         let mut lease = Lease {
             nonce: 7,
             checkpoint: Some(checkpoint_text(5, 7)),
-            ..shardlease::NewLease::new(key("a")).into_lease()
+            ..shardlease::lease::NewLease::new(key("a")).into_lease()
         };
         ledger.written(1, "checkpoint", &lease);
         ledger.acknowledged(1, &key("a"), &checkpoint_text(5, 7));
@@ -507,7 +508,7 @@ mod tests {
         // item may land in it.
         let mut again = Lease {
             nonce: 8,
-            ..shardlease::NewLease::new(key("a")).into_lease()
+            ..shardlease::lease::NewLease::new(key("a")).into_lease()
         };
         ledger.written(OPERATOR_PROCESS, "create", &again);
         again.checkpoint = Some(checkpoint_text(6, 7));
