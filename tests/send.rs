@@ -7,7 +7,7 @@ use std::future::Future;
 use std::sync::Arc;
 
 use shardlease::store::memory::InMemoryStore;
-use shardlease::worker::{Checkpointer, WorkerMonitor};
+use shardlease::worker::{Checkpointer, LeaseEvents, WorkerMonitor};
 use shardlease::{LeaseGrant, LeaseStore, Worker, WorkerBuilder, WorkerConfig};
 
 fn send<T: Send>(_: &T) {}
@@ -21,8 +21,10 @@ async fn worker_futures(
     worker: Worker,
     mut grant: LeaseGrant,
     checkpointer: Checkpointer,
+    mut events: LeaseEvents,
 ) {
     send_future(builder.start());
+    send_future(events.recv());
     send_future(worker.stopped());
     send_future(grant.checkpoint("1"));
     send_future(grant.end_of_shard());
@@ -87,6 +89,7 @@ fn handles_are_send_and_sync() {
     send_sync::<Worker>();
     send_sync::<WorkerBuilder>();
     send_sync::<WorkerMonitor>();
+    send_sync::<LeaseEvents>();
     send_sync::<LeaseGrant>();
     send_sync::<Checkpointer>();
     send_sync::<WorkerConfig>();
