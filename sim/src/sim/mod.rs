@@ -1346,7 +1346,7 @@ pub async fn run(settings: Settings) -> Report {
 /// What the rest saw of a lease turning hot (all in seconds after it turned).
 #[derive(Debug, Clone, Copy, Default, PartialEq)]
 pub struct HotShard {
-    /// When the fleet was first settled around it ([`Ledger::settled_around`]).
+    /// When the fleet was first settled around it (`Ledger::settled_around`).
     pub settled: Option<f64>,
     /// When a membership record first published a figure for it more than 10 % above the
     /// one published before it turned.

@@ -954,7 +954,7 @@ pub struct Chaos {
     pub late: f64,
     /// An eventually consistent read (a scan page of `list_page_eventually`, a `get_member`
     /// not consistent) is served by a lagging replica: each item as it was a drawn lag ago
-    /// (see [`SimStore::stale_lag`]). Strongly consistent reads see the live table.
+    /// (see `SimStore::stale_lag`). Strongly consistent reads see the live table.
     pub stale: f64,
 }
 

@@ -30,10 +30,10 @@ const LOAD_EVERY: Duration = Duration::from_secs(5);
 pub struct AppControl {
     /// One grant's task panics (the next one to look, if none is waiting).
     pub panic: Arc<Notify>,
-    /// Handoffs are finished late (up to [`LATE_FINISH`]); back to `false`, a late finish
+    /// Handoffs are finished late (up to `LATE_FINISH`); back to `false`, a late finish
     /// in progress ends at once (the faults healed).
     pub late: Arc<Flag>,
-    /// Every lease reports a load of 1, every [`LOAD_EVERY`] (the fleet balances by load).
+    /// Every lease reports a load of 1, every `LOAD_EVERY` (the fleet balances by load).
     pub report_load: bool,
 }
 

@@ -300,7 +300,7 @@ impl Fleet {
 
     /// An operator drains `process`: the tool tells its session, and the process leaves by
     /// itself once it hears (followed as a graceful leave; one that never hears is shut down
-    /// after [`DRAIN_NOTICED`]).
+    /// after `DRAIN_NOTICED`).
     pub fn drain(&mut self, process: u64) {
         let Some(p) = self.procs.remove(&process) else {
             return;

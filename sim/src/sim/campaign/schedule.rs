@@ -102,7 +102,7 @@ impl Fault {
         Fault::ALL.into_iter().collect()
     }
 
-    /// The kinds drawn from a stream of their own (see [`draw_protocol_faults`]): late
+    /// The kinds drawn from a stream of their own (see `draw_protocol_faults`): late
     /// writes, stale reads, the policies, the operator's moves.
     pub const OWN_STREAM: [Fault; 9] = [
         Fault::LateWrite,
