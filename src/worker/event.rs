@@ -2,7 +2,7 @@
 //! one stream [`LeaseEvents`] that [`WorkerBuilder::start`](super::WorkerBuilder::start)
 //! returns.
 
-use std::collections::HashSet;
+use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 
 use tokio::sync::mpsc;
@@ -69,25 +69,12 @@ pub enum LeaseEvent {
     },
 }
 
-impl LeaseEvent {
-    /// The lease the event is about; `None` for [`DuplicateWorkerId`](Self::DuplicateWorkerId).
-    pub fn key(&self) -> Option<&LeaseKey> {
-        match self {
-            Self::Acquired(grant) => Some(grant.key()),
-            Self::HandedOff { key, .. }
-            | Self::Released { key }
-            | Self::Lost { key }
-            | Self::ShardEnded { key }
-            | Self::Retired { key }
-            | Self::Abandoned { key } => Some(key),
-            Self::DuplicateWorkerId { .. } => None,
-        }
-    }
-}
-
-/// The grants given to the application and not read yet: a lease whose grant waits here is
-/// held and renewed while nobody processes it ([`Stall::Undelivered`](super::Stall::Undelivered)).
-pub(crate) type Unread = Arc<Mutex<HashSet<(LeaseKey, u64)>>>;
+/// The grants given to the application and not read yet, by lease, with their tenure: a lease
+/// whose grant waits here is held and renewed while nobody processes it
+/// ([`Stall::Undelivered`](super::Stall::Undelivered)). A lease has one tenure here at a
+/// time; an entry of an earlier tenure is only replaced or left, never mistaken for the
+/// current one, since every look-up compares the tenure.
+pub(crate) type Unread = Arc<Mutex<HashMap<LeaseKey, u64>>>;
 
 /// The worker's events, in order, as [`WorkerBuilder::start`](super::WorkerBuilder::start)
 /// returns them beside the worker. The stream ends when the worker stops.
@@ -129,10 +116,10 @@ impl LeaseEvents {
 
     fn read(&self, event: &LeaseEvent) {
         if let LeaseEvent::Acquired(grant) = event {
-            self.unread
-                .lock()
-                .unwrap_or_else(|e| e.into_inner())
-                .remove(&(grant.key().clone(), grant.tenure()));
+            let mut unread = self.unread.lock().unwrap_or_else(|e| e.into_inner());
+            if unread.get(grant.key()) == Some(&grant.tenure()) {
+                unread.remove(grant.key());
+            }
         }
     }
 }

@@ -13,7 +13,7 @@
 //! The sessions known to be over are [`Fences`](super::fenced::Fences); the leases held here
 //! and this process's session are in `state.rs`.
 
-use std::collections::{HashMap, HashSet};
+use std::collections::HashMap;
 use std::sync::atomic::AtomicBool;
 use std::sync::{Arc, Mutex, MutexGuard};
 
@@ -163,30 +163,21 @@ impl EventSink {
         // A grant counts as unread until the application's end reads it. Once that end is
         // dropped, sending fails and the grant is dropped here: an abandoned grant, released
         // like any other.
-        let grant = match &event {
-            LeaseEvent::Acquired(grant) => Some((grant.key().clone(), grant.tenure())),
-            _ => None,
-        };
         let events = self.events.lock().unwrap_or_else(|e| e.into_inner());
         let Some(events) = events.as_ref() else {
             return;
         };
-        if let Some(grant) = &grant {
-            self.unread_grants().insert(grant.clone());
+        if let LeaseEvent::Acquired(grant) = &event {
+            self.unread().insert(grant.key().clone(), grant.tenure());
         }
-        if events.send(event).is_err() {
-            if let Some(grant) = &grant {
-                self.unread_grants().remove(grant);
-            }
+        if let Err(mpsc::error::SendError(LeaseEvent::Acquired(grant))) = events.send(event) {
+            self.unread().remove(grant.key());
         }
     }
 
-    /// Whether the grant of `key` in `tenure` waits unread in the application's stream.
-    pub fn unread(&self, key: &LeaseKey, tenure: u64) -> bool {
-        self.unread_grants().contains(&(key.clone(), tenure))
-    }
-
-    fn unread_grants(&self) -> MutexGuard<'_, HashSet<(LeaseKey, u64)>> {
+    /// The grants waiting unread in the application's stream: the tenure of each, by lease.
+    /// Taken after the held leases' lock, never before.
+    pub fn unread(&self) -> MutexGuard<'_, HashMap<LeaseKey, u64>> {
         self.unread.lock().unwrap_or_else(|e| e.into_inner())
     }
 

@@ -532,8 +532,9 @@ impl Shared {
             .held
             .iter()
             .filter(|(_, h)| h.valid_until > now && !matches!(h.phase, Phase::Waiting { .. }));
+        let unread = self.events.unread();
         for (key, held) in reported {
-            if self.events.unread(key, held.tenure) {
+            if unread.get(key) == Some(&held.tenure) {
                 stalled.push((key.clone(), Stall::Undelivered));
             } else if let Some(window) = self.config.progress_window {
                 // Active only: a lease asked to stop has the stop's deadline instead.
