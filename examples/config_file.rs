@@ -3,7 +3,7 @@
 //!
 //! ```sh
 //! cargo run --example config_file --features serde -- examples/shardlease.toml
-//! SHARDLEASE_WORKER_LEASE_DURATION=30s SHARDLEASE_WORKER_PROTOCOL=leases \
+//! SHARDLEASE_WORKER_LEASE_DURATION=30s SHARDLEASE_WORKER_HANDOFF_TIMEOUT=1m \
 //!     cargo run --example config_file --features serde -- --env
 //! ```
 //!

@@ -66,6 +66,26 @@ pub enum Balance {
 
 /// How a worker keeps, takes and hands over leases.
 ///
+/// One flat struct, so that a file, the environment and a program name each setting alike
+/// (`docs/decisions/0019-the-worker-config-stays-flat.md`); its fields, by group:
+///
+/// - the lease and its intervals: [`lease_duration`](Self::lease_duration),
+///   [`renew_interval`](Self::renew_interval), [`taker_interval`](Self::taker_interval),
+///   [`drift_allowance`](Self::drift_allowance);
+/// - handoffs and departures: [`handoff_timeout`](Self::handoff_timeout),
+///   [`handoff_poll_interval`](Self::handoff_poll_interval),
+///   [`quiet_period`](Self::quiet_period), [`shutdown_timeout`](Self::shutdown_timeout);
+/// - limits: [`max_leases_per_worker`](Self::max_leases_per_worker),
+///   [`max_concurrent_writes`](Self::max_concurrent_writes),
+///   [`store_timeout`](Self::store_timeout);
+/// - the fleet's chores: [`discovery_interval`](Self::discovery_interval),
+///   [`retire_after`](Self::retire_after), [`slow_scan_interval`](Self::slow_scan_interval);
+/// - health: [`progress_window`](Self::progress_window);
+/// - balance by load: [`balance`](Self::balance), [`weight`](Self::weight),
+///   [`load_short_window`](Self::load_short_window),
+///   [`load_long_window`](Self::load_long_window),
+///   [`load_publish_interval`](Self::load_publish_interval).
+///
 /// Every default says where it comes from. [`WorkerConfig::validate`] explains what is wrong
 /// with a combination that cannot work.
 ///

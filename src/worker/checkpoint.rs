@@ -7,12 +7,12 @@ use async_trait::async_trait;
 
 use super::finish::spawn_finish;
 use super::grant::{CheckpointError, Ledger};
-use super::state::{CheckpointSlot, Shared};
+use super::state::{CheckpointSlot, Holder};
 use crate::lease::LeaseKey;
 use crate::store::Outcome;
 
 #[async_trait]
-impl Ledger for Arc<Shared> {
+impl Ledger for Arc<Holder> {
     async fn store(&self, key: &LeaseKey, tenure: u64, value: &str) -> Result<(), CheckpointError> {
         let not_held = || CheckpointError::NotHeld {
             key: key.clone(),

@@ -9,7 +9,7 @@ use tokio_util::sync::CancellationToken;
 use tracing::Instrument;
 
 use super::finish::spawn_finish;
-use super::state::{Finish, Phase, Shared};
+use super::state::{Finish, Holder, Phase};
 use super::stop::{Finished, StopReason};
 use crate::lease::LeaseKey;
 
@@ -22,7 +22,7 @@ use crate::lease::LeaseKey;
 /// worker, an overlap: `a_lease_that_moved_on_while_its_report_waited_is_not_started` in
 /// `sim/tests/campaign_holes.rs`). A failed read keeps
 /// the lease waiting; the control loop reads again a beat later.
-async fn confirm_and_report(shared: &Arc<Shared>, key: LeaseKey, nonce: u64, tenure: u64) {
+async fn confirm_and_report(shared: &Arc<Holder>, key: LeaseKey, nonce: u64, tenure: u64) {
     let deadline = shared.now() + shared.config.store_timeout;
     match shared.store.get(&key, deadline).await {
         Ok(Some(lease))
@@ -52,7 +52,7 @@ async fn confirm_and_report(shared: &Arc<Shared>, key: LeaseKey, nonce: u64, ten
 /// Fences leases whose validity ran out, reports waiting leases when their time comes, and
 /// acts on grants the application finished.
 pub(crate) async fn control(
-    shared: Arc<Shared>,
+    shared: Arc<Holder>,
     mut finished: mpsc::UnboundedReceiver<Finished>,
     cancel: CancellationToken,
 ) {

@@ -8,7 +8,7 @@ use tracing::Instrument;
 
 use super::event::LeaseEvent;
 use super::metrics;
-use super::state::{Finish, Shared};
+use super::state::{Finish, Holder};
 use crate::lease::{Lease, LeaseKey, WorkerId};
 use crate::store::Outcome;
 
@@ -16,7 +16,7 @@ use crate::store::Outcome;
 type Tenure = (u64, u64);
 
 /// Hands a finished lease over, or releases it, in a tracked task.
-pub(crate) fn spawn_finish(shared: &Arc<Shared>, key: LeaseKey, finish: Finish) {
+pub(crate) fn spawn_finish(shared: &Arc<Holder>, key: LeaseKey, finish: Finish) {
     let task_shared = Arc::clone(shared);
     let cancel = shared.cancel.clone();
     shared.jobs.spawn(
@@ -31,7 +31,7 @@ pub(crate) fn spawn_finish(shared: &Arc<Shared>, key: LeaseKey, finish: Finish) 
     );
 }
 
-async fn finish_now(shared: &Arc<Shared>, key: LeaseKey, finish: Finish) {
+async fn finish_now(shared: &Arc<Holder>, key: LeaseKey, finish: Finish) {
     let deadline = shared.now() + shared.config.store_timeout;
     let me = &shared.id;
     match finish {
@@ -100,7 +100,7 @@ async fn finish_now(shared: &Arc<Shared>, key: LeaseKey, finish: Finish) {
 /// go of it: its peers take it at their next round instead of after its expiry, which late
 /// renewals may push back. Conditional on this item, owner and tenure, so it never touches the
 /// lease once somebody else has taken it.
-async fn give_up(shared: &Shared, key: LeaseKey, (nonce, tenure): Tenure, deadline: Instant) {
+async fn give_up(shared: &Holder, key: LeaseKey, (nonce, tenure): Tenure, deadline: Instant) {
     let me = &shared.id;
     match shared
         .store
@@ -124,7 +124,7 @@ async fn give_up(shared: &Shared, key: LeaseKey, (nonce, tenure): Tenure, deadli
 /// Gives up a lease this worker owns in `tenure`; `ended`: because its shard was processed to
 /// the end.
 async fn release(
-    shared: &Shared,
+    shared: &Holder,
     key: LeaseKey,
     (nonce, tenure): Tenure,
     ended: bool,
@@ -172,7 +172,7 @@ async fn release(
 /// duration while the lease still waits on it untaken; seen unchanged across a lease duration
 /// (a live session beats every renew interval), the session is surely over: it is fenced, as
 /// its watcher would, and the lease given on.
-fn follow_up(shared: &Arc<Shared>, handed: Lease) {
+fn follow_up(shared: &Arc<Holder>, handed: Lease) {
     let Some(to) = handed.owner.clone() else {
         return;
     };
@@ -189,7 +189,7 @@ fn follow_up(shared: &Arc<Shared>, handed: Lease) {
     );
 }
 
-async fn follow(shared: &Shared, to: &WorkerId, handed: Lease) {
+async fn follow(shared: &Holder, to: &WorkerId, handed: Lease) {
     let config = &shared.config;
     let waits = |lease: &Lease| {
         lease.owner.as_ref() == Some(to)
@@ -258,7 +258,7 @@ async fn follow(shared: &Shared, to: &WorkerId, handed: Lease) {
 /// Leaves a notice naming `key` in `worker`'s session, whichever it is. `false` when the
 /// worker has no session (no record, or a record without one); `true` otherwise, told or not
 /// (a notice that could not be left is left again by the slow scan's worker).
-async fn tell(shared: &Shared, worker: &WorkerId, key: &LeaseKey, deadline: Instant) -> bool {
+async fn tell(shared: &Holder, worker: &WorkerId, key: &LeaseKey, deadline: Instant) -> bool {
     match shared.store.get_member(worker, true, deadline).await {
         Ok(Some(member)) => {
             let Some(incarnation) = member.incarnation else {
@@ -282,7 +282,7 @@ async fn tell(shared: &Shared, worker: &WorkerId, key: &LeaseKey, deadline: Inst
 /// round here looks again: this worker now holds one lease fewer than its last round planned
 /// with (a lease handed to a receiver that died, then given on, leaves its giver below its
 /// share, and nothing else would bring the round that asks for one back).
-pub(crate) async fn place(shared: &Shared, lease: Lease, deadline: Instant) {
+pub(crate) async fn place(shared: &Holder, lease: Lease, deadline: Instant) {
     let mut counter = lease.counter;
     // A receiver whose session ended meanwhile cannot take it: give it to the next one.
     for _ in 0..3 {
@@ -331,7 +331,7 @@ const RETIRE_ATTEMPTS: usize = 3;
 /// Deletes a lease this worker owns in `tenure`, whose shard left the source. The delete is
 /// conditioned on the counter just read, so it never removes a lease somebody else has taken
 /// or re-created; if it keeps missing, the lease expires and the discoverer deletes it.
-async fn retire(shared: &Shared, key: &LeaseKey, (nonce, tenure): Tenure, deadline: Instant) {
+async fn retire(shared: &Holder, key: &LeaseKey, (nonce, tenure): Tenure, deadline: Instant) {
     let me = &shared.id;
     for _ in 0..RETIRE_ATTEMPTS {
         let lease = match shared.store.get(key, deadline).await {

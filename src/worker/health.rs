@@ -6,7 +6,7 @@
 //! the renewer and the heartbeat report every round trip here, and while the last ones were
 //! slow (longer than `renew_interval`, or never answered) the worker takes nothing and
 //! publishes capacity 0, so that its peers plan without it; the leases it loses are given up
-//! in the table (see `Shared::expire`). The first round trip that starts after the latest slow
+//! in the table (see `Holder::expire`). The first round trip that starts after the latest slow
 //! one and is answered in time ends it.
 
 use std::sync::Mutex;

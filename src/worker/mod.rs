@@ -48,6 +48,7 @@ mod health;
 mod identity;
 mod load;
 mod metrics;
+mod own;
 mod parts;
 mod session;
 mod state;
@@ -62,7 +63,7 @@ use std::pin::Pin;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 
-use tokio::sync::mpsc;
+use tokio::sync::{mpsc, watch};
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 use tracing::Instrument;
@@ -74,8 +75,9 @@ pub use self::state::Stall;
 pub use self::stop::StopReason;
 
 use self::finish::spawn_finish;
+use self::own::OwnSession;
 use self::parts::EventSink;
-use self::state::{Phase, Shared};
+use self::state::{Holder, Phase};
 use crate::balance::{BalancePolicy, CountBalance, LoadBalance};
 use crate::clock::{timeout_at, Clock, TokioClock};
 use crate::config::Balance;
@@ -281,18 +283,18 @@ impl WorkerBuilder {
                 _ => Arc::new(CountBalance),
             },
         };
-        let shared = Arc::new(Shared::new(
+        let shared = Arc::new(Holder::new(
             self.id.clone(),
             incarnation,
             store,
             self.clock,
             self.config,
-            self.source.is_some(),
             sink,
             finished_tx,
         ));
-        open_first_session(&shared, deadline).await?;
-        let leaving = spawn_loops(&shared, policy, self.source, finished_rx);
+        let own = Arc::new(OwnSession::new(Arc::clone(&shared.base)));
+        open_first_session(&shared, &own, deadline).await?;
+        let leaving = spawn_loops(&shared, &own, policy, self.source, finished_rx);
         let signal = self.shutdown_signal.map(ShutdownSignal::into_future);
         spawn_leave_on(&shared, &leaving, signal);
         tracing::info!(worker = %shared.id, %incarnation, "worker started");
@@ -368,14 +370,15 @@ fn refused(worker: &WorkerId, refusal: earlier_build::Refusal) -> WorkerError {
 /// Opens the worker's first session by `deadline`; if a worker of an earlier build started
 /// meanwhile, removes the record again and refuses.
 async fn open_first_session(
-    shared: &Shared,
+    shared: &Holder,
+    own: &OwnSession,
     deadline: tokio::time::Instant,
 ) -> Result<(), WorkerError> {
     let fail = |source| WorkerError::Store {
         worker: shared.id.clone(),
         source,
     };
-    if !session::open(shared, deadline).await.map_err(fail)? {
+    if !session::open(shared, own, deadline).await.map_err(fail)? {
         return Err(fail(StoreError::Transient {
             operation: "open_session",
             key: shared.id.to_string(),
@@ -388,7 +391,7 @@ async fn open_first_session(
     if let Err(refusal) = earlier_build::after_start(shared.store.as_ref(), deadline).await {
         // A worker of an earlier build started meanwhile: this one leaves no record.
         let deadline = shared.now() + shared.config.store_timeout;
-        let heartbeat = shared.session().heartbeat;
+        let heartbeat = own.lock().heartbeat;
         let removed = shared
             .store
             .end_session(&shared.id, shared.incarnation(), heartbeat, deadline)
@@ -404,7 +407,8 @@ async fn open_first_session(
 /// Starts the worker's loops: the session's beat, the watcher, the control loop, the taker
 /// and (with a shard source) the discoverer.
 fn spawn_loops(
-    shared: &Arc<Shared>,
+    shared: &Arc<Holder>,
+    own: &Arc<OwnSession>,
     policy: Arc<dyn BalancePolicy>,
     source: Option<Arc<dyn ShardSource>>,
     finished: mpsc::UnboundedReceiver<stop::Finished>,
@@ -415,12 +419,24 @@ fn spawn_loops(
     let span = |task: &'static str| tracing::info_span!("shardlease", worker = %shared.id, task);
     // Beats go on while the worker leaves (publishing capacity 0), and stop before
     // `shutdown` ends the session.
+    let beats = Arc::new(session::Beats::default());
+    let announced = Arc::new(parts::Announced::default());
+    let unacknowledged = Arc::new(take::Unacknowledged::default());
+    let ring = Arc::new(parts::Ring::default());
+    let view = source.as_ref().map(|_| watch::Sender::new(None));
+    let session = session::SessionLoop {
+        holder: Arc::clone(shared),
+        own: Arc::clone(own),
+        beats: Arc::clone(&beats),
+        announced: Arc::clone(&announced),
+        unacknowledged: Arc::clone(&unacknowledged),
+    };
     loops.spawn(
-        session::run(Arc::clone(shared), heartbeat_cancel.clone()).instrument(span("session")),
+        session::run(Arc::new(session), heartbeat_cancel.clone()).instrument(span("session")),
     );
     let watcher = watcher::WatcherParts {
         base: Arc::clone(&shared.base),
-        ring: Arc::clone(&shared.ring),
+        ring: Arc::clone(&ring),
         fences: Arc::clone(&shared.fences),
         rescan: Arc::clone(&shared.rescan),
     };
@@ -429,16 +445,24 @@ fn spawn_loops(
         control::control(Arc::clone(shared), finished, shared.cancel.clone())
             .instrument(span("control")),
     );
+    let subscribed = view.as_ref().map(watch::Sender::subscribe);
+    let taker = taker::TakerParts {
+        own: Arc::clone(own),
+        ring,
+        view,
+        announced,
+        unacknowledged,
+    };
     loops.spawn(
-        taker::Taker::new(Arc::clone(shared), policy)
+        taker::Taker::new(Arc::clone(shared), taker, policy)
             .run(taker_cancel.clone())
             .instrument(span("taker")),
     );
-    if let Some(source) = source {
+    if let (Some(source), Some(view)) = (source, subscribed) {
         loops.spawn(
             discoverer::run(
                 Arc::clone(&shared.base),
-                shared.view.subscribe(),
+                view,
                 Arc::clone(&shared.rescan),
                 source,
                 taker_cancel.clone(),
@@ -447,6 +471,8 @@ fn spawn_loops(
         );
     }
     Arc::new(Leaving {
+        own: Arc::clone(own),
+        beats,
         loops,
         taker_cancel,
         heartbeat_cancel,
@@ -458,7 +484,7 @@ fn spawn_loops(
 /// Leaves gracefully on the shutdown signal, if any, or when an operator asks this process to
 /// drain (`shardlease drain`).
 fn spawn_leave_on(
-    shared: &Arc<Shared>,
+    shared: &Arc<Holder>,
     leaving: &Arc<Leaving>,
     signal: Option<Pin<Box<dyn Future<Output = ()> + Send>>>,
 ) {
@@ -482,7 +508,7 @@ fn spawn_leave_on(
                     tracing::info!(worker = %shared.id, "shutdown signal received");
                     leave(&shared, &leaving).await;
                 }
-                _ = shared.drain.cancelled() => {
+                _ = leaving.beats.drain.cancelled() => {
                     leave(&shared, &leaving).await;
                 }
             }
@@ -495,7 +521,7 @@ fn spawn_leave_on(
 /// without that behaves like a crash (its leases expire), except that every grant is told
 /// its lease is lost, so nothing goes on processing.
 pub struct Worker {
-    shared: Arc<Shared>,
+    shared: Arc<Holder>,
     leaving: Arc<Leaving>,
     stopped: bool,
 }
@@ -503,6 +529,10 @@ pub struct Worker {
 /// What a graceful departure needs, shared by [`Worker::shutdown`] and the shutdown signal's
 /// task: whichever comes first leaves, the other waits for it.
 struct Leaving {
+    /// This process's session: ended as the worker leaves.
+    own: Arc<OwnSession>,
+    /// The session loop's wake-ups: a departure beats at once, and starts on a drain notice.
+    beats: Arc<session::Beats>,
     loops: TaskTracker,
     taker_cancel: CancellationToken,
     heartbeat_cancel: CancellationToken,
@@ -524,7 +554,8 @@ impl std::fmt::Debug for Worker {
 /// of a readiness and a liveness probe (`examples/prometheus.rs` serves them over HTTP).
 #[derive(Clone)]
 pub struct WorkerMonitor {
-    shared: Arc<Shared>,
+    shared: Arc<Holder>,
+    own: Arc<OwnSession>,
 }
 
 impl WorkerMonitor {
@@ -586,7 +617,7 @@ impl WorkerMonitor {
         !shared.cancel.is_cancelled()
             && !shared.lock().shutting_down
             && !shared.health.is_slow()
-            && shared.session_valid()
+            && self.own.valid()
     }
 
     /// The liveness answer: nothing here needs a restart. True while the worker has not
@@ -666,6 +697,7 @@ impl Worker {
     pub fn monitor(&self) -> WorkerMonitor {
         WorkerMonitor {
             shared: Arc::clone(&self.shared),
+            own: Arc::clone(&self.leaving.own),
         }
     }
 
@@ -693,7 +725,7 @@ impl Worker {
 }
 
 /// Leaves gracefully (see [`Worker::shutdown`]), once: a second caller waits for the first.
-async fn leave(shared: &Arc<Shared>, leaving: &Leaving) {
+async fn leave(shared: &Arc<Holder>, leaving: &Leaving) {
     if leaving.started.swap(true, Ordering::SeqCst) {
         leaving.done.cancelled().await;
         return;
@@ -711,7 +743,7 @@ async fn leave(shared: &Arc<Shared>, leaving: &Leaving) {
     .await;
     // Tell the peers at once that this worker takes nothing more (a heartbeat with capacity
     // 0), so that they take the leases it releases instead of leaving them to it.
-    shared.beat_now.notify_one();
+    leaving.beats.beat_now.notify_one();
     // Handoffs asked by this worker whose owners were not told yet (the taker stopped in
     // the middle): told now, they are done (and given on) at once, not when the chores
     // find them long after the fleet settled
@@ -743,7 +775,7 @@ type LeavingLease = (LeaseKey, u64, u64, Phase);
 /// Marks the worker as shutting down (it takes and asks for nothing more) and returns the
 /// handoffs it asked for whose owners may not know yet, and the leases it holds.
 fn stop_taking(
-    shared: &Shared,
+    shared: &Holder,
 ) -> (
     BTreeMap<LeaseKey, (WorkerId, Incarnation)>,
     Vec<LeavingLease>,
@@ -762,7 +794,7 @@ fn stop_taking(
 
 /// What a departure does with one lease held here, by its phase.
 fn finish_on_leaving(
-    shared: &Shared,
+    shared: &Holder,
     key: &LeaseKey,
     nonce: u64,
     tenure: u64,
@@ -797,11 +829,14 @@ fn finish_on_leaving(
 /// The end of a departure, once the beats stopped: waits for the releases in flight and ends
 /// the session (both by one store deadline), then stops the loops and closes the event
 /// stream.
-async fn end_everything(shared: &Arc<Shared>, leaving: &Leaving, deadline: tokio::time::Instant) {
+async fn end_everything(shared: &Arc<Holder>, leaving: &Leaving, deadline: tokio::time::Instant) {
     shared.jobs.close();
     let store_deadline = shared.now().min(deadline) + shared.config.store_timeout;
     let releases = timeout_at(&*shared.clock, store_deadline, shared.jobs.wait());
-    let _ = tokio::join!(releases, end_own_session(shared, store_deadline));
+    let _ = tokio::join!(
+        releases,
+        end_own_session(shared, &leaving.own, store_deadline)
+    );
     shared.cancel.cancel();
     leaving.loops.close();
     leaving.loops.wait().await;
@@ -811,7 +846,7 @@ async fn end_everything(shared: &Arc<Shared>, leaving: &Leaving, deadline: tokio
 /// Tells the owners of leases this worker asked for (`State::asking`) to look at them, one
 /// notice per owner, within `deadline`.
 async fn tell_owners(
-    shared: &Shared,
+    shared: &Holder,
     asking: BTreeMap<LeaseKey, (WorkerId, Incarnation)>,
     deadline: tokio::time::Instant,
 ) {
@@ -832,8 +867,8 @@ async fn tell_owners(
 /// Ends this process's session as it leaves (its record removed, if it is still
 /// this process's). A beat cut short by the shutdown may have landed unseen: then the record
 /// is read and ended at the heartbeat it shows.
-async fn end_own_session(shared: &Shared, deadline: tokio::time::Instant) {
-    let mut heartbeat = shared.session().heartbeat;
+async fn end_own_session(shared: &Holder, own: &OwnSession, deadline: tokio::time::Instant) {
+    let mut heartbeat = own.lock().heartbeat;
     for _ in 0..3 {
         let ended = shared
             .store

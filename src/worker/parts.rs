@@ -8,10 +8,13 @@
 //!   it) and the watcher (which reads it and reports a suspect);
 //! - [`EventSink`]: the sending end of the application's event stream;
 //! - [`Receivers`]: where a lease released here goes, written by the taker's rounds, read by
-//!   the releases.
+//!   the releases;
+//! - [`Announced`]: workers that announced themselves, from the session loop to the taker.
 //!
 //! The sessions known to be over are [`Fences`](super::fenced::Fences); the leases held here
-//! and this process's session are in `state.rs`.
+//! and this process's session are the [`Holder`](super::state::Holder) in `state.rs`; the
+//! session loop's wake-ups are [`Beats`](super::session::Beats); the takes awaiting an
+//! acknowledgement are [`Unacknowledged`](super::take::Unacknowledged).
 
 use std::collections::HashMap;
 use std::sync::atomic::AtomicBool;
@@ -224,5 +227,34 @@ impl Receivers {
             .min_by(|a, b| a.held.cmp(&b.held).then(a.worker.cmp(&b.worker)))?;
         receiver.held += 1;
         Some(receiver.clone())
+    }
+}
+
+/// Workers that told this one they joined (or left) next to it, for the taker's next round to
+/// read if its scan does not show them (see `Taker::see_announced`). Written by the session
+/// loop, which reads the notices; taken by the taker.
+#[derive(Default)]
+pub(crate) struct Announced(Mutex<Vec<WorkerId>>);
+
+impl Announced {
+    /// A worker announced itself.
+    pub fn push(&self, worker: WorkerId) {
+        self.0
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .push(worker);
+    }
+
+    /// The workers announced since the last call, taken.
+    pub fn take(&self) -> Vec<WorkerId> {
+        std::mem::take(&mut *self.0.lock().unwrap_or_else(|e| e.into_inner()))
+    }
+
+    /// Announced workers a round could not read, for the next one.
+    pub fn put_back(&self, workers: Vec<WorkerId>) {
+        self.0
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .extend(workers);
     }
 }

@@ -13,7 +13,7 @@
 use std::collections::HashSet;
 use std::sync::{Arc, Mutex};
 
-use tokio::sync::Semaphore;
+use tokio::sync::{Notify, Semaphore};
 use tokio::task::JoinSet;
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
@@ -22,22 +22,90 @@ use tracing::Instrument;
 use super::event::LeaseEvent;
 use super::finish::{place, spawn_finish};
 use super::metrics;
-use super::state::{notice_text, Finish, Phase, Shared, EXPECT_NOTICE, REVOKE_PREFIX};
+use super::own::OwnSession;
+use super::parts::Announced;
+use super::state::{
+    drain_notice, notice_text, Finish, Holder, Phase, EXPECT_NOTICE, REVOKE_PREFIX,
+};
 use super::stop::StopReason;
-use super::take::{take, Answer, Report};
+use super::take::{take, Answer, Report, Unacknowledged};
 use crate::clock::timeout_at;
 use crate::expiry::ExpiryTracker;
-use crate::lease::{Incarnation, Lease, LeaseKey, Member, RESERVED_PREFIX};
+use crate::lease::{Incarnation, Lease, LeaseKey, Member, WorkerId, RESERVED_PREFIX};
 use crate::notice::{member_of_notice, DRAIN_PREFIX};
 use crate::store::{Outcome, StoreError};
+
+/// The session loop's wake-ups, and the departure an operator asked for: used by the session
+/// loop and by the worker's departure, nothing else.
+#[derive(Default)]
+pub(crate) struct Beats {
+    /// Wakes the session loop for a beat now (the worker began to leave).
+    pub beat_now: Notify,
+    /// Until when this worker reads its own record often, because leases may
+    /// be given to it any moment (see [`EXPECT_NOTICE`]).
+    expecting: Mutex<Option<Instant>>,
+    /// Cancelled when an operator asked this process to leave the fleet (a drain notice).
+    pub drain: CancellationToken,
+}
+
+impl Beats {
+    /// Reads the own record often for a while: leases may be given to this worker any moment.
+    pub fn expect(&self, until: Instant) {
+        let mut expecting = self.expecting.lock().unwrap_or_else(|e| e.into_inner());
+        if expecting.is_none_or(|at| at < until) {
+            *expecting = Some(until);
+        }
+        drop(expecting);
+        self.beat_now.notify_one();
+    }
+
+    /// Starts the graceful departure when `notices` (this process's record's) include a drain
+    /// notice for this process (`worker`'s session `incarnation`).
+    pub fn drain_if_asked<'a>(
+        &self,
+        worker: &WorkerId,
+        incarnation: Incarnation,
+        notices: impl IntoIterator<Item = &'a String>,
+    ) {
+        let drain = drain_notice(incarnation);
+        if !self.drain.is_cancelled() && notices.into_iter().any(|n| notice_text(n) == drain) {
+            tracing::info!(%worker, "an operator asked this worker to drain: leaving the fleet");
+            self.drain.cancel();
+        }
+    }
+}
+
+/// What the session loop is handed: the [`Holder`] (through `Deref`), the session it keeps
+/// ([`OwnSession`]), its wake-ups, and the
+/// parts it shares with the taker (the workers announced to it, the takes awaiting an
+/// acknowledgement: it takes the leases given to this worker).
+pub(crate) struct SessionLoop {
+    pub holder: Arc<Holder>,
+    pub own: Arc<OwnSession>,
+    pub beats: Arc<Beats>,
+    pub announced: Arc<Announced>,
+    pub unacknowledged: Arc<Unacknowledged>,
+}
+
+impl std::ops::Deref for SessionLoop {
+    type Target = Holder;
+
+    fn deref(&self) -> &Holder {
+        &self.holder
+    }
+}
 
 /// Opens this process's session: writes a fresh record, or replaces the record of this id as
 /// it is now (a restart: the process that wrote it is gone or paused; the leases of its
 /// session are taken back as forced takes, see the taker). `Ok(false)` when other writers kept
 /// changing the record.
-pub(crate) async fn open(shared: &Shared, deadline: Instant) -> Result<bool, StoreError> {
+pub(crate) async fn open(
+    shared: &Holder,
+    own: &OwnSession,
+    deadline: Instant,
+) -> Result<bool, StoreError> {
     // The other sessions of this id read in the record: each is replaced by the time the
-    // session opens (see `Shared::opened`).
+    // session opens (see `Holder::opened`).
     let mut replaced = Vec::new();
     for _ in 0..3 {
         let start = shared.now();
@@ -46,7 +114,7 @@ pub(crate) async fn open(shared: &Shared, deadline: Instant) -> Result<bool, Sto
             .as_ref()
             .is_some_and(|m| m.incarnation == Some(shared.incarnation()))
         {
-            if adopt(shared, &replaced, deadline).await? {
+            if adopt(shared, own, &replaced, deadline).await? {
                 return Ok(true);
             }
             continue;
@@ -66,8 +134,8 @@ pub(crate) async fn open(shared: &Shared, deadline: Instant) -> Result<bool, Sto
             if let Some(old) = current.and_then(|m| m.incarnation) {
                 tracing::info!(replaced = %old, "session opened in place of an earlier process of this id");
             }
-            shared.beaten(start, member.heartbeat);
-            shared.opened(replaced);
+            beaten(shared, own, start, member.heartbeat);
+            own.opened(replaced);
             return Ok(true);
         }
     }
@@ -81,7 +149,8 @@ pub(crate) async fn open(shared: &Shared, deadline: Instant) -> Result<bool, Sto
 /// restarts every observer's count. `Ok(false)` when the beat was refused (the record moved on
 /// meanwhile).
 async fn adopt(
-    shared: &Shared,
+    shared: &Holder,
+    own: &OwnSession,
     replaced: &[Incarnation],
     deadline: Instant,
 ) -> Result<bool, StoreError> {
@@ -99,16 +168,31 @@ async fn adopt(
         .await?;
     match beat {
         Outcome::Done(member) => {
-            shared.beaten(start, member.heartbeat);
+            beaten(shared, own, start, member.heartbeat);
             // The opening it adopts landed before the read that found it was answered, so
             // before this beat's answer.
-            shared.opened(replaced.to_vec());
+            own.opened(replaced.to_vec());
             // Opened without a load report: the next beat publishes it.
             shared.loads.unpublished();
             Ok(true)
         }
         Outcome::LostRace { .. } => Ok(false),
     }
+}
+
+/// A beat (or the opening of the session) that started at `start` was accepted, writing
+/// `heartbeat`: the session and every lease it holds are valid a lease validity from `start`.
+fn beaten(shared: &Holder, own: &OwnSession, start: Instant, heartbeat: u64) {
+    let (valid_until, lapsed) = own.beaten(start, heartbeat);
+    shared.extend(valid_until, lapsed);
+}
+
+/// The session ended under this process (a beat refused: fenced by a peer that saw it
+/// expire, or replaced by another process with this id): every lease it held is lost at
+/// once.
+fn lose_session(shared: &SessionLoop, why: &str) {
+    shared.own.close();
+    shared.session_lost(why);
 }
 
 /// Notices being handled, and those handled and not yet named as seen in a beat.
@@ -118,7 +202,7 @@ struct Notices {
     handled: Vec<String>,
 }
 
-pub(crate) async fn run(shared: Arc<Shared>, cancel: CancellationToken) {
+pub(crate) async fn run(shared: Arc<SessionLoop>, cancel: CancellationToken) {
     let interval = shared.config.effective_renew_interval();
     // Balancing by load, the first beat goes at once: it publishes this worker's weight,
     // which the others plan with (1 until then).
@@ -133,14 +217,14 @@ pub(crate) async fn run(shared: Arc<Shared>, cancel: CancellationToken) {
         tokio::select! {
             biased;
             _ = cancel.cancelled() => return,
-            _ = shared.beat_now.notified() => {}
+            _ = shared.beats.beat_now.notified() => {}
             _ = shared.clock.sleep_until(next) => {}
             _ = expected(&shared, &notices) => {}
         }
         // The next beat a whole interval after this one, whatever woke this one (an early
         // beat must not push the schedule further out each time).
         next = shared.now() + interval;
-        if !shared.session().open {
+        if !shared.own.lock().open {
             // Closed: look at the record more often than a beat, to open the session again
             // as soon as it may be.
             next = shared.now() + interval / 4;
@@ -162,7 +246,7 @@ pub(crate) async fn run(shared: Arc<Shared>, cancel: CancellationToken) {
 
 /// One beat of the open session, due by `next`: publishes capacity and load, names the
 /// notices handled, and hands the new ones on. Returns when the next beat is due.
-async fn beat(shared: &Arc<Shared>, notices: &Arc<Mutex<Notices>>, next: Instant) -> Instant {
+async fn beat(shared: &Arc<SessionLoop>, notices: &Arc<Mutex<Notices>>, next: Instant) -> Instant {
     let interval = shared.config.effective_renew_interval();
     let seen = std::mem::take(&mut lock(notices).handled);
     let start = shared.now();
@@ -184,7 +268,7 @@ async fn beat(shared: &Arc<Shared>, notices: &Arc<Mutex<Notices>>, next: Instant
             if shared.health.answered(&shared.id, start, shared.now()) {
                 // This beat may have published capacity 0 (sent while the spell lasted):
                 // publish the real one at once, and look at the fleet (see `finish`).
-                shared.beat_now.notify_one();
+                shared.beats.beat_now.notify_one();
                 shared.rescan.notify_one();
             }
         }
@@ -194,7 +278,7 @@ async fn beat(shared: &Arc<Shared>, notices: &Arc<Mutex<Notices>>, next: Instant
     match result {
         Ok(Outcome::Done(member)) => {
             metrics::renewal(&shared.id, shared.now() - start);
-            shared.beaten(start, member.heartbeat);
+            beaten(shared, &shared.own, start, member.heartbeat);
             if let Some(report) = report {
                 // New figures may change the assignment: this worker's next round places by
                 // them (it asks handoffs on the receivers' behalf), as nothing else would
@@ -245,14 +329,22 @@ impl Closed {
 /// own record every `handoff_poll_interval` (eventually consistent), and returns as soon as it
 /// holds a notice not yet handled, so that the loop beats at once and gets it. Pending
 /// otherwise.
-async fn expected(shared: &Shared, notices: &Mutex<Notices>) {
+async fn expected(shared: &SessionLoop, notices: &Mutex<Notices>) {
     loop {
-        let until = *shared.expecting.lock().unwrap_or_else(|e| e.into_inner());
+        let until = *shared
+            .beats
+            .expecting
+            .lock()
+            .unwrap_or_else(|e| e.into_inner());
         let now = shared.now();
         match until {
             Some(until) if now < until => {}
             _ => {
-                *shared.expecting.lock().unwrap_or_else(|e| e.into_inner()) = None;
+                *shared
+                    .beats
+                    .expecting
+                    .lock()
+                    .unwrap_or_else(|e| e.into_inner()) = None;
                 return std::future::pending().await;
             }
         }
@@ -279,7 +371,7 @@ fn lock(notices: &Mutex<Notices>) -> std::sync::MutexGuard<'_, Notices> {
 }
 
 /// The session ended under this process.
-fn lost(shared: &Shared, current: Option<&Member>) {
+fn lost(shared: &SessionLoop, current: Option<&Member>) {
     match current {
         Some(member) => {
             tracing::error!(
@@ -293,17 +385,17 @@ fn lost(shared: &Shared, current: Option<&Member>) {
             shared.events.emit(LeaseEvent::DuplicateWorkerId {
                 worker: shared.id.clone(),
             });
-            shared.session_lost("session replaced by another process with this id");
+            lose_session(shared, "session replaced by another process with this id");
         }
         None => {
             tracing::warn!("session ended by a peer that saw it expire: every lease is lost here; opening a new one");
-            shared.session_lost("session ended by a peer that saw it expire");
+            lose_session(shared, "session ended by a peer that saw it expire");
         }
     }
 }
 
 /// While the session is closed: opens a new one once nobody else holds this id's record.
-async fn reopen(shared: &Shared, closed: &mut Closed, deadline: Instant) {
+async fn reopen(shared: &SessionLoop, closed: &mut Closed, deadline: Instant) {
     let start = shared.now();
     let current = match shared.store.get_member(&shared.id, true, deadline).await {
         Ok(current) => current,
@@ -343,8 +435,8 @@ async fn reopen(shared: &Shared, closed: &mut Closed, deadline: Instant) {
 }
 
 /// Takes up this process's own session, whose opening landed unseen, with a beat.
-async fn take_up_own(shared: &Shared, closed: &mut Closed, deadline: Instant) {
-    match adopt(shared, &[], deadline).await {
+async fn take_up_own(shared: &SessionLoop, closed: &mut Closed, deadline: Instant) {
+    match adopt(shared, &shared.own, &[], deadline).await {
         Ok(true) => {
             closed.unseen_open = false;
             tracing::info!("session taken up again from its record");
@@ -360,7 +452,7 @@ async fn take_up_own(shared: &Shared, closed: &mut Closed, deadline: Instant) {
 /// Opens a session (started at `start`), replacing `replacing`, a record of another process
 /// of this id seen unchanged for a lease duration, if any.
 async fn open_again(
-    shared: &Shared,
+    shared: &SessionLoop,
     closed: &mut Closed,
     replacing: Option<Member>,
     start: Instant,
@@ -385,7 +477,7 @@ async fn open_again(
                 shared.fences.note(&shared.id, old);
             }
             closed.other = ExpiryTracker::new(shared.config.lease_duration);
-            shared.beaten(start, member.heartbeat);
+            beaten(shared, &shared.own, start, member.heartbeat);
             // The new record has no load report: the next beat publishes it.
             shared.loads.unpublished();
             shared.rescan.notify_one();
@@ -399,7 +491,7 @@ async fn open_again(
 }
 
 /// Hands the notices of a beat's answer that are not already being handled to a task.
-fn dispatch(shared: &Arc<Shared>, notices: &Arc<Mutex<Notices>>, member: Member) {
+fn dispatch(shared: &Arc<SessionLoop>, notices: &Arc<Mutex<Notices>>, member: Member) {
     let fresh: Vec<String> = {
         let mut notices = lock(notices);
         let fresh: Vec<String> = member
@@ -452,11 +544,13 @@ const NOTICES_AT_ONCE: usize = 32;
 
 /// Acts on one notice; `false` when it could not be acted on yet (it stays, and comes back
 /// with the next beat).
-async fn handle(shared: &Arc<Shared>, notice: &str) -> bool {
+async fn handle(shared: &Arc<SessionLoop>, notice: &str) -> bool {
     let notice = notice_text(notice);
     if notice == EXPECT_NOTICE {
         let config = &shared.config;
-        shared.expect(shared.now() + config.effective_renew_interval() * 3);
+        shared
+            .beats
+            .expect(shared.now() + config.effective_renew_interval() * 3);
         return true;
     }
     if let Some(key) = notice.strip_prefix(REVOKE_PREFIX) {
@@ -464,22 +558,20 @@ async fn handle(shared: &Arc<Shared>, notice: &str) -> bool {
             tracing::warn!(notice, "ignoring a revocation that names no lease");
             return true;
         };
-        return revoke(shared, key).await;
+        return revoke(&shared.holder, key).await;
     }
     if notice.starts_with(DRAIN_PREFIX) {
         // Another process's drain (of an id this one shares) is not for it.
-        shared.drain_if_asked([&notice.to_owned()]);
+        shared
+            .beats
+            .drain_if_asked(&shared.id, shared.incarnation(), [&notice.to_owned()]);
         return true;
     }
     if notice.starts_with(RESERVED_PREFIX) {
         // The fleet changed next to this worker: a placement round sees who to watch now,
         // reading the worker named if its scan does not show it yet.
         if let Some(worker) = member_of_notice(notice) {
-            shared
-                .announced
-                .lock()
-                .unwrap_or_else(|e| e.into_inner())
-                .push(worker);
+            shared.announced.push(worker);
         }
         shared.rescan.notify_one();
         return true;
@@ -503,7 +595,7 @@ async fn handle(shared: &Arc<Shared>, notice: &str) -> bool {
 /// A handoff asked of a lease of this session was not done in time (the application did
 /// not finish): the lease is lost here at once, and handed over. `false` when the lease could
 /// not be read (the notice comes back with the next beat).
-async fn revoke(shared: &Arc<Shared>, key: LeaseKey) -> bool {
+async fn revoke(shared: &Arc<Holder>, key: LeaseKey) -> bool {
     let deadline = shared.now() + shared.config.store_timeout;
     let lease = match shared.store.get(&key, deadline).await {
         Ok(lease) => lease,
@@ -577,7 +669,12 @@ async fn revoke(shared: &Arc<Shared>, key: LeaseKey) -> bool {
 
 /// Brings this worker in line with `lease` as just read; `false` when it must look again
 /// later (a handoff asked of a lease not yet reported to the application).
-async fn look(shared: &Arc<Shared>, key: LeaseKey, lease: Option<Lease>, start: Instant) -> bool {
+async fn look(
+    shared: &Arc<SessionLoop>,
+    key: LeaseKey,
+    lease: Option<Lease>,
+    start: Instant,
+) -> bool {
     let me = &shared.id;
     let held_tenure = shared.lock().held.get(&key).map(|h| h.tenure);
     let Some(lease) = lease else {
@@ -592,21 +689,21 @@ async fn look(shared: &Arc<Shared>, key: LeaseKey, lease: Option<Lease>, start: 
         return true;
     }
     if lease.is_owned_by_incarnation(me, shared.incarnation()) {
-        return look_at_ours(shared, key, lease, held_tenure);
+        return look_at_ours(&shared.holder, key, lease, held_tenure);
     }
     if lease.is_owned_by(me) && lease.owner_incarnation.is_none() {
         look_at_given(shared, key, lease, held_tenure, start).await;
         return true;
     }
     if held_tenure.is_some() {
-        look_at_taken(shared, key, lease).await;
+        look_at_taken(&shared.holder, key, lease).await;
     }
     true
 }
 
 /// `look` at a lease of this session in the table, held here in `held_tenure` (if at all).
 fn look_at_ours(
-    shared: &Arc<Shared>,
+    shared: &Arc<Holder>,
     key: LeaseKey,
     lease: Lease,
     held_tenure: Option<u64>,
@@ -658,7 +755,7 @@ fn look_at_ours(
 /// `look` at a lease given (or handed over) to this worker's id: whoever gave it made sure
 /// that nobody works on it any more. A worker leaving passes it on.
 async fn look_at_given(
-    shared: &Arc<Shared>,
+    shared: &Arc<SessionLoop>,
     key: LeaseKey,
     lease: Lease,
     held_tenure: Option<u64>,
@@ -681,7 +778,16 @@ async fn look_at_given(
     }
     if shared.lock().shutting_down {
         place(shared, lease, start + shared.config.store_timeout).await;
-    } else if let Answer::Unanswered { .. } = take(shared, lease, Report::Quiet, start).await {
+    } else if let Answer::Unanswered { .. } = take(
+        &shared.holder,
+        &shared.own,
+        &shared.unacknowledged,
+        lease,
+        Report::Quiet,
+        start,
+    )
+    .await
+    {
         // It may have landed: then the lease is this session's in the table and held nowhere,
         // and nothing would look at it before the slow scan
         // (`sessions_look_again_after_an_unanswered_take_from_a_notice` in
@@ -699,7 +805,7 @@ async fn look_at_given(
 }
 
 /// `look` at a lease held here that the table shows as somebody else's now.
-async fn look_at_taken(shared: &Arc<Shared>, key: LeaseKey, lease: Lease) {
+async fn look_at_taken(shared: &Arc<Holder>, key: LeaseKey, lease: Lease) {
     let why = format!(
         "the lease is now {:?}'s (tenure {})",
         lease.owner.as_ref().map(|o| o.as_str()),
@@ -723,7 +829,7 @@ async fn look_at_taken(shared: &Arc<Shared>, key: LeaseKey, lease: Lease) {
 /// A handoff (or retirement) was asked of a lease held here: tell the application. `false`
 /// while the lease waits to be reported (asked again at the next beat).
 fn ask_to_stop(
-    shared: &Arc<Shared>,
+    shared: &Arc<Holder>,
     key: &LeaseKey,
     tenure: u64,
     to: crate::lease::WorkerId,

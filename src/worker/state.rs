@@ -21,7 +21,7 @@ use super::grant::{LeaseGrant, Ledger};
 use super::health::Health;
 use super::load::Loads;
 use super::metrics;
-use super::parts::{Base, EventSink, Receiver, Receivers, Ring};
+use super::parts::{Base, EventSink, Receiver, Receivers};
 use super::stop::{Finished, LetGo, StopReason};
 use crate::clock::Clock;
 use crate::config::WorkerConfig;
@@ -91,7 +91,7 @@ impl LetGoWait {
     }
 }
 
-/// What [`Shared::checkpoint_slot`] found.
+/// What [`Holder::checkpoint_slot`] found.
 pub(crate) enum CheckpointSlot {
     /// Held in the tenure of item `nonce`: write by `valid_until`, numbered `seq`.
     Open {
@@ -123,7 +123,7 @@ pub(crate) struct State {
     pub abandoned: BTreeMap<LeaseKey, Instant>,
     /// Leases lost here because their validity ended unrenewed (not refused), by tenure and
     /// item: given up in the table once the application lets go of the grant (see
-    /// [`Shared::expire`]).
+    /// [`Holder::expire`]).
     pub unrenewed: BTreeMap<LeaseKey, (u64, u64)>,
     /// Leases revoked here (a handoff not done in time), by tenure and item, with the
     /// worker they go to: handed over once the application lets go of the grant.
@@ -139,7 +139,7 @@ pub(crate) struct State {
     pub asking: BTreeMap<LeaseKey, (WorkerId, Incarnation)>,
     /// The item and tenure each lease was last taken in by this process: a later take that
     /// finds the lease in that tenure under this incarnation met this earlier take, not its
-    /// own. Pruned by [`Shared::forget_takes`].
+    /// own. Pruned by [`Holder::forget_takes`].
     pub took: HashMap<LeaseKey, Took>,
 }
 
@@ -155,24 +155,14 @@ pub(crate) use crate::notice::{
     drain_notice, member_notice, notice_text, revoke_notice, EXPECT_NOTICE, REVOKE_PREFIX,
 };
 
-/// This process's session.
-#[derive(Debug)]
-pub(crate) struct Session {
-    /// Open: its last beat (or its opening) was accepted, and no beat was refused since.
-    pub open: bool,
-    /// The end of its validity here: start of the last accepted beat + the lease validity.
-    pub valid_until: Instant,
-    /// The heartbeat of the record as this process last wrote it.
-    pub heartbeat: u64,
-    /// When the opening (or adoption) that made this session the record's started, and the
-    /// sessions of this id it read in the record on the way (see [`Shared::opened`]).
-    pub opened: Option<(Instant, Vec<Incarnation>)>,
-}
-
-/// What the worker's session, taker and control loops share. The discoverer and the watcher
-/// are handed only the parts they use (see `parts.rs`). Reads [`Base`] through `Deref`: who
-/// the worker is, its settings, its clock and its store.
-pub(crate) struct Shared {
+/// The worker as a holder of leases: the leases held here, the session whose validity they
+/// share, and what the writes that take, report and let go of them need (the event sink, the
+/// jobs in flight, the fences, the receivers). Handed to the session loop, the taker and the
+/// control loop, which each hold, report and lose leases; what only one of them uses is
+/// handed to it alone (the session's wake-ups: [`Beats`](super::session::Beats); the taker's
+/// view, ring and announcements: [`TakerParts`](super::taker::TakerParts)). Reads [`Base`]
+/// through `Deref`: who the worker is, its settings, its clock and its store.
+pub(crate) struct Holder {
     pub base: Arc<Base>,
     /// This process's incarnation: written by its takes and beats. It
     /// names the session: a process whose session ended opens the next one as a new
@@ -182,21 +172,14 @@ pub(crate) struct Shared {
     pub health: Health,
     /// The load figures this worker publishes.
     pub loads: Loads,
-    /// The worker has a shard source: the taker publishes its view for the discoverer.
-    pub discovering: bool,
     state: Mutex<State>,
     /// Wakes the fencer when a validity or report time changed.
     pub changed: Notify,
     /// Wakes the taker for a round now (the discoverer changed the table, a session was
     /// fenced outside a round).
     pub rescan: Arc<Notify>,
-    /// Wakes the heartbeat loop for a heartbeat now (the worker began to leave).
-    pub beat_now: Notify,
     /// Wakes `shutdown` when a lease leaves `held`.
     released: Notify,
-    /// The taker's latest reading of the table, for the discoverer (only published when the
-    /// worker has a shard source).
-    pub view: watch::Sender<Option<Arc<TableView>>>,
     /// The application's event stream.
     pub events: EventSink,
     finished: mpsc::UnboundedSender<Finished>,
@@ -204,31 +187,15 @@ pub(crate) struct Shared {
     pub jobs: TaskTracker,
     /// Cancelled when the worker stops (shutdown or drop).
     pub cancel: CancellationToken,
-    /// Cancelled when an operator asked this process to leave the fleet (a drain notice).
-    pub drain: CancellationToken,
-    /// This process's session.
-    pub session: Mutex<Session>,
-    /// Between the taker and the watcher.
-    pub ring: Arc<Ring>,
     /// Sessions this process ended by a fence after seeing them expire (or whose record it
     /// replaced); their leases may be started at once. Each round of the taker forgets those
     /// the table no longer names.
     pub fences: Arc<Fences>,
-    /// Leases taken here from a live session whose acknowledgement has not
-    /// come yet, with that session. Taken again here (its validity here ran out meanwhile),
-    /// such a lease still waits for it: the other session may still be working on it.
-    pub unacknowledged: Mutex<HashMap<LeaseKey, (WorkerId, Option<Incarnation>)>>,
     /// Where a lease released here goes.
     pub receivers: Receivers,
-    /// Until when this worker reads its own record often, because leases may
-    /// be given to it any moment (see [`EXPECT_NOTICE`]).
-    pub expecting: Mutex<Option<Instant>>,
-    /// Workers that told this one they joined (or left) next to it, for the next round to
-    /// read if its scan does not show them (see `Taker::see_announced`).
-    pub announced: Mutex<Vec<WorkerId>>,
 }
 
-impl std::ops::Deref for Shared {
+impl std::ops::Deref for Holder {
     type Target = Base;
 
     fn deref(&self) -> &Base {
@@ -283,7 +250,7 @@ pub(crate) struct TableView {
     pub standby: bool,
 }
 
-impl Shared {
+impl Holder {
     #[allow(clippy::too_many_arguments)]
     pub fn new(
         id: WorkerId,
@@ -291,11 +258,9 @@ impl Shared {
         store: Box<dyn LeaseStore>,
         clock: Arc<dyn Clock>,
         config: WorkerConfig,
-        discovering: bool,
         events: EventSink,
         finished: mpsc::UnboundedSender<Finished>,
     ) -> Self {
-        let now = clock.now();
         let health = Health::new(config.effective_renew_interval());
         let loads = Loads::new(&config);
         let base = Arc::new(Base {
@@ -311,29 +276,15 @@ impl Shared {
             incarnation: std::sync::atomic::AtomicU64::new(incarnation.get()),
             health,
             loads,
-            discovering,
             state: Mutex::default(),
             changed: Notify::new(),
             rescan,
-            beat_now: Notify::new(),
             released: Notify::new(),
-            view: watch::Sender::new(None),
             events,
             finished,
             jobs: TaskTracker::new(),
             cancel: CancellationToken::new(),
-            drain: CancellationToken::new(),
-            session: Mutex::new(Session {
-                open: false,
-                valid_until: now,
-                heartbeat: 0,
-                opened: None,
-            }),
-            ring: Arc::new(Ring::default()),
-            unacknowledged: Mutex::default(),
             receivers: Receivers::default(),
-            expecting: Mutex::default(),
-            announced: Mutex::default(),
         }
     }
 
@@ -349,80 +300,11 @@ impl Shared {
         next
     }
 
-    /// The session.
-    pub fn session(&self) -> MutexGuard<'_, Session> {
-        self.session.lock().unwrap_or_else(|e| e.into_inner())
-    }
-
-    /// The session is open and its validity has not run out here. A session
-    /// whose beats went unanswered past its validity may have been fenced by a peer already
-    /// (it learns so at its next beat's answer): until a beat lands it must neither take nor
-    /// ask for a lease, which it could not start (or would have to give on again).
-    pub fn session_valid(&self) -> bool {
-        let now = self.now();
-        let session = self.session();
-        session.open && now < session.valid_until
-    }
-
-    /// The session this process has just opened (or adopted, see `session::open`), the
-    /// opening answered now, having read the sessions `replaced` in the record. Each of those
-    /// can never beat again (it was replaced, by this opening or before its next read), and
-    /// its last beat began before the replacing write landed, so before now: it is over a
-    /// lease duration from now. Not from the read's start:
-    /// a read answered by a retry shows the record as of that retry, and a beat that began
-    /// between the two lived up to a lease duration after it (a twin took the leases of the
-    /// process it replaced while that one still worked on them: `tests/twin_opening.rs`, and
-    /// `a_replaced_session_is_over_a_lease_duration_after_the_opening_was_answered` in
-    /// `sim/tests/campaign_holes.rs`).
-    pub fn opened(&self, replaced: Vec<Incarnation>) {
-        let answered = self.now();
-        self.session().opened = Some((answered, replaced));
-    }
-
-    /// While this session is valid: when the sessions of this worker's id its opening
-    /// replaced (see [`Shared::opened`]) are all surely over, whatever record an eventually
-    /// consistent scan still shows for them, and which they are. `None` otherwise (a session
-    /// of this id opened later is judged as any other).
-    pub fn predecessors(&self) -> Option<(Instant, Vec<Incarnation>)> {
-        let now = self.now();
-        let session = self.session();
-        if !session.open || now >= session.valid_until {
-            return None;
-        }
-        let (at, replaced) = session.opened.as_ref()?;
-        Some((*at + self.config.lease_duration, replaced.clone()))
-    }
-
-    /// How long a lease whose take started at `start` is valid here: as long as the session,
-    /// and not at all while it is not open.
-    pub fn validity_from(&self, start: Instant) -> Instant {
-        let session = self.session();
-        if session.open {
-            session.valid_until
-        } else {
-            start
-        }
-    }
-
-    /// A beat (or the opening of the session) that started at `start` was accepted, writing
-    /// `heartbeat`: the session and every lease it holds are valid a lease validity from
-    /// `start`.
-    pub fn beaten(&self, start: Instant, heartbeat: u64) {
-        let valid_until = start + self.config.validity();
-        let lapsed = {
-            let mut session = self.session();
-            // Open, and its validity ran out here before this beat: every lease was lost
-            // here, yet nobody fenced the session (the beat landed), so the leases are still
-            // this session's in the table and nobody else may start them: a placement round
-            // resumes them.
-            let lapsed = session.open && session.valid_until <= self.now();
-            session.open = true;
-            session.heartbeat = heartbeat;
-            if valid_until > session.valid_until {
-                session.valid_until = valid_until;
-            }
-            lapsed
-        };
+    /// A beat (or the opening of the session) that started at `start` was accepted: every
+    /// lease held here is valid until `valid_until` (see `session::beaten`). `lapsed`: the
+    /// session's validity ran out here before this beat, and a placement round resumes its
+    /// leases.
+    pub fn extend(&self, valid_until: Instant, lapsed: bool) {
         if lapsed {
             self.rescan.notify_one();
         }
@@ -434,11 +316,10 @@ impl Shared {
         self.changed.notify_one();
     }
 
-    /// The session ended under this process (a beat refused: fenced by a peer that saw it
-    /// expire, or replaced by another process with this id): every lease it held is lost at
-    /// once.
+    /// The session ended under this process (see `session::lost`): every lease it held is
+    /// lost at once, no handoff it asked for is awaited, and the next session is a new
+    /// incarnation.
     pub fn session_lost(&self, why: &str) {
-        self.session().open = false;
         let keys: Vec<LeaseKey> = self.lock().held.keys().cloned().collect();
         for key in keys {
             self.lose(&key, None, why);
@@ -446,26 +327,6 @@ impl Shared {
         self.lock().pending.clear();
         let next = self.new_incarnation();
         tracing::info!(incarnation = %next, "the next session is this incarnation");
-    }
-
-    /// Reads the own record often for a while: leases may be given to this worker any moment.
-    pub fn expect(&self, until: Instant) {
-        let mut expecting = self.expecting.lock().unwrap_or_else(|e| e.into_inner());
-        if expecting.is_none_or(|at| at < until) {
-            *expecting = Some(until);
-        }
-        drop(expecting);
-        self.beat_now.notify_one();
-    }
-
-    /// Starts the graceful departure when `notices` (this process's record's) include a drain
-    /// notice for this process.
-    pub fn drain_if_asked<'a>(&self, notices: impl IntoIterator<Item = &'a String>) {
-        let drain = drain_notice(self.incarnation());
-        if !self.drain.is_cancelled() && notices.into_iter().any(|n| notice_text(n) == drain) {
-            tracing::info!(worker = %self.id, "an operator asked this worker to drain: leaving the fleet");
-            self.drain.cancel();
-        }
     }
 
     /// Reads the table for where leases released here should go (the sessions that take

@@ -3,18 +3,33 @@
 //! sessions, the wait for a live previous owner to acknowledge that it dropped the lease.
 
 use std::collections::HashMap;
-use std::sync::Arc;
+use std::sync::{Arc, Mutex, MutexGuard};
 
 use tokio::time::Instant;
 use tracing::Instrument;
 
 use super::finish::spawn_finish;
 use super::metrics;
-use super::state::{notice_text, Pending, Shared, Took};
+use super::own::OwnSession;
+use super::state::{notice_text, Holder, Pending, Took};
 use crate::config::WorkerConfig;
 use crate::expiry::ExpiryTracker;
 use crate::lease::{Incarnation, Lease, LeaseKey, WorkerId};
 use crate::store::Outcome;
+
+/// Leases taken here from a live session whose acknowledgement has not come yet, with that
+/// session. Taken again here (its validity here ran out meanwhile), such a lease still waits
+/// for it: the other session may still be working on it. Shared by the takes of the taker
+/// and of the session loop (a lease given to this worker).
+#[derive(Default)]
+pub(crate) struct Unacknowledged(Mutex<HashMap<LeaseKey, (WorkerId, Option<Incarnation>)>>);
+
+impl Unacknowledged {
+    /// The leases waiting, by key.
+    pub fn lock(&self) -> MutexGuard<'_, HashMap<LeaseKey, (WorkerId, Option<Incarnation>)>> {
+        self.0.lock().unwrap_or_else(|e| e.into_inner())
+    }
+}
 
 /// Far enough in the future to mean "not while its session lives".
 pub(crate) const FAR: std::time::Duration = std::time::Duration::from_secs(100 * 365 * 24 * 3600);
@@ -56,7 +71,7 @@ impl Report {
 /// Reads the parents of a lease about to be taken: it may be taken only when each of them is
 /// finished or gone. The scan already said so, but a paged scan is not one moment: a parent
 /// created just before its child may be missing from the pages read before it existed.
-async fn parents_done(shared: &Shared, lease: &Lease, deadline: Instant) -> bool {
+async fn parents_done(shared: &Holder, lease: &Lease, deadline: Instant) -> bool {
     for parent in &lease.parents {
         match shared.store.get(parent, deadline).await {
             Ok(None) => {}
@@ -104,7 +119,12 @@ pub(crate) enum Answer {
 }
 
 impl Job {
-    pub(crate) async fn run(self, shared: &Arc<Shared>) -> Answer {
+    pub(crate) async fn run(
+        self,
+        shared: &Arc<Holder>,
+        own: &OwnSession,
+        acks: &Arc<Unacknowledged>,
+    ) -> Answer {
         let me = &shared.id;
         let config = &shared.config;
         let start = shared.now();
@@ -114,7 +134,7 @@ impl Job {
                 if !parents_done(shared, &lease, deadline).await {
                     return Answer::None;
                 }
-                take(shared, lease, report, start).await
+                take(shared, own, acks, lease, report, start).await
             }
             Job::Request { lease, from } => {
                 // The owner learns of a request from a notice. Until it is sent, a worker
@@ -168,7 +188,7 @@ impl Job {
                 }
                 let key = lease.key.clone();
                 // The old owner finished before it handed the lease over: nobody works on it.
-                let answer = take(shared, lease, Report::Quiet, start).await;
+                let answer = take(shared, own, acks, lease, Report::Quiet, start).await;
                 if matches!(answer, Answer::LostRace) {
                     // Somebody else took it first (another process with this id, or the
                     // previous owner's peers after it expired): stop waiting for it.
@@ -182,7 +202,9 @@ impl Job {
 
 /// Takes `lease` for this process, started at `start`, and holds it when the take landed.
 pub(crate) async fn take(
-    shared: &Arc<Shared>,
+    shared: &Arc<Holder>,
+    own: &OwnSession,
+    acks: &Arc<Unacknowledged>,
     lease: Lease,
     report: Report,
     start: Instant,
@@ -193,7 +215,7 @@ pub(crate) async fn take(
         return Answer::None;
     }
     let incarnation = shared.incarnation();
-    let needs_ack = await_ack_before_sending(shared, &lease.key, &report);
+    let needs_ack = await_ack_before_sending(acks, &lease.key, &report);
     let outcome = shared
         .store
         .take(
@@ -219,7 +241,7 @@ pub(crate) async fn take(
     };
     if needs_ack && !landed_maybe {
         // Surely not applied: nothing waits on that session.
-        unacknowledged(shared).remove(&lease.key);
+        acks.lock().remove(&lease.key);
     }
     let previous = (lease.owner.clone(), lease.owner_incarnation);
     let taken = match judge_take(shared, lease, outcome, incarnation, took_before) {
@@ -247,24 +269,14 @@ pub(crate) async fn take(
         shared.rescan.notify_one();
         return Answer::LostRace;
     }
-    hold_taken(shared, taken, previous, report, start)
+    hold_taken(shared, own, acks, taken, previous, report, start)
 }
 
 /// One take of a lease at a time here, and none of a lease held here: a notice and a round
 /// can both see a lease handed over to this worker. False when this take must not be sent.
-fn begin_take(shared: &Shared, key: &LeaseKey) -> bool {
+fn begin_take(shared: &Holder, key: &LeaseKey) -> bool {
     let mut state = shared.lock();
     !state.held.contains_key(key) && state.taking.insert(key.clone())
-}
-
-/// The leases taken here from a live session whose acknowledgement has not come yet.
-fn unacknowledged(
-    shared: &Shared,
-) -> std::sync::MutexGuard<'_, HashMap<LeaseKey, (WorkerId, Option<Incarnation>)>> {
-    shared
-        .unacknowledged
-        .lock()
-        .unwrap_or_else(|e| e.into_inner())
 }
 
 /// A take from a live session needs that session's acknowledgement before the lease is
@@ -272,9 +284,10 @@ fn unacknowledged(
 /// turns up as this process's own at a later round, and that round must wait for the same
 /// acknowledgement (the owner was never told, and its session keeps beating). True when this
 /// take recorded it.
-fn await_ack_before_sending(shared: &Shared, key: &LeaseKey, report: &Report) -> bool {
+fn await_ack_before_sending(acks: &Unacknowledged, key: &LeaseKey, report: &Report) -> bool {
     match report {
-        Report::Acknowledged { owner, incarnation } => unacknowledged(shared)
+        Report::Acknowledged { owner, incarnation } => acks
+            .lock()
             .insert(key.clone(), (owner.clone(), *incarnation))
             .is_none(),
         _ => false,
@@ -293,7 +306,7 @@ enum Judged {
 
 /// The lease a take's answer shows taken by this process (`incarnation`), or why not.
 fn judge_take(
-    shared: &Shared,
+    shared: &Holder,
     lease: Lease,
     outcome: crate::store::StoreResult<Outcome<Lease>>,
     incarnation: Incarnation,
@@ -335,7 +348,9 @@ fn judge_take(
 /// Holds a lease taken by a take started at `start` (under the current session), and, when
 /// it was taken from a live session, waits for that session's acknowledgement to report it.
 fn hold_taken(
-    shared: &Arc<Shared>,
+    shared: &Arc<Holder>,
+    own: &OwnSession,
+    acks: &Arc<Unacknowledged>,
     taken: Lease,
     previous: (Option<WorkerId>, Option<Incarnation>),
     report: Report,
@@ -357,12 +372,14 @@ fn hold_taken(
         at: shared.now(),
     };
     shared.lock().took.insert(key.clone(), took);
-    if let Some(release) = shared.hold(taken, shared.validity_from(start), report_at) {
+    if let Some(release) = shared.hold(taken, own.validity_from(start), report_at) {
         spawn_finish(shared, key.clone(), release);
     }
     if let Report::Acknowledged { owner, incarnation } = report {
-        unacknowledged(shared).insert(key.clone(), (owner.clone(), incarnation));
+        acks.lock()
+            .insert(key.clone(), (owner.clone(), incarnation));
         let task_shared = Arc::clone(shared);
+        let task_acks = Arc::clone(acks);
         let task_key = key.clone();
         let nonce = took.nonce;
         let waited_on = (owner.clone(), incarnation);
@@ -372,7 +389,7 @@ fn hold_taken(
                 {
                     // Only this take's entry: a later take of the key (of an item created
                     // again) has its own.
-                    let mut waiting = unacknowledged(&task_shared);
+                    let mut waiting = task_acks.lock();
                     if waiting.get(&task_key) == Some(&waited_on) {
                         waiting.remove(&task_key);
                     }
@@ -390,7 +407,7 @@ fn hold_taken(
 /// drops it, and names the notice as seen in its next beat) or the session is surely over.
 /// Returns when the lease may be reported.
 async fn acknowledged(
-    shared: &Shared,
+    shared: &Holder,
     key: &LeaseKey,
     owner: WorkerId,
     incarnation: Option<Incarnation>,

@@ -1,6 +1,6 @@
 //! The neighbour watch: each
 //! worker watches the session of one other, its successor in id order among the live workers
-//! (`Shared::successor`, set by each placement round), so that every session is watched by one
+//! (`Ring::successor`, set by each placement round), so that every session is watched by one
 //! worker and a dead one is noticed one lease duration after its last beat.
 //!
 //! Expiry is judged as everywhere else: the (incarnation, heartbeat) first seen at an instant

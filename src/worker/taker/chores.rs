@@ -60,7 +60,7 @@ impl Taker {
         expiry: &[Instant],
         now: Instant,
     ) {
-        let suspect = self.shared.ring.take_suspect();
+        let suspect = self.parts.ring.take_suspect();
         let Some((victim, incarnation)) = suspect else {
             return;
         };
@@ -121,8 +121,8 @@ impl Taker {
         view: &FleetView,
     ) {
         let (successor, predecessor) = decide::neighbours(live, &self.shared.id);
-        let renamed = self.shared.ring.watch_done.swap(false, Ordering::SeqCst);
-        self.shared.ring.successor.send_if_modified(|current| {
+        let renamed = self.parts.ring.watch_done.swap(false, Ordering::SeqCst);
+        self.parts.ring.successor.send_if_modified(|current| {
             if *current == successor {
                 renamed
             } else {
@@ -147,7 +147,7 @@ impl Taker {
         predecessor: Option<WorkerId>,
         incarnations: &HashMap<&WorkerId, Incarnation>,
     ) {
-        let open = self.shared.session_valid();
+        let open = self.parts.own.valid();
         let Some(predecessor) = predecessor
             .filter(|p| self.announced_to.as_ref() != Some(p))
             .filter(|_| open)

@@ -18,14 +18,17 @@
 use std::collections::HashMap;
 use std::sync::Arc;
 
+use tokio::sync::watch;
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
 use super::identity::{Identity, Ownership};
 use super::metrics;
+use super::own::OwnSession;
 use super::parts::SessionVersion;
-use super::state::{revoke_notice, Shared};
-use super::take::Job;
+use super::parts::{Announced, Ring};
+use super::state::{revoke_notice, Holder, TableView};
+use super::take::{Job, Unacknowledged};
 use crate::balance::{BalancePolicy, Move};
 use crate::expiry::ExpiryTracker;
 use crate::lease::{Incarnation, Lease, LeaseKey, Member, Snapshot, WorkerId};
@@ -37,8 +40,26 @@ mod decide;
 mod moves;
 mod sessions;
 
+/// What the taker is handed beside the [`Holder`]: the parts only it (and the loop it shares
+/// each with) uses.
+pub(crate) struct TakerParts {
+    /// This process's session: may it take, and since when are the sessions its opening
+    /// replaced over?
+    pub own: Arc<OwnSession>,
+    /// Between the taker and the watcher: the session to watch, and what was seen of it.
+    pub ring: Arc<Ring>,
+    /// Where the taker publishes its latest reading of the table for the discoverer; `None`
+    /// without a shard source.
+    pub view: Option<watch::Sender<Option<Arc<TableView>>>>,
+    /// Workers that announced themselves to the session loop.
+    pub announced: Arc<Announced>,
+    /// The takes awaiting an acknowledgement (shared with the session loop's takes).
+    pub unacknowledged: Arc<Unacknowledged>,
+}
+
 pub(crate) struct Taker {
-    shared: Arc<Shared>,
+    shared: Arc<Holder>,
+    parts: TakerParts,
     policy: Arc<dyn BalancePolicy>,
     /// Members by (incarnation, heartbeat): a record removed and written again by another
     /// process (or another session) starts its heartbeat again, and must
@@ -98,11 +119,12 @@ pub(crate) const FIGURE_WAIT: u32 = 2;
 const NO_RECORD: u64 = u64::MAX;
 
 impl Taker {
-    pub fn new(shared: Arc<Shared>, policy: Arc<dyn BalancePolicy>) -> Self {
+    pub fn new(shared: Arc<Holder>, parts: TakerParts, policy: Arc<dyn BalancePolicy>) -> Self {
         let duration = shared.config.lease_duration;
         let identity = Identity::new(shared.id.clone(), shared.incarnation());
         Self {
             shared,
+            parts,
             policy,
             members: ExpiryTracker::new(duration),
             identity,
@@ -289,13 +311,7 @@ impl Taker {
     /// Each one the scan does not show is read consistently and added; one that cannot be
     /// read waits for the next round.
     async fn see_announced(&self, snapshot: &mut Snapshot, deadline: Instant) {
-        let announced = std::mem::take(
-            &mut *self
-                .shared
-                .announced
-                .lock()
-                .unwrap_or_else(|e| e.into_inner()),
-        );
+        let announced = self.parts.announced.take();
         let mut unread = Vec::new();
         for worker in announced {
             if snapshot.members.iter().any(|m| m.worker == worker) {
@@ -310,11 +326,7 @@ impl Taker {
             }
         }
         if !unread.is_empty() {
-            self.shared
-                .announced
-                .lock()
-                .unwrap_or_else(|e| e.into_inner())
-                .extend(unread);
+            self.parts.announced.put_back(unread);
         }
     }
 
@@ -424,7 +436,9 @@ impl Taker {
                 Ok(Some(lease))
                     if lease.is_owned_by(&self.shared.id) && lease.owner_incarnation.is_none() =>
                 {
-                    let answer = Job::Adopt(lease).run(&self.shared).await;
+                    let answer = Job::Adopt(lease)
+                        .run(&self.shared, &self.parts.own, &self.parts.unacknowledged)
+                        .await;
                     self.record(answer);
                 }
                 // Our adoption landed and its answer was lost: the next round resumes it.

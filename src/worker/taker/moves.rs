@@ -100,7 +100,7 @@ impl Taker {
         // Too slow to hold leases (see `health.rs`): whatever it took now it would lose again,
         // while its late writes kept the leases looking alive to the peers.
         let slow = self.shared.health.is_slow();
-        let closed = !self.shared.session_valid();
+        let closed = !self.parts.own.valid();
         if slow || closed {
             if !actions.is_empty() || !moves.is_empty() {
                 let why = if slow {
@@ -114,11 +114,7 @@ impl Taker {
         }
         let acted: HashSet<LeaseKey> = actions.iter().map(|a| a.key().clone()).collect();
         let mut jobs = {
-            let unacknowledged = self
-                .shared
-                .unacknowledged
-                .lock()
-                .unwrap_or_else(|e| e.into_inner());
+            let unacknowledged = self.parts.unacknowledged.lock();
             decide::action_jobs(&self.judge(now), actions, &unacknowledged)
         };
         jobs.extend(decide::move_jobs(&self.judge(now), moves, by_key, &acted));
@@ -133,12 +129,14 @@ impl Taker {
         let mut running = JoinSet::new();
         for job in jobs {
             let (shared, limit) = (Arc::clone(&self.shared), Arc::clone(&limit));
+            let acks = Arc::clone(&self.parts.unacknowledged);
+            let own = Arc::clone(&self.parts.own);
             running.spawn(
                 async move {
                     let Ok(_permit) = limit.acquire_owned().await else {
                         return Answer::None;
                     };
-                    job.run(&shared).await
+                    job.run(&shared, &own, &acks).await
                 }
                 .in_current_span(),
             );

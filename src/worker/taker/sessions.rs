@@ -16,7 +16,7 @@ use crate::lease::{Incarnation, Lease, LeaseKey, Snapshot, WorkerId};
 use crate::store::Outcome;
 use crate::worker::fenced::{Fenced, SessionId};
 use crate::worker::metrics;
-use crate::worker::state::{Shared, TableView};
+use crate::worker::state::{Holder, TableView};
 use crate::worker::take::FAR;
 
 /// A round's first judgement of the sessions its leases name (see `Taker::first_expiry`).
@@ -85,7 +85,7 @@ impl Taker {
             self.members
                 .observe(&member.worker, (member.incarnation, member.heartbeat), now);
         }
-        let mut seen = self.shared.ring.members_seen();
+        let mut seen = self.parts.ring.members_seen();
         seen.retain(|w, _| ids.contains(w));
         for member in &snapshot.members {
             let value = (member.incarnation, member.heartbeat);
@@ -131,7 +131,7 @@ impl Taker {
         let mut named = HashSet::new();
         let mut still_fenced: HashSet<SessionId> = HashSet::new();
         let far = now + FAR;
-        let predecessors = self.shared.predecessors();
+        let predecessors = self.parts.own.predecessors();
         let expiry: Vec<Instant> = snapshot
             .leases
             .iter()
@@ -155,7 +155,7 @@ impl Taker {
                     (None, _) => false,
                 };
                 // A session of this worker's id that this one's opening replaced is over a
-                // lease duration after that (`Shared::predecessors`), even while an eventually
+                // lease duration after that (`OwnSession::predecessors`), even while an eventually
                 // consistent scan still shows its record: its leases wait no longer than that.
                 let over = predecessors
                     .as_ref()
@@ -184,7 +184,7 @@ impl Taker {
     /// `expiry` once the sessions without a record were read again: a session a consistent
     /// read showed live (or could not read) is not over; one replaced by another process of
     /// its id is over a lease duration after the read that first showed it so (a session this
-    /// one's opening replaced is judged by `Shared::predecessors` instead).
+    /// one's opening replaced is judged by `OwnSession::predecessors` instead).
     fn confirmed_expiry(
         &self,
         snapshot: &Snapshot,
@@ -308,7 +308,7 @@ impl Taker {
         gathering: bool,
         now: Instant,
     ) {
-        if self.shared.health.is_slow() || !self.shared.session_valid() {
+        if self.shared.health.is_slow() || !self.parts.own.valid() {
             return;
         }
         let incarnations = incarnations(snapshot);
@@ -482,9 +482,9 @@ impl Taker {
         expiry: &[Instant],
         now: Instant,
     ) {
-        if !self.shared.discovering {
+        let Some(published) = &self.parts.view else {
             return;
-        }
+        };
         let owner_alive = snapshot
             .leases
             .iter()
@@ -500,7 +500,7 @@ impl Taker {
             discoverer: rank == 0,
             standby: rank == 1,
         };
-        self.shared.view.send_replace(Some(Arc::new(view)));
+        published.send_replace(Some(Arc::new(view)));
     }
 }
 
@@ -524,7 +524,7 @@ impl Placement {
     /// landed or may have.
     async fn write(
         self,
-        shared: &Shared,
+        shared: &Holder,
         deadline: Instant,
     ) -> Option<(WorkerId, Option<Incarnation>, LeaseKey)> {
         let Placement {

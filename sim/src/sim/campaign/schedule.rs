@@ -603,7 +603,7 @@ pub fn script(name: &str) -> Option<Schedule> {
         // still show the record of the session its opening replaced, beating, and that
         // session's leases. Judged by the scans alone, they are held by a live session until
         // a scan shows the record replaced, and for a lease duration after that; the new
-        // session knows its opening replaced that session (`Shared::predecessors`). It also
+        // session knows its opening replaced that session (`OwnSession::predecessors`). It also
         // passes with that knowledge taken away: a replica that shows the old record never
         // beating again lets the session be fenced a lease duration after the opening.
         "restart-stale" => {
