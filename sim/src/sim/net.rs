@@ -10,9 +10,9 @@ use std::time::Duration;
 use async_trait::async_trait;
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
-use shardlease::lease::Incarnation;
-use shardlease::lease::{Lease, LoadReport, Member, NewLease};
+use shardlease::lease::{Lease, Member, Snapshot};
 use shardlease::store::dynamodb::{lease_item_size, member_item_size};
+use shardlease::store::layer::{Request, Response, StoreLayer};
 use shardlease::store::memory::InMemoryStore;
 use shardlease::store::StoreResult;
 use shardlease::store::{LeaseStore, Outcome, Page, PageToken, RetryPolicy, StoreError};
@@ -248,7 +248,7 @@ impl SimStore {
             [Duration::ZERO; PARTITIONS]
         };
         let net = Arc::clone(&self.net);
-        self.call("scan", "", kind, deadline, move || {
+        self.send("scan", "", kind, deadline, move || {
             let page = net.chaos.page_as_of(&net.table, from.clone(), lags);
             let size = page.leases.iter().map(lease_item_size).sum::<usize>()
                 + page.members.iter().map(member_item_size).sum::<usize>();
@@ -311,7 +311,7 @@ impl SimStore {
     /// recognising its own earlier write after an ambiguous failure (as the backend does by
     /// its per-call token). `apply` runs the request on the table and returns the answer and
     /// the item's size for the capacity units.
-    async fn call<T: Recognised + Clone + Send + 'static>(
+    async fn send<T: Recognised + Clone + Send + 'static>(
         &self,
         operation: &'static str,
         key: &str,
@@ -545,270 +545,126 @@ fn far() -> Instant {
     Instant::now() + Duration::from_secs(3600)
 }
 
+/// Every call is one [`Request`], made on the table behind the simulated network: its
+/// operation and item name the faults aimed at it, its kind draws its latency.
 #[async_trait]
-impl LeaseStore for SimStore {
-    async fn create(&self, lease: NewLease, deadline: Instant) -> StoreResult<Outcome<Lease>> {
-        let key = lease.key.to_string();
-        let w = self.writer();
-        self.call("create", &key, Kind::Write, deadline, move || {
-            let run = w.net.table.create(lease.clone(), far());
-            w.lease("create", &lease.key, run)
-        })
-        .await
-    }
-
-    async fn get(&self, key: &LeaseKey, deadline: Instant) -> StoreResult<Option<Lease>> {
-        let (net, owned) = (Arc::clone(&self.net), key.clone());
-        self.call("get", key.as_str(), Kind::Read, deadline, move || {
-            let lease = flat(now_or_never(net.table.get(&owned, far())));
-            let size = lease.as_ref().map_or(0, lease_item_size);
-            (lease, size)
-        })
-        .await
-    }
-
-    async fn list_page(&self, from: Option<PageToken>, deadline: Instant) -> StoreResult<Page> {
-        self.scan_page(from, Kind::Scan, deadline).await
-    }
-
-    async fn list_page_eventually(
-        &self,
-        from: Option<PageToken>,
-        deadline: Instant,
-    ) -> StoreResult<Page> {
-        self.scan_page(from, Kind::StaleScan, deadline).await
-    }
-
-    async fn list_members(&self, deadline: Instant) -> StoreResult<Vec<Member>> {
-        // DynamoDB lists one kind of item only by a scan with a filter, which reads (and
-        // bills) every page of the table: so does this, page by page, with the members
-        // taken from the table at the last page.
-        self.link.scans.fetch_add(1, Ordering::Relaxed);
-        let (items, bytes) = self.net.table.extent(lease_item_size, member_item_size);
-        let pages = items.div_ceil(SCAN_PAGE_ITEMS).max(1);
-        let per_page = bytes / pages;
-        for _ in 1..pages {
-            self.call("scan", "", Kind::Scan, deadline, move || ((), per_page))
-                .await?;
+impl StoreLayer for SimStore {
+    async fn call(&self, request: &Request, deadline: Instant) -> StoreResult<Response> {
+        match request {
+            Request::Get { key } => {
+                let (net, owned) = (Arc::clone(&self.net), key.clone());
+                let found = self.send("get", key.as_str(), Kind::Read, deadline, move || {
+                    let lease = flat(now_or_never(net.table.get(&owned, far())));
+                    let size = lease.as_ref().map_or(0, lease_item_size);
+                    (lease, size)
+                });
+                found.await.map(Response::Found)
+            }
+            Request::GetMember { worker, consistent } => self
+                .get_member(worker, *consistent, deadline)
+                .await
+                .map(Response::FoundMember),
+            Request::ListPage { from, eventually } => {
+                let kind = if *eventually {
+                    Kind::StaleScan
+                } else {
+                    Kind::Scan
+                };
+                let page = self.scan_page(from.clone(), kind, deadline).await;
+                page.map(Response::Page)
+            }
+            Request::ListMembers => self.list_members(deadline).await.map(Response::Members),
+            Request::Snapshot { eventually } => {
+                let snapshot = self.snapshot_by_pages(*eventually, deadline).await;
+                snapshot.map(Response::Snapshot)
+            }
+            Request::Delete {
+                key,
+                nonce,
+                observed_counter,
+                observed_tenure,
+            } => {
+                let (w, k) = (self.writer(), key.clone());
+                let (nonce, counter, tenure) = (*nonce, *observed_counter, *observed_tenure);
+                let deleted = self.send("delete", key.as_str(), Kind::Write, deadline, move || {
+                    w.delete(&k, nonce, counter, tenure)
+                });
+                deleted.await.map(Response::Lease)
+            }
+            Request::Create { lease } => self.lease_write(&lease.key, request, deadline).await,
+            Request::Renew { key, .. }
+            | Request::Take { key, .. }
+            | Request::RequestHandoff { key, .. }
+            | Request::CompleteHandoff { key, .. }
+            | Request::Release { key, .. }
+            | Request::Checkpoint { key, .. }
+            | Request::Give { key, .. } => self.lease_write(key, request, deadline).await,
+            Request::Heartbeat { worker, .. }
+            | Request::RemoveMember { worker, .. }
+            | Request::OpenSession { worker, .. }
+            | Request::Beat { worker, .. }
+            | Request::EndSession { worker, .. }
+            | Request::Notify { worker, .. } => self.member_write(worker, request, deadline).await,
+            other => Err(StoreError::Fatal {
+                operation: other.operation(),
+                key: other.key().to_owned(),
+                source: "a call the simulated network does not know".into(),
+            }),
         }
-        let net = Arc::clone(&self.net);
-        self.call("scan", "", Kind::Scan, deadline, move || {
-            let members = flat(now_or_never(net.table.list_members(far())));
-            (members, bytes - per_page * (pages - 1))
-        })
-        .await
     }
+}
 
-    async fn renew(
+impl SimStore {
+    /// A write to lease `key`, made on the table as `request` says.
+    async fn lease_write(
         &self,
         key: &LeaseKey,
-        nonce: u64,
-        owner: &WorkerId,
-        tenure: u64,
-        load: Option<f64>,
+        request: &Request,
         deadline: Instant,
-    ) -> StoreResult<Outcome<Lease>> {
-        let (w, k, owner) = (self.writer(), key.clone(), owner.clone());
-        self.call("renew", key.as_str(), Kind::Write, deadline, move || {
-            let run = w.net.table.renew(&k, nonce, &owner, tenure, load, far());
-            w.lease("renew", &k, run)
-        })
-        .await
+    ) -> StoreResult<Response> {
+        let (w, k, made) = (self.writer(), key.clone(), request.clone());
+        let operation = request.operation();
+        let written = self.send(operation, key.as_str(), Kind::Write, deadline, move || {
+            let run = async {
+                match made.send_to(&w.net.table, far()).await? {
+                    Response::Lease(outcome) => Ok(outcome),
+                    other => unreachable!("a lease write answered {other:?}"),
+                }
+            };
+            w.lease(operation, &k, run)
+        });
+        written.await.map(Response::Lease)
     }
 
-    async fn take(
-        &self,
-        key: &LeaseKey,
-        nonce: u64,
-        taker: &WorkerId,
-        incarnation: Incarnation,
-        observed_counter: u64,
-        deadline: Instant,
-    ) -> StoreResult<Outcome<Lease>> {
-        let (w, k, taker) = (self.writer(), key.clone(), taker.clone());
-        self.call("take", key.as_str(), Kind::Write, deadline, move || {
-            let run = w
-                .net
-                .table
-                .take(&k, nonce, &taker, incarnation, observed_counter, far());
-            w.lease("take", &k, run)
-        })
-        .await
-    }
-
-    async fn request_handoff(
-        &self,
-        key: &LeaseKey,
-        nonce: u64,
-        owner: &WorkerId,
-        tenure: u64,
-        requester: &WorkerId,
-        deadline: Instant,
-    ) -> StoreResult<Outcome<Lease>> {
-        let (w, k) = (self.writer(), key.clone());
-        let (owner, requester) = (owner.clone(), requester.clone());
-        self.call(
-            "request_handoff",
-            key.as_str(),
-            Kind::Write,
-            deadline,
-            move || {
-                let run = w
-                    .net
-                    .table
-                    .request_handoff(&k, nonce, &owner, tenure, &requester, far());
-                w.lease("request_handoff", &k, run)
-            },
-        )
-        .await
-    }
-
-    async fn complete_handoff(
-        &self,
-        key: &LeaseKey,
-        nonce: u64,
-        owner: &WorkerId,
-        tenure: u64,
-        to: &WorkerId,
-        deadline: Instant,
-    ) -> StoreResult<Outcome<Lease>> {
-        let (w, k, owner, to) = (self.writer(), key.clone(), owner.clone(), to.clone());
-        self.call(
-            "complete_handoff",
-            key.as_str(),
-            Kind::Write,
-            deadline,
-            move || {
-                let run = w
-                    .net
-                    .table
-                    .complete_handoff(&k, nonce, &owner, tenure, &to, far());
-                w.lease("complete_handoff", &k, run)
-            },
-        )
-        .await
-    }
-
-    async fn release(
-        &self,
-        key: &LeaseKey,
-        nonce: u64,
-        owner: &WorkerId,
-        tenure: u64,
-        deadline: Instant,
-    ) -> StoreResult<Outcome<Lease>> {
-        let (w, k, owner) = (self.writer(), key.clone(), owner.clone());
-        self.call("release", key.as_str(), Kind::Write, deadline, move || {
-            let run = w.net.table.release(&k, nonce, &owner, tenure, far());
-            w.lease("release", &k, run)
-        })
-        .await
-    }
-
-    async fn checkpoint(
-        &self,
-        key: &LeaseKey,
-        nonce: u64,
-        owner: &WorkerId,
-        tenure: u64,
-        seq: u64,
-        checkpoint: &str,
-        deadline: Instant,
-    ) -> StoreResult<Outcome<Lease>> {
-        let (w, k, owner) = (self.writer(), key.clone(), owner.clone());
-        let value = checkpoint.to_owned();
-        self.call(
-            "checkpoint",
-            key.as_str(),
-            Kind::Write,
-            deadline,
-            move || {
-                let run = w
-                    .net
-                    .table
-                    .checkpoint(&k, nonce, &owner, tenure, seq, &value, far());
-                w.lease("checkpoint", &k, run)
-            },
-        )
-        .await
-    }
-
-    async fn delete(
-        &self,
-        key: &LeaseKey,
-        nonce: u64,
-        observed_counter: u64,
-        observed_tenure: u64,
-        deadline: Instant,
-    ) -> StoreResult<Outcome<Lease>> {
-        let (w, k) = (self.writer(), key.clone());
-        self.call("delete", key.as_str(), Kind::Write, deadline, move || {
-            w.delete(&k, nonce, observed_counter, observed_tenure)
-        })
-        .await
-    }
-
-    async fn heartbeat(
+    /// A write to `worker`'s membership record, made on the table as `request` says.
+    async fn member_write(
         &self,
         worker: &WorkerId,
-        incarnation: Incarnation,
-        report: Option<&LoadReport>,
-        capacity: Option<u32>,
+        request: &Request,
         deadline: Instant,
-    ) -> StoreResult<Outcome<Member>> {
-        let (w, id, report) = (self.writer(), worker.clone(), report.cloned());
-        self.call(
-            "heartbeat",
+    ) -> StoreResult<Response> {
+        let (w, id, made) = (self.writer(), worker.clone(), request.clone());
+        let operation = request.operation();
+        let written = self.send(
+            operation,
             worker.as_str(),
             Kind::Write,
             deadline,
             move || {
-                let run = w
-                    .net
-                    .table
-                    .heartbeat(&id, incarnation, report.as_ref(), capacity, far());
+                let run = async {
+                    match made.send_to(&w.net.table, far()).await? {
+                        Response::Member(outcome) => Ok(outcome),
+                        other => unreachable!("a membership write answered {other:?}"),
+                    }
+                };
                 w.member(&id, run)
             },
-        )
-        .await
+        );
+        written.await.map(Response::Member)
     }
 
-    async fn remove_member(
-        &self,
-        worker: &WorkerId,
-        observed_heartbeat: Option<u64>,
-        deadline: Instant,
-    ) -> StoreResult<Outcome<Member>> {
-        let (w, id) = (self.writer(), worker.clone());
-        self.call(
-            "remove_member",
-            worker.as_str(),
-            Kind::Write,
-            deadline,
-            move || {
-                let run = w.net.table.remove_member(&id, observed_heartbeat, far());
-                w.member(&id, run)
-            },
-        )
-        .await
-    }
-
-    async fn give(
-        &self,
-        key: &LeaseKey,
-        nonce: u64,
-        to: &WorkerId,
-        observed_counter: u64,
-        deadline: Instant,
-    ) -> StoreResult<Outcome<Lease>> {
-        let (w, k, to) = (self.writer(), key.clone(), to.clone());
-        self.call("give", key.as_str(), Kind::Write, deadline, move || {
-            let run = w.net.table.give(&k, nonce, &to, observed_counter, far());
-            w.lease("give", &k, run)
-        })
-        .await
-    }
-
+    /// An eventually consistent read (`consistent` false) is served by a replica that lags by
+    /// a drawn time.
     async fn get_member(
         &self,
         worker: &WorkerId,
@@ -820,14 +676,13 @@ impl LeaseStore for SimStore {
         } else {
             Kind::StaleRead
         };
-        // An eventually consistent read is served by a replica that lags by a drawn time.
         let lag = if consistent {
             Duration::ZERO
         } else {
             self.stale_lag()
         };
         let (net, id) = (Arc::clone(&self.net), worker.clone());
-        self.call("get_member", worker.as_str(), kind, deadline, move || {
+        self.send("get_member", worker.as_str(), kind, deadline, move || {
             let member = net.chaos.member_as_of(&net.table, &id, lag);
             let size = member.as_ref().map_or(0, member_item_size);
             (member, size)
@@ -835,95 +690,54 @@ impl LeaseStore for SimStore {
         .await
     }
 
-    async fn open_session(
-        &self,
-        worker: &WorkerId,
-        incarnation: Incarnation,
-        capacity: Option<u32>,
-        replacing: Option<&Member>,
-        deadline: Instant,
-    ) -> StoreResult<Outcome<Member>> {
-        let (w, id, replacing) = (self.writer(), worker.clone(), replacing.cloned());
-        self.call(
-            "open_session",
-            worker.as_str(),
-            Kind::Write,
-            deadline,
-            move || {
-                let run =
-                    w.net
-                        .table
-                        .open_session(&id, incarnation, capacity, replacing.as_ref(), far());
-                w.member(&id, run)
-            },
-        )
-        .await
-    }
-
-    async fn beat(
-        &self,
-        worker: &WorkerId,
-        incarnation: Incarnation,
-        capacity: Option<u32>,
-        report: Option<&LoadReport>,
-        seen: &[String],
-        deadline: Instant,
-    ) -> StoreResult<Outcome<Member>> {
-        let (w, id, report) = (self.writer(), worker.clone(), report.cloned());
-        let seen = seen.to_vec();
-        self.call("beat", worker.as_str(), Kind::Write, deadline, move || {
-            let run = w
-                .net
-                .table
-                .beat(&id, incarnation, capacity, report.as_ref(), &seen, far());
-            w.member(&id, run)
+    /// DynamoDB lists one kind of item only by a scan with a filter, which reads (and bills)
+    /// every page of the table: so does this, page by page, with the members taken from the
+    /// table at the last page.
+    async fn list_members(&self, deadline: Instant) -> StoreResult<Vec<Member>> {
+        self.link.scans.fetch_add(1, Ordering::Relaxed);
+        let (items, bytes) = self.net.table.extent(lease_item_size, member_item_size);
+        let pages = items.div_ceil(SCAN_PAGE_ITEMS).max(1);
+        let per_page = bytes / pages;
+        for _ in 1..pages {
+            self.send("scan", "", Kind::Scan, deadline, move || ((), per_page))
+                .await?;
+        }
+        let net = Arc::clone(&self.net);
+        self.send("scan", "", Kind::Scan, deadline, move || {
+            let members = flat(now_or_never(net.table.list_members(far())));
+            (members, bytes - per_page * (pages - 1))
         })
         .await
     }
 
-    async fn end_session(
+    /// The whole table, page after page, as the library's default listing reads it.
+    async fn snapshot_by_pages(
         &self,
-        worker: &WorkerId,
-        incarnation: Incarnation,
-        observed_heartbeat: u64,
+        eventually: bool,
         deadline: Instant,
-    ) -> StoreResult<Outcome<Member>> {
-        let (w, id) = (self.writer(), worker.clone());
-        self.call(
-            "end_session",
-            worker.as_str(),
-            Kind::Write,
-            deadline,
-            move || {
-                let run = w
-                    .net
-                    .table
-                    .end_session(&id, incarnation, observed_heartbeat, far());
-                w.member(&id, run)
-            },
-        )
-        .await
-    }
-
-    async fn notify(
-        &self,
-        worker: &WorkerId,
-        incarnation: Incarnation,
-        notices: &[String],
-        deadline: Instant,
-    ) -> StoreResult<Outcome<Member>> {
-        let (w, id, notices) = (self.writer(), worker.clone(), notices.to_vec());
-        self.call(
-            "notify",
-            worker.as_str(),
-            Kind::Write,
-            deadline,
-            move || {
-                let run = w.net.table.notify(&id, incarnation, &notices, far());
-                w.member(&id, run)
-            },
-        )
-        .await
+    ) -> StoreResult<Snapshot> {
+        let kind = if eventually {
+            Kind::StaleScan
+        } else {
+            Kind::Scan
+        };
+        let mut snapshot = Snapshot::default();
+        let mut from = None;
+        loop {
+            let page = self.scan_page(from, kind, deadline).await?;
+            snapshot.leases.extend(page.leases);
+            snapshot.members.extend(page.members);
+            snapshot.malformed += page.malformed;
+            match page.next {
+                Some(next) => from = Some(next),
+                None => break,
+            }
+        }
+        // In key order, and the members in worker id order, as the library's listing gives
+        // them.
+        snapshot.leases.sort_by(|a, b| a.key.cmp(&b.key));
+        snapshot.members.sort_by(|a, b| a.worker.cmp(&b.worker));
+        Ok(snapshot)
     }
 }
 
@@ -1390,7 +1204,7 @@ fn bill(net: &Net, kind: Kind, size: usize) {
 
 /// A request as the campaign's network runs it: what it does to the table, and what a retry
 /// that finds it landed answers.
-struct Request<T, F> {
+struct Sent<T, F> {
     apply: Arc<F>,
     landed: Arc<Mutex<Option<T>>>,
     /// An aimed `Unanswered` hit it: no attempt of this call is answered.
@@ -1538,7 +1352,7 @@ impl SimStore {
     ) -> StoreResult<T> {
         // The worker computes its deadlines on its own clock; the network runs on tokio's.
         let deadline = self.clock.as_ref().map_or(deadline, |c| c.real(deadline));
-        let request = Request {
+        let request = Sent {
             apply: Arc::new(apply),
             landed: Arc::default(),
             doomed: AtomicBool::new(false),
@@ -1669,7 +1483,7 @@ impl SimStore {
         kind: Kind,
         sent: Instant,
         at: Instant,
-        request: &Request<T, F>,
+        request: &Sent<T, F>,
     ) where
         T: Clone + Send + 'static,
         F: Fn() -> (T, usize) + Send + Sync + 'static,
@@ -1738,7 +1552,7 @@ impl SimStore {
         sent: Instant,
         latency: Duration,
         deadline: Instant,
-        request: &Request<T, F>,
+        request: &Sent<T, F>,
     ) -> StoreResult<T>
     where
         T: Clone + Send + 'static,
@@ -1769,6 +1583,7 @@ impl SimStore {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use shardlease::lease::NewLease;
 
     fn version(counter: u64) -> Option<Version> {
         let key = LeaseKey::new("a").unwrap();
