@@ -486,8 +486,12 @@ pub trait LeaseStore: Send + Sync + 'static {
 }
 
 /// The whole table, page after page ([`LeaseStore::list_page_eventually`] with `eventually`,
-/// else [`LeaseStore::list_page`]), leases in key order and members in worker id order.
-pub(crate) async fn snapshot_by_pages<S: LeaseStore + ?Sized>(
+/// else [`LeaseStore::list_page`]), leases in key order and members in worker id order: what
+/// [`LeaseStore::snapshot`] and [`LeaseStore::snapshot_eventually`] do unless a store lists
+/// otherwise. A [`StoreLayer`](layer::StoreLayer) that answers every page itself (one that
+/// wraps no store) answers [`Request::Snapshot`](layer::Request::Snapshot) with it, so that a
+/// listing is the same pages through it as through any store.
+pub async fn snapshot_by_pages<S: LeaseStore + ?Sized>(
     store: &S,
     eventually: bool,
     deadline: Instant,

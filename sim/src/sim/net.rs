@@ -10,11 +10,11 @@ use std::time::Duration;
 use async_trait::async_trait;
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
-use shardlease::lease::{Lease, Member, Snapshot};
+use shardlease::lease::{Lease, Member};
 use shardlease::store::dynamodb::{lease_item_size, member_item_size};
 use shardlease::store::layer::{Request, Response, StoreLayer};
 use shardlease::store::memory::InMemoryStore;
-use shardlease::store::StoreResult;
+use shardlease::store::{snapshot_by_pages, StoreResult};
 use shardlease::store::{LeaseStore, Outcome, Page, PageToken, RetryPolicy, StoreError};
 use shardlease::{LeaseKey, WorkerId};
 use tokio::time::Instant;
@@ -575,7 +575,8 @@ impl StoreLayer for SimStore {
             }
             Request::ListMembers => self.list_members(deadline).await.map(Response::Members),
             Request::Snapshot { eventually } => {
-                let snapshot = self.snapshot_by_pages(*eventually, deadline).await;
+                // Page by page through this layer, as every store lists.
+                let snapshot = snapshot_by_pages(self, *eventually, deadline).await;
                 snapshot.map(Response::Snapshot)
             }
             Request::Delete {
@@ -708,36 +709,6 @@ impl SimStore {
             (members, bytes - per_page * (pages - 1))
         })
         .await
-    }
-
-    /// The whole table, page after page, as the library's default listing reads it.
-    async fn snapshot_by_pages(
-        &self,
-        eventually: bool,
-        deadline: Instant,
-    ) -> StoreResult<Snapshot> {
-        let kind = if eventually {
-            Kind::StaleScan
-        } else {
-            Kind::Scan
-        };
-        let mut snapshot = Snapshot::default();
-        let mut from = None;
-        loop {
-            let page = self.scan_page(from, kind, deadline).await?;
-            snapshot.leases.extend(page.leases);
-            snapshot.members.extend(page.members);
-            snapshot.malformed += page.malformed;
-            match page.next {
-                Some(next) => from = Some(next),
-                None => break,
-            }
-        }
-        // In key order, and the members in worker id order, as the library's listing gives
-        // them.
-        snapshot.leases.sort_by(|a, b| a.key.cmp(&b.key));
-        snapshot.members.sort_by(|a, b| a.worker.cmp(&b.worker));
-        Ok(snapshot)
     }
 }
 
