@@ -670,4 +670,40 @@ mod file_tests {
         let err = parse(r#"{"progress_window": "0s"}"#).unwrap_err();
         assert!(err.contains("progress_window"), "{err}");
     }
+
+    /// The environment form (`examples/config_file.rs --env`): one variable per field, every
+    /// value text, a misspelt variable refused by its name. It needs the flat struct
+    /// (`docs/decisions/0019-the-worker-config-stays-flat.md`).
+    #[test]
+    fn the_environment_names_every_field_flat_and_a_typo_is_refused_by_name() {
+        let read = |vars: &[(&str, &str)]| {
+            let vars = vars.iter().map(|(k, v)| (k.to_string(), v.to_string()));
+            envy::prefixed("SHARDLEASE_WORKER_")
+                .from_iter::<_, WorkerConfig>(vars)
+                .map_err(|e| e.to_string())
+        };
+        let config = read(&[
+            ("SHARDLEASE_WORKER_LEASE_DURATION", "20s"),
+            ("SHARDLEASE_WORKER_HANDOFF_TIMEOUT", "1m"),
+            ("SHARDLEASE_WORKER_MAX_LEASES_PER_WORKER", "64"),
+            ("SHARDLEASE_WORKER_MAX_CONCURRENT_WRITES", "8"),
+            ("SHARDLEASE_WORKER_WEIGHT", "2.5"),
+            ("SHARDLEASE_WORKER_BALANCE", "load"),
+            ("SHARDLEASE_WORKER_PROGRESS_WINDOW", "5m"),
+            ("OTHER_VARIABLE", "ignored"),
+        ])
+        .unwrap();
+        assert_eq!(config.lease_duration, Duration::from_secs(20));
+        assert_eq!(config.effective_renew_interval(), Duration::from_secs(9));
+        assert_eq!(config.handoff_timeout, Duration::from_secs(60));
+        assert_eq!(config.max_leases_per_worker, 64);
+        assert_eq!(config.max_concurrent_writes, 8);
+        assert_eq!(config.weight, 2.5);
+        assert_eq!(config.balance, Balance::Load);
+        assert_eq!(config.progress_window, Some(Duration::from_secs(300)));
+        let err = read(&[("SHARDLEASE_WORKER_HANDOF_TIMEOUT", "1m")]).unwrap_err();
+        assert!(err.contains("handof_timeout"), "{err}");
+        let err = read(&[("SHARDLEASE_WORKER_MAX_LEASES_PER_WORKER", "many")]).unwrap_err();
+        assert!(err.contains("many"), "{err}");
+    }
 }
