@@ -174,11 +174,14 @@ impl EventLog {
             ConsumerEvent::Checkpointed {
                 key,
                 sequence_number,
-            } => self.write(
-                key,
-                "checkpointed",
-                &[("sequence_number", sequence_number.clone())],
-            ),
+                sub_sequence_number,
+            } => {
+                let mut fields = vec![("sequence_number", sequence_number.clone())];
+                if let Some(sub) = sub_sequence_number {
+                    fields.push(("sub_sequence_number", sub.to_string()));
+                }
+                self.write(key, "checkpointed", &fields)
+            }
             other => eprintln!("event: {other:?}"),
         }
     }

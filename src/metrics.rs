@@ -98,6 +98,11 @@ pub const KINESIS_GET_RECORDS_SECONDS: &str = "shardlease_kinesis_get_records_se
 /// the retries of the Kinesis client it was given, if any (labels `stream`, `shard`, `call`:
 /// `GetRecords` or `GetShardIterator`).
 pub const KINESIS_THROTTLES: &str = "shardlease_kinesis_throttles_total";
+/// Counter: Kinesis records in the KPL's aggregated format that the consumer did not expand
+/// (labels `stream`, `shard`, `reason`: `corrupt`, its digest or protobuf wrong, delivered as
+/// it is; `out_of_range`, it holds a user record hashed outside the shard, dropped whole as
+/// KCL drops it).
+pub const KINESIS_UNEXPANDED: &str = "shardlease_kinesis_aggregates_not_expanded_total";
 
 /// What a metric measures.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -135,7 +140,7 @@ const fn metric(name: &'static str, kind: Kind, unit: Unit, help: &'static str) 
 }
 
 /// Every metric of the crate: the worker's, the DynamoDB store's and the Kinesis consumer's.
-pub const ALL: [Description; 26] = [
+pub const ALL: [Description; 27] = [
     metric(
         LEASES_HELD,
         Kind::Gauge,
@@ -291,6 +296,12 @@ pub const ALL: [Description; 26] = [
         Kind::Counter,
         Unit::Count,
         "Kinesis calls refused for lack of capacity (labels stream, shard, call)",
+    ),
+    metric(
+        KINESIS_UNEXPANDED,
+        Kind::Counter,
+        Unit::Count,
+        "aggregated Kinesis records not expanded (labels stream, shard, reason: corrupt, delivered as they are; out_of_range, dropped)",
     ),
 ];
 

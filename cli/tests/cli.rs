@@ -652,9 +652,10 @@ async fn import_kcl_copies_checkpoints_and_a_kcl_table_is_named_as_such() {
             .unwrap_or_else(|| panic!("{key} not imported: {status}"))
     };
     assert_eq!(by_key("shardId-000000000000")["status"], "finished");
+    // The sequence number and KCL's sub-sequence number: where the consumer resumes.
     assert_eq!(
         by_key("shardId-000000000001")["checkpoint"],
-        "49590338271490256608559692538361571095921575989136588898"
+        "49590338271490256608559692538361571095921575989136588898:0"
     );
     assert_eq!(by_key("shardId-000000000001")["status"], "ready");
     assert_eq!(by_key("shardId-000000000002")["checkpoint"], Value::Null);

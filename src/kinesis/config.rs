@@ -88,6 +88,16 @@ pub struct ConsumerConfig {
     /// [`LOAD_SAMPLE`](crate::kinesis::LOAD_SAMPLE) of reads (idle reads report 0). Default:
     /// [`LoadFigure::Bytes`].
     pub load_figure: LoadFigure,
+    /// Expand records in the KPL's aggregated format into the user records they hold, as KCL
+    /// does: each is delivered with its aggregate's sequence number and its own
+    /// [`sub_sequence_number`](super::KinesisRecord::sub_sequence_number), and a checkpoint of
+    /// one resumes with the next user record of its aggregate. A record that looks aggregated
+    /// but whose digest does not match is delivered as it is; an aggregate holding a user
+    /// record hashed outside its shard is dropped (both counted in
+    /// `shardlease_kinesis_aggregates_not_expanded_total`). Off, every Kinesis record is
+    /// delivered as it is, and a checkpoint inside an aggregate resumes after the whole
+    /// aggregate. Default: on (as KCL).
+    pub deaggregate: bool,
 }
 
 impl Default for ConsumerConfig {
@@ -100,6 +110,7 @@ impl Default for ConsumerConfig {
             max_backoff: Duration::from_secs(10),
             call_timeout: Duration::from_secs(10),
             load_figure: LoadFigure::Bytes,
+            deaggregate: true,
         }
     }
 }
@@ -144,6 +155,13 @@ impl ConsumerConfig {
     #[must_use]
     pub fn load_figure(mut self, value: LoadFigure) -> Self {
         self.load_figure = value;
+        self
+    }
+
+    /// Sets [`deaggregate`](Self::deaggregate).
+    #[must_use]
+    pub fn deaggregate(mut self, value: bool) -> Self {
+        self.deaggregate = value;
         self
     }
 
@@ -216,6 +234,7 @@ mod file {
         #[serde(default, with = "humantime_serde")]
         call_timeout: Option<Duration>,
         load_figure: Option<LoadFigure>,
+        deaggregate: Option<bool>,
     }
 
     impl TryFrom<ConsumerConfigFile> for ConsumerConfig {
@@ -231,7 +250,8 @@ mod file {
                 idle_time_between_reads,
                 max_backoff,
                 call_timeout,
-                load_figure
+                load_figure,
+                deaggregate
             );
             config.validate()?;
             Ok(config)

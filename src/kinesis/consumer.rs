@@ -16,7 +16,7 @@ use super::config::{ConsumerConfig, InitialPosition};
 use super::event::{ConsumerEvent, Observer};
 use super::processor::ProcessorFactory;
 use super::reader::{self, ReaderContext};
-use super::source::{KinesisShardSource, StreamError};
+use super::source::{KinesisShardSource, ShardRanges, StreamError};
 use crate::config::{ConfigError, WorkerConfig};
 use crate::lease::{LeaseKey, WorkerId};
 use crate::source::{Shard, ShardSource, SourceError};
@@ -154,6 +154,7 @@ impl<F> KinesisConsumerBuilder<F> {
             .start()
             .await?;
         let context = Arc::new(ReaderContext {
+            ranges: ShardRanges::new(self.client.clone(), self.stream.clone()),
             client: self.client,
             stream: self.stream,
             config: self.config,

@@ -40,8 +40,10 @@ pub enum ConsumerEvent {
     Checkpointed {
         /// The shard.
         key: LeaseKey,
-        /// The checkpoint.
+        /// The checkpoint's sequence number (or `SHARD_END`).
         sequence_number: String,
+        /// Inside an aggregate: the user record's index in it.
+        sub_sequence_number: Option<u64>,
     },
     /// The processor panicked. The panic was caught: the processor is not called again, and
     /// the lease is released after [`ConsumerConfig::max_backoff`](super::ConsumerConfig::max_backoff) (at once if a stop comes

@@ -1,5 +1,6 @@
 //! What the record loop of one shard records: records and bytes handed to the processor, how
-//! far behind the tip of the stream it reads, how long `GetRecords` takes, and throttles (names
+//! far behind the tip of the stream it reads, how long `GetRecords` takes, throttles, and the
+//! aggregated records it did not expand (names
 //! and meanings in [`crate::metrics`]). The handles are registered once per loop.
 
 use std::time::Duration;
@@ -8,7 +9,7 @@ use metrics::{Counter, Gauge, Histogram};
 
 use crate::metrics::{
     KINESIS_BYTES, KINESIS_GET_RECORDS_SECONDS, KINESIS_MILLIS_BEHIND, KINESIS_RECORDS,
-    KINESIS_THROTTLES,
+    KINESIS_THROTTLES, KINESIS_UNEXPANDED,
 };
 
 /// The metrics of one shard's record loop.
@@ -19,6 +20,8 @@ pub(super) struct ShardMeters {
     get_records: Histogram,
     throttled_reads: Counter,
     throttled_iterators: Counter,
+    corrupt_aggregates: Counter,
+    dropped_aggregates: Counter,
 }
 
 impl ShardMeters {
@@ -32,7 +35,17 @@ impl ShardMeters {
                 "call" => call
             )
         };
+        let not_expanded = |reason: &'static str| {
+            metrics::counter!(
+                KINESIS_UNEXPANDED,
+                "stream" => stream.to_owned(),
+                "shard" => shard.to_owned(),
+                "reason" => reason
+            )
+        };
         Self {
+            corrupt_aggregates: not_expanded("corrupt"),
+            dropped_aggregates: not_expanded("out_of_range"),
             records: metrics::counter!(KINESIS_RECORDS, &labels),
             bytes: metrics::counter!(KINESIS_BYTES, &labels),
             behind: metrics::gauge!(KINESIS_MILLIS_BEHIND, &labels),
@@ -65,6 +78,17 @@ impl ShardMeters {
     /// `GetShardIterator` was throttled.
     pub(super) fn iterator_throttled(&self) {
         self.throttled_iterators.increment(1);
+    }
+
+    /// A record in the aggregated format was delivered as it is: its digest or protobuf is
+    /// wrong.
+    pub(super) fn aggregate_corrupt(&self) {
+        self.corrupt_aggregates.increment(1);
+    }
+
+    /// An aggregate holding a user record hashed outside the shard was dropped.
+    pub(super) fn aggregate_dropped(&self) {
+        self.dropped_aggregates.increment(1);
     }
 
     /// The loop ended here: another process (or none) reads the shard now.

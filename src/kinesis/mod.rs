@@ -45,6 +45,7 @@
 //! field is not needed); the processor's [`RecordProcessor::shard_ended`] checkpoints the end,
 //! and the children start through the discovery rules (parents first).
 
+mod aggregation;
 mod config;
 mod consumer;
 mod event;

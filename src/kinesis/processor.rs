@@ -11,13 +11,21 @@ use super::event::{ConsumerEvent, Observer};
 use crate::lease::LeaseKey;
 use crate::worker::{CheckpointError, Checkpointer, StopReason};
 
-/// One record of a shard.
+/// One record of a shard: a Kinesis record, or one user record of a Kinesis record that
+/// aggregates many (the KPL's format; see [`ConsumerConfig::deaggregate`](super::ConsumerConfig::deaggregate)).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct KinesisRecord {
-    /// Its sequence number: checkpoint it to resume after this record.
+    /// Its sequence number: checkpoint the record ([`RecordCheckpointer::checkpoint`]) to
+    /// resume after it. The user records of one aggregate share their aggregate's.
     pub sequence_number: String,
+    /// Its index in its aggregate: `Some` for a user record of an aggregate, `None` for a
+    /// record that was not aggregated.
+    pub sub_sequence_number: Option<u64>,
     /// The producer's partition key.
     pub partition_key: String,
+    /// The hash key its producer gave a user record of an aggregate instead of its partition
+    /// key's, if any.
+    pub explicit_hash_key: Option<String>,
     /// The payload.
     pub data: Vec<u8>,
     /// When Kinesis accepted it.
@@ -34,6 +42,14 @@ pub enum StartPosition {
     AtTimestamp(SystemTime),
     /// The record after this sequence number (a checkpoint).
     AfterSequenceNumber(String),
+    /// The user record after this one of an aggregate (a checkpoint inside an aggregate):
+    /// the aggregate is read again and its user records up to this one are skipped.
+    AfterSubSequenceNumber {
+        /// The aggregate's sequence number.
+        sequence_number: String,
+        /// The index in the aggregate of the last user record processed.
+        sub_sequence_number: u64,
+    },
 }
 
 /// What a processor learns when its shard starts.
@@ -41,7 +57,8 @@ pub enum StartPosition {
 pub struct ShardStart {
     /// The shard (the lease key).
     pub shard: LeaseKey,
-    /// The lease's checkpoint when it was acquired, if any: a sequence number, or the
+    /// The lease's checkpoint when it was acquired, if any: a sequence number, a sequence
+    /// number and a sub-sequence number (`<sequence>:<sub>`, inside an aggregate), or the
     /// consumer's own marker of where a `Latest` start began (`shardlease#AT_TIMESTAMP:<ms>`).
     pub checkpoint: Option<String>,
     /// Where reading starts.
@@ -135,6 +152,36 @@ impl std::fmt::Debug for RecordCheckpointer {
 /// Longest sequence number accepted (Kinesis uses up to 128 digits).
 const MAX_SEQUENCE_DIGITS: usize = 128;
 
+/// Between the sequence number and the sub-sequence number of a checkpoint inside an
+/// aggregate.
+const SUB_SEPARATOR: char = ':';
+
+/// 1 to 128 decimal digits.
+fn is_sequence_number(text: &str) -> bool {
+    !text.is_empty()
+        && text.len() <= MAX_SEQUENCE_DIGITS
+        && text.bytes().all(|b| b.is_ascii_digit())
+}
+
+/// Where a checkpoint of this consumer resumes: after a record (`<sequence>`), or after a
+/// user record of an aggregate (`<sequence>:<sub>`); `None` for any other text.
+pub(crate) fn resume_after(checkpoint: &str) -> Option<StartPosition> {
+    match checkpoint.split_once(SUB_SEPARATOR) {
+        None => is_sequence_number(checkpoint)
+            .then(|| StartPosition::AfterSequenceNumber(checkpoint.to_owned())),
+        Some((sequence, sub)) => {
+            let sub = sub
+                .parse()
+                .ok()
+                .filter(|_| sub.bytes().all(|b| b.is_ascii_digit()))?;
+            is_sequence_number(sequence).then(|| StartPosition::AfterSubSequenceNumber {
+                sequence_number: sequence.to_owned(),
+                sub_sequence_number: sub,
+            })
+        }
+    }
+}
+
 impl RecordCheckpointer {
     pub(crate) fn new(inner: Checkpointer, observer: Observer) -> Self {
         Self {
@@ -149,27 +196,60 @@ impl RecordCheckpointer {
         self.inner.key()
     }
 
-    /// Checkpoints after `record`: a new owner resumes with the record that follows it.
+    /// Checkpoints after `record`: a new owner resumes with the record that follows it (the
+    /// next user record of its aggregate, for a user record of an aggregate).
     pub async fn checkpoint(&self, record: &KinesisRecord) -> Result<(), CheckpointError> {
-        self.checkpoint_at(&record.sequence_number).await
+        match record.sub_sequence_number {
+            Some(sub) => self.checkpoint_at_sub(&record.sequence_number, sub).await,
+            None => self.checkpoint_at(&record.sequence_number).await,
+        }
     }
 
-    /// Checkpoints at a sequence number (of a record of this shard).
+    /// Checkpoints at a sequence number (of a record of this shard): after the whole record,
+    /// every user record of it if it is an aggregate.
     pub async fn checkpoint_at(&self, sequence_number: &str) -> Result<(), CheckpointError> {
-        let digits = !sequence_number.is_empty()
-            && sequence_number.len() <= MAX_SEQUENCE_DIGITS
-            && sequence_number.bytes().all(|b| b.is_ascii_digit());
-        if !digits {
-            return Err(CheckpointError::Invalid {
-                key: self.key().clone(),
-                value: sequence_number.to_owned(),
-                reason: "a Kinesis sequence number is 1 to 128 decimal digits",
-            });
+        self.check(sequence_number)?;
+        self.store(sequence_number.to_owned(), sequence_number, None)
+            .await
+    }
+
+    /// Checkpoints after user record `sub_sequence_number` of the aggregate at
+    /// `sequence_number`: a new owner reads the aggregate again and starts with the user
+    /// record after it. Stored as `<sequence>:<sub>`.
+    pub async fn checkpoint_at_sub(
+        &self,
+        sequence_number: &str,
+        sub_sequence_number: u64,
+    ) -> Result<(), CheckpointError> {
+        self.check(sequence_number)?;
+        let value = format!("{sequence_number}{SUB_SEPARATOR}{sub_sequence_number}");
+        self.store(value, sequence_number, Some(sub_sequence_number))
+            .await
+    }
+
+    /// Refuses what is not a Kinesis sequence number.
+    fn check(&self, sequence_number: &str) -> Result<(), CheckpointError> {
+        if is_sequence_number(sequence_number) {
+            return Ok(());
         }
-        self.inner.checkpoint(sequence_number).await?;
+        Err(CheckpointError::Invalid {
+            key: self.key().clone(),
+            value: sequence_number.to_owned(),
+            reason: "a Kinesis sequence number is 1 to 128 decimal digits",
+        })
+    }
+
+    async fn store(
+        &self,
+        value: String,
+        sequence_number: &str,
+        sub_sequence_number: Option<u64>,
+    ) -> Result<(), CheckpointError> {
+        self.inner.checkpoint(&value).await?;
         (self.observer)(ConsumerEvent::Checkpointed {
             key: self.key().clone(),
             sequence_number: sequence_number.to_owned(),
+            sub_sequence_number,
         });
         Ok(())
     }
@@ -181,6 +261,7 @@ impl RecordCheckpointer {
         (self.observer)(ConsumerEvent::Checkpointed {
             key: self.key().clone(),
             sequence_number: crate::lease::SHARD_END.to_owned(),
+            sub_sequence_number: None,
         });
         Ok(())
     }
@@ -192,5 +273,37 @@ impl RecordCheckpointer {
 
     pub(crate) fn inner(&self) -> &Checkpointer {
         &self.inner
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_checkpoint_resumes_after_its_record_or_after_its_user_record() {
+        assert_eq!(
+            resume_after("4959033827"),
+            Some(StartPosition::AfterSequenceNumber("4959033827".into()))
+        );
+        assert_eq!(
+            resume_after("4959033827:12"),
+            Some(StartPosition::AfterSubSequenceNumber {
+                sequence_number: "4959033827".into(),
+                sub_sequence_number: 12,
+            })
+        );
+        for other in [
+            "",
+            ":1",
+            "49:",
+            "49:+1",
+            "49:x",
+            "x:1",
+            "49:1:2",
+            "shardlease#SHARD_END",
+        ] {
+            assert_eq!(resume_after(other), None, "{other:?}");
+        }
     }
 }

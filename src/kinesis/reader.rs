@@ -19,12 +19,14 @@ use aws_sdk_kinesis::primitives::DateTime;
 use aws_sdk_kinesis::types::ShardIteratorType;
 use tokio::time::Instant;
 
+use super::aggregation::{self, Expanded, HashKeyRange, MAGIC};
 use super::config::{ConsumerConfig, InitialPosition, LoadFigure};
 use super::event::{ConsumerEvent, Observer};
 use super::metrics::ShardMeters;
 use super::processor::{
-    KinesisRecord, RecordCheckpointer, RecordProcessor, ShardStart, StartPosition,
+    resume_after, KinesisRecord, RecordCheckpointer, RecordProcessor, ShardStart, StartPosition,
 };
+use super::source::ShardRanges;
 use super::{classify, describe, Failure};
 use crate::lease::{LeaseKey, RESERVED_PREFIX};
 use crate::store::{Jitter, RetryPolicy};
@@ -80,6 +82,8 @@ impl Rate {
 
 pub(crate) struct ReaderContext {
     pub client: aws_sdk_kinesis::Client,
+    /// The shards' hash key ranges, for expanding aggregates.
+    pub ranges: ShardRanges,
     pub stream: String,
     pub config: ConsumerConfig,
     pub observer: Observer,
@@ -132,7 +136,12 @@ async fn start_position(
         {
             return StartPosition::AtTimestamp(UNIX_EPOCH + Duration::from_millis(millis));
         }
+        if let Some(position) = resume_after(checkpoint) {
+            return position;
+        }
         if !checkpoint.starts_with(RESERVED_PREFIX) {
+            // Not written by this consumer (a hand edit, another application): Kinesis
+            // judges it.
             return StartPosition::AfterSequenceNumber(checkpoint.to_owned());
         }
         tracing::warn!(lease_key = %grant.key(), checkpoint, "unknown reserved checkpoint; starting from the initial position");
@@ -326,6 +335,7 @@ async fn read<P: RecordProcessor>(
     // `GetRecords` was refused since the last answer: the next refusal ends the loop.
     let mut refused = false;
     let mut rate = Rate::new(config.load_figure);
+    let mut users = UserRecords::new(config.deaggregate, position);
     loop {
         tokio::select! {
            biased;
@@ -421,15 +431,16 @@ async fn read<P: RecordProcessor>(
         backoff.reset();
         refused = false;
         let records: Vec<KinesisRecord> = output.records().iter().map(to_record).collect();
+        if let Some(last) = records.last() {
+            *position = StartPosition::AfterSequenceNumber(last.sequence_number.clone());
+        }
+        let records = users.expand(records, context, &key, meters).await;
         let empty = records.is_empty();
         let bytes = records.iter().map(|r| r.data.len()).sum();
         meters.read(records.len(), bytes, output.millis_behind_latest());
         if let Some(load) = rate.read(records.len(), bytes) {
             // A finite rate at least 0: never refused.
             let _ = grant.report_load(load);
-        }
-        if let Some(last) = records.last() {
-            *position = StartPosition::AfterSequenceNumber(last.sequence_number.clone());
         }
         if !empty {
             if let Err(message) = guarded(processor.process_records(records, checkpointer)).await {
@@ -477,6 +488,85 @@ async fn end_of_shard<P: RecordProcessor>(
     }
 }
 
+/// What the record loop hands the processor of what it read: with de-aggregation on, the user
+/// records of every aggregate (the shard's hash key range looked up at the first aggregate),
+/// and, after a resume inside an aggregate, none of its user records up to the checkpoint.
+struct UserRecords {
+    deaggregate: bool,
+    /// The shard's range, once looked up (`Some(None)`: not found).
+    range: Option<Option<HashKeyRange>>,
+    /// The aggregate a resume started inside, and the last of its user records processed:
+    /// skipped up to there, until a later record is read.
+    skip: Option<(String, u64)>,
+}
+
+impl UserRecords {
+    fn new(deaggregate: bool, start: &StartPosition) -> Self {
+        let skip = match start {
+            StartPosition::AfterSubSequenceNumber {
+                sequence_number,
+                sub_sequence_number,
+            } => Some((sequence_number.clone(), *sub_sequence_number)),
+            _ => None,
+        };
+        Self {
+            deaggregate,
+            range: None,
+            skip,
+        }
+    }
+
+    /// The records to hand the processor of `records`, as read.
+    async fn expand(
+        &mut self,
+        records: Vec<KinesisRecord>,
+        context: &ReaderContext,
+        key: &LeaseKey,
+        meters: &ShardMeters,
+    ) -> Vec<KinesisRecord> {
+        let mut users = Vec::with_capacity(records.len());
+        for record in records {
+            if !self.deaggregate || !record.data.starts_with(&MAGIC) {
+                users.push(record);
+                continue;
+            }
+            if self.range.is_none() {
+                self.range = Some(context.ranges.get(key).await);
+            }
+            let sequence = record.sequence_number.clone();
+            match aggregation::expand(record, self.range.flatten()) {
+                Expanded::Plain(record) => users.push(record),
+                Expanded::Aggregate(expanded) => users.extend(expanded),
+                Expanded::Corrupt(record, why) => {
+                    tracing::warn!(sequence_number = %sequence, why, "a record in the aggregated format is not an aggregate: delivered as it is");
+                    meters.aggregate_corrupt();
+                    users.push(record);
+                }
+                Expanded::OutOfRange(count) => {
+                    tracing::warn!(sequence_number = %sequence, user_records = count, "an aggregate holds a user record hashed outside this shard: dropped, as KCL drops it");
+                    meters.aggregate_dropped();
+                }
+            }
+        }
+        self.skip_processed(users)
+    }
+
+    /// Leaves out the user records a checkpoint inside an aggregate covers (a record that was
+    /// not expanded counts as user record 0, as KCL counts it).
+    fn skip_processed(&mut self, mut users: Vec<KinesisRecord>) -> Vec<KinesisRecord> {
+        let Some((sequence, last)) = &self.skip else {
+            return users;
+        };
+        users.retain(|u| {
+            u.sequence_number != *sequence || u.sub_sequence_number.unwrap_or(0) > *last
+        });
+        if users.iter().any(|u| u.sequence_number != *sequence) {
+            self.skip = None;
+        }
+        users
+    }
+}
+
 fn pause(failure: Failure, backoff: &mut Backoff, config: &ConsumerConfig) -> Duration {
     match failure {
         Failure::Fatal => config.max_backoff,
@@ -503,6 +593,12 @@ async fn shard_iterator(
         StartPosition::AfterSequenceNumber(sequence) => request
             .shard_iterator_type(ShardIteratorType::AfterSequenceNumber)
             .starting_sequence_number(sequence),
+        // The aggregate is read again; its user records up to the checkpoint are skipped.
+        StartPosition::AfterSubSequenceNumber {
+            sequence_number, ..
+        } => request
+            .shard_iterator_type(ShardIteratorType::AtSequenceNumber)
+            .starting_sequence_number(sequence_number),
     };
     match request.send().await {
         Ok(output) => output.shard_iterator().map(str::to_owned).ok_or_else(|| {
@@ -521,7 +617,9 @@ async fn shard_iterator(
 fn to_record(record: &aws_sdk_kinesis::types::Record) -> KinesisRecord {
     KinesisRecord {
         sequence_number: record.sequence_number().to_owned(),
+        sub_sequence_number: None,
         partition_key: record.partition_key().unwrap_or_default().to_owned(),
+        explicit_hash_key: None,
         data: record.data().as_ref().to_vec(),
         approximate_arrival: record
             .approximate_arrival_timestamp()
@@ -532,6 +630,39 @@ fn to_record(record: &aws_sdk_kinesis::types::Record) -> KinesisRecord {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    fn user(sequence: &str, sub: Option<u64>) -> KinesisRecord {
+        KinesisRecord {
+            sequence_number: sequence.into(),
+            sub_sequence_number: sub,
+            partition_key: "k".into(),
+            explicit_hash_key: None,
+            data: Vec::new(),
+            approximate_arrival: None,
+        }
+    }
+
+    #[test]
+    fn a_resume_inside_an_aggregate_skips_its_user_records_up_to_the_checkpoint_only() {
+        let start = StartPosition::AfterSubSequenceNumber {
+            sequence_number: "7".into(),
+            sub_sequence_number: 1,
+        };
+        let mut users = UserRecords::new(true, &start);
+        // An empty answer leaves the skip in place.
+        assert!(users.skip_processed(Vec::new()).is_empty());
+        let kept = users.skip_processed(vec![user("7", Some(0)), user("7", Some(1))]);
+        assert!(kept.is_empty());
+        let kept = users.skip_processed(vec![user("7", Some(2)), user("9", None)]);
+        assert_eq!(kept, [user("7", Some(2)), user("9", None)]);
+        // A later record was read: nothing is skipped any more.
+        assert_eq!(users.skip_processed(vec![user("7", Some(0))]).len(), 1);
+        // A record that was not expanded counts as user record 0.
+        let mut users = UserRecords::new(false, &start);
+        assert!(users.skip_processed(vec![user("7", None)]).is_empty());
+        let mut users = UserRecords::new(true, &StartPosition::AfterSequenceNumber("7".into()));
+        assert_eq!(users.skip_processed(vec![user("7", Some(0))]).len(), 1);
+    }
 
     #[tokio::test(start_paused = true)]
     async fn the_load_is_what_was_read_per_second_over_at_least_a_sample() {

@@ -1,5 +1,6 @@
 //! The shard source of a Kinesis stream: `ListShards`, page after page.
 
+use std::collections::HashMap;
 use std::time::Duration;
 
 use async_trait::async_trait;
@@ -8,6 +9,7 @@ use aws_sdk_kinesis::error::{ProvideErrorMetadata, SdkError};
 use aws_sdk_kinesis::operation::list_shards::{ListShardsError, ListShardsOutput};
 use tokio::time::Instant;
 
+use super::aggregation::HashKeyRange;
 use super::{classify, describe, unreachable, Failure, UNKNOWN_ENDPOINT};
 use crate::lease::LeaseKey;
 use crate::source::{Shard, ShardSource, SourceError};
@@ -182,6 +184,28 @@ impl KinesisShardSource {
         }
     }
 
+    /// Every shard's hash key range, by shard id (a shard whose range does not parse is left
+    /// out).
+    async fn ranges(&self) -> Result<HashMap<String, HashKeyRange>, ListShardsFailure> {
+        let mut ranges = HashMap::new();
+        let mut next: Option<String> = None;
+        loop {
+            let page = self.page(next.as_deref(), None, |_| true).await?;
+            for shard in page.shards() {
+                let range = shard
+                    .hash_key_range()
+                    .and_then(|r| HashKeyRange::parse(r.starting_hash_key(), r.ending_hash_key()));
+                if let Some(range) = range {
+                    ranges.insert(shard.shard_id().to_owned(), range);
+                }
+            }
+            match page.next_token() {
+                Some(token) if !token.is_empty() => next = Some(token.to_owned()),
+                _ => return Ok(ranges),
+            }
+        }
+    }
+
     /// A failed listing for the discoverer, in one line that names the stream.
     fn source_error(&self, err: &ListShardsFailure) -> SourceError {
         let text = describe(err);
@@ -202,6 +226,55 @@ impl KinesisShardSource {
             tokio::time::sleep_until(at + MIN_CALL_GAP).await;
         }
         *last = Some(Instant::now());
+    }
+}
+
+/// How soon a record loop may list the shards again for a range it did not find (a shard
+/// created since the last listing).
+const RELIST_GAP: Duration = Duration::from_secs(10);
+
+/// The shards' hash key ranges, for the record loops that expand aggregated records (an
+/// aggregate holding a user record hashed outside its shard is dropped): listed with
+/// `ListShards` when a loop first needs a range, once for all of them, and again (at most every
+/// [`RELIST_GAP`]) for a shard the last listing did not show.
+#[derive(Debug)]
+pub(crate) struct ShardRanges {
+    source: KinesisShardSource,
+    known: tokio::sync::Mutex<KnownRanges>,
+}
+
+#[derive(Debug, Default)]
+struct KnownRanges {
+    ranges: HashMap<String, HashKeyRange>,
+    listed: Option<Instant>,
+}
+
+impl ShardRanges {
+    pub(crate) fn new(client: aws_sdk_kinesis::Client, stream: impl Into<String>) -> Self {
+        Self {
+            source: KinesisShardSource::new(client, stream),
+            known: tokio::sync::Mutex::default(),
+        }
+    }
+
+    /// `shard`'s range, `None` when no listing shows it (or the listing failed: then the
+    /// aggregates are expanded without the check, as KCL does without a shard's range).
+    pub(crate) async fn get(&self, shard: &LeaseKey) -> Option<HashKeyRange> {
+        let mut known = self.known.lock().await;
+        if let Some(range) = known.ranges.get(shard.as_str()) {
+            return Some(*range);
+        }
+        if known.listed.is_some_and(|at| at.elapsed() < RELIST_GAP) {
+            return None;
+        }
+        known.listed = Some(Instant::now());
+        match self.source.ranges().await {
+            Ok(ranges) => known.ranges = ranges,
+            Err(err) => {
+                tracing::warn!(stream = %self.source.stream, error = %describe(&err), "could not list the shards' hash key ranges; aggregates are expanded without checking them");
+            }
+        }
+        known.ranges.get(shard.as_str()).copied()
     }
 }
 

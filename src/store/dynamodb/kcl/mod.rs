@@ -12,10 +12,9 @@
 //! |---|---|
 //! | `leaseKey` | the key |
 //! | `parentShardId` | the parents |
-//! | `checkpoint` = a sequence number | that checkpoint: the consumer resumes after it, as KCL does |
+//! | `checkpoint` = a sequence number, `checkpointSubSequenceNumber` = *sub* | `<sequence>:<sub>`: the Kinesis consumer reads that record again and starts after its user record *sub* (a record not aggregated counts as user record 0), as KCL does |
 //! | `checkpoint` = `SHARD_END` | [`SHARD_END`]: finished |
 //! | `checkpoint` = `TRIM_HORIZON`, `LATEST`, `AT_TIMESTAMP` | no checkpoint: the consumer's initial position applies |
-//! | `checkpointSubSequenceNumber` > 0 | a warning: the consumer does not de-aggregate KPL records, so it resumes after the whole aggregated record |
 //! | `pendingCheckpoint` | a warning: not copied, the committed checkpoint is |
 //! | `leaseOwner`, `leaseCounter`, `ownerSwitchesSinceCheckpoint` | not copied: the lease starts unowned |
 //! | items of other kinds (KCL 3.x worker metrics, coordinator state), multi-stream leases, undecodable items | skipped, with the reason |
@@ -68,7 +67,7 @@ pub const CALL_TIMEOUT: Duration = Duration::from_secs(60);
 )]
 #[non_exhaustive]
 pub enum Resume {
-    /// After the checkpoint's sequence number, as KCL would have.
+    /// After the checkpoint (its sequence number and sub-sequence number), as KCL would have.
     AfterCheckpoint,
     /// Nowhere: the shard was processed to its end (the lease is finished).
     Finished,
@@ -139,7 +138,8 @@ impl fmt::Display for Action {
 pub struct LeaseImport {
     /// The lease as KCL stored it.
     pub kcl: KclLease,
-    /// The checkpoint written: the sequence number, [`SHARD_END`], or none.
+    /// The checkpoint written: `<sequence>:<sub>` (the Kinesis consumer's form), [`SHARD_END`], or
+    /// none.
     pub checkpoint: Option<String>,
     /// The parents written.
     #[cfg_attr(feature = "serde", serde(serialize_with = "format::ser::keys"))]
@@ -148,8 +148,8 @@ pub struct LeaseImport {
     pub finished: bool,
     /// Where the consumer resumes.
     pub resume: Resume,
-    /// What an operator should know about this lease (an aggregated-record checkpoint, a
-    /// pending checkpoint, a KCL handoff in progress).
+    /// What an operator should know about this lease (a pending checkpoint, a KCL handoff
+    /// in progress).
     pub warnings: Vec<String>,
     /// What the import does or did.
     pub action: Action,
@@ -175,17 +175,14 @@ impl LeaseImport {
     fn mapped(kcl: KclLease) -> Self {
         let mut warnings = Vec::new();
         let (checkpoint, resume) = match &kcl.checkpoint {
-            KclCheckpoint::Sequence(number) => {
-                if kcl.sub_sequence_number > 0 {
-                    warnings.push(format!(
-                        "checkpoint inside a KPL-aggregated record (sub-sequence {}): the \
-                         consumer does not de-aggregate and resumes after the whole record {number}, \
-                         skipping its user records after that sub-sequence",
-                        kcl.sub_sequence_number
-                    ));
-                }
-                (Some(number.clone()), Resume::AfterCheckpoint)
-            }
+            // Where KCL resumes: after user record `sub` of the record (its own
+            // `ExtendedSequenceNumber`; a record not aggregated is user record 0), which the
+            // Kinesis consumer reads as `<sequence>:<sub>`. A bare sequence number would skip
+            // the rest of an aggregate KCL checkpointed at its first user record.
+            KclCheckpoint::Sequence(number) => (
+                Some(format!("{number}:{}", kcl.sub_sequence_number)),
+                Resume::AfterCheckpoint,
+            ),
             KclCheckpoint::ShardEnd => (Some(SHARD_END.to_owned()), Resume::Finished),
             _ => (None, Resume::InitialPosition),
         };
@@ -629,7 +626,8 @@ mod tests {
     #[test]
     fn checkpoints_map_to_what_the_consumer_resumes_from() {
         let seq = LeaseImport::mapped(kcl("a", KclCheckpoint::Sequence("4959".into()), &[]));
-        assert_eq!(seq.checkpoint.as_deref(), Some("4959"));
+        // With KCL's sub-sequence number (0: a record not aggregated).
+        assert_eq!(seq.checkpoint.as_deref(), Some("4959:0"));
         assert_eq!((seq.resume, seq.finished), (Resume::AfterCheckpoint, false));
         assert!(seq.warnings.is_empty());
         let end = LeaseImport::mapped(kcl("b", KclCheckpoint::ShardEnd, &[]));
@@ -649,17 +647,16 @@ mod tests {
     }
 
     #[test]
-    fn aggregated_pending_and_handed_over_leases_carry_warnings() {
+    fn a_checkpoint_inside_an_aggregate_is_copied_and_pending_and_handed_over_leases_warn() {
         let mut lease = kcl("a", KclCheckpoint::Sequence("4959".into()), &[]);
         lease.sub_sequence_number = 3;
         lease.pending_checkpoint = Some("4960".into());
         lease.checkpoint_owner = Some("kcl-worker-2".into());
         let mapped = LeaseImport::mapped(lease);
-        assert_eq!(mapped.checkpoint.as_deref(), Some("4959"));
-        assert_eq!(mapped.warnings.len(), 3, "{:?}", mapped.warnings);
-        assert!(mapped.warnings[0].contains("sub-sequence 3"));
-        assert!(mapped.warnings[1].contains("pending checkpoint 4960"));
-        assert!(mapped.warnings[2].contains("from kcl-worker-2 to kcl-worker-1"));
+        assert_eq!(mapped.checkpoint.as_deref(), Some("4959:3"));
+        assert_eq!(mapped.warnings.len(), 2, "{:?}", mapped.warnings);
+        assert!(mapped.warnings[0].contains("pending checkpoint 4960"));
+        assert!(mapped.warnings[1].contains("from kcl-worker-2 to kcl-worker-1"));
     }
 
     #[test]
@@ -685,7 +682,7 @@ mod tests {
             LeaseImport::mapped(kcl("c", KclCheckpoint::Sequence("7".into()), &["a", "b"]));
         let mut current = NewLease::new(key("c"))
             .with_parents(vec![key("b"), key("a")])
-            .with_checkpoint("7")
+            .with_checkpoint("7:0")
             .into_lease();
         assert_eq!(planned.judged(&current), Action::Exists);
         current.checkpoint = Some("8".into());
