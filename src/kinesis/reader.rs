@@ -493,8 +493,8 @@ async fn end_of_shard<P: RecordProcessor>(
 /// and, after a resume inside an aggregate, none of its user records up to the checkpoint.
 struct UserRecords {
     deaggregate: bool,
-    /// The shard's range, once looked up (`Some(None)`: not found).
-    range: Option<Option<HashKeyRange>>,
+    /// The shard's range, once a lookup found it.
+    range: Option<HashKeyRange>,
     /// The aggregate a resume started inside, and the last of its user records processed:
     /// skipped up to there, until a later record is read.
     skip: Option<(String, u64)>,
@@ -531,10 +531,18 @@ impl UserRecords {
                 continue;
             }
             if self.range.is_none() {
-                self.range = Some(context.ranges.get(key).await);
+                // Bounded as every Kinesis call of the loop is; not found (or not listed in
+                // time), the aggregate is expanded without the check, and the next one asks
+                // again (the listing itself is not repeated within
+                // `RELIST_GAP` in `source.rs`).
+                let lookup = context.ranges.get(key);
+                self.range = tokio::time::timeout(context.config.call_timeout, lookup)
+                    .await
+                    .ok()
+                    .flatten();
             }
             let sequence = record.sequence_number.clone();
-            match aggregation::expand(record, self.range.flatten()) {
+            match aggregation::expand(record, self.range) {
                 Expanded::Plain(record) => users.push(record),
                 Expanded::Aggregate(expanded) => users.extend(expanded),
                 Expanded::Corrupt(record, why) => {
