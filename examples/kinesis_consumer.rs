@@ -100,6 +100,16 @@ struct Args {
     /// Also write N records a second (keys key-0..key-15), to have something to watch
     #[arg(long, value_name = "N", default_value_t = 0)]
     produce_per_sec: u64,
+    /// Most Kinesis records per GetRecords call (1 to 10,000)
+    #[arg(long, value_name = "N", default_value_t = 10_000)]
+    max_records: u32,
+    /// Work this long on each batch (or each --checkpoint-every records) before checkpointing
+    /// its last record: a slow processor
+    #[arg(long, value_name = "MS", default_value_t = 0)]
+    process_ms: u64,
+    /// Checkpoint after every N records of a batch, not only after its last
+    #[arg(long, value_name = "N")]
+    checkpoint_every: Option<usize>,
 }
 
 /// `--initial-position`.
@@ -191,6 +201,10 @@ impl EventLog {
 struct Printer {
     worker: String,
     shard: LeaseKey,
+    /// `--process-ms`: the work on each batch (or chunk) before its checkpoint.
+    process_time: Duration,
+    /// `--checkpoint-every`.
+    checkpoint_every: Option<usize>,
 }
 
 #[async_trait]
@@ -207,21 +221,27 @@ impl RecordProcessor for Printer {
         records: Vec<KinesisRecord>,
         checkpointer: &RecordCheckpointer,
     ) {
-        for record in &records {
-            println!(
-                "[{}] {} {} {}",
-                self.worker,
-                self.shard,
-                record.partition_key,
-                String::from_utf8_lossy(&record.data)
-            );
-        }
-        if let Some(last) = records.last() {
+        // A checkpoint after every `checkpoint_every` records (after the whole batch by
+        // default), each chunk worked on for `process_time` first.
+        let chunk = self.checkpoint_every.unwrap_or(records.len()).max(1);
+        for records in records.chunks(chunk) {
+            for record in records {
+                println!(
+                    "[{}] {} {} {}",
+                    self.worker,
+                    self.shard,
+                    record.partition_key,
+                    String::from_utf8_lossy(&record.data)
+                );
+            }
+            tokio::time::sleep(self.process_time).await;
+            let last = records.last().expect("a chunk is never empty");
             if let Err(err) = checkpointer.checkpoint(last).await {
                 eprintln!(
                     "[{}] {}: checkpoint refused: {err}",
                     self.worker, self.shard
                 );
+                return;
             }
         }
     }
@@ -341,12 +361,17 @@ async fn run(args: Args) -> Result<(), Error> {
         worker: worker.clone(),
         file,
     };
-    let config =
-        ConsumerConfig::default().initial_position(if args.initial_position == Position::Latest {
+    let config = ConsumerConfig::default()
+        .initial_position(if args.initial_position == Position::Latest {
             InitialPosition::Latest
         } else {
             InitialPosition::TrimHorizon
-        });
+        })
+        .max_records(args.max_records);
+    let (process_time, checkpoint_every) = (
+        Duration::from_millis(args.process_ms),
+        args.checkpoint_every,
+    );
     let name = worker.clone();
     let consumer = KinesisConsumer::builder(
         kinesis.clone(),
@@ -360,6 +385,8 @@ async fn run(args: Args) -> Result<(), Error> {
     .processor(move |shard: &LeaseKey| Printer {
         worker: name.clone(),
         shard: shard.clone(),
+        process_time,
+        checkpoint_every,
     })
     .start()
     .await?;
