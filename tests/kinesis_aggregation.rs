@@ -10,6 +10,7 @@
 #[path = "common/kinesis.rs"]
 mod kinesis;
 
+use kinesis::until;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -22,9 +23,6 @@ use shardlease::kinesis::{
 use shardlease::store::memory::InMemoryStore;
 use shardlease::store::LeaseStore;
 use shardlease::{LeaseKey, WorkerConfig, WorkerId};
-use tokio::time::Instant;
-
-const LIMIT: Duration = Duration::from_secs(90);
 
 const THREE: &[u8] = include_bytes!("data/kpl/three.bin");
 const MANY: &[u8] = include_bytes!("data/kpl/many.bin");
@@ -140,14 +138,6 @@ async fn start(
     .start()
     .await
     .expect("consumer starts")
-}
-
-async fn until(what: &str, done: impl Fn() -> bool) {
-    let start = Instant::now();
-    while !done() {
-        assert!(start.elapsed() < LIMIT, "not within {LIMIT:?}: {what}");
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
 }
 
 /// What `expected.json` says `name` holds: (partition key, explicit hash key, data).

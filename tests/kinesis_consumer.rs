@@ -12,7 +12,7 @@ use std::collections::{BTreeSet, HashMap};
 use std::sync::{Arc, Mutex, OnceLock};
 use std::time::Duration;
 
-use kinesis::{Ledger, Producer};
+use kinesis::{until, Ledger, Producer};
 use shardlease::kinesis::{
     ConsumerConfig, ConsumerEvent, InitialPosition, KinesisConsumer, StartPosition,
 };
@@ -20,8 +20,6 @@ use shardlease::store::dynamodb::DynamoConfig;
 use shardlease::store::LeaseStore;
 use shardlease::{LeaseEvent, WorkerConfig, WorkerId};
 use tokio::time::Instant;
-
-const LIMIT: Duration = Duration::from_secs(90);
 
 fn worker_config() -> WorkerConfig {
     WorkerConfig::default()
@@ -90,18 +88,6 @@ fn samples(text: &str, name: &str, labels: &[&str]) -> (f64, usize) {
         })
         .filter_map(|(_, value)| value.parse::<f64>().ok())
         .fold((0.0, 0), |(sum, n), value| (sum + value, n + 1))
-}
-
-async fn until(what: &str, done: impl Fn() -> bool) -> Duration {
-    let start = Instant::now();
-    while !done() {
-        assert!(
-            start.elapsed() < LIMIT,
-            "not reached within {LIMIT:?}: {what}"
-        );
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
-    start.elapsed()
 }
 
 /// Numeric order of two decimal sequence numbers.

@@ -184,26 +184,37 @@ impl KinesisShardSource {
         }
     }
 
-    /// Every shard's hash key range, by shard id (a shard whose range does not parse is left
-    /// out).
-    async fn ranges(&self) -> Result<HashMap<String, HashKeyRange>, ListShardsFailure> {
-        let mut ranges = HashMap::new();
+    /// Every page of `ListShards`, in order (throttling and passing failures retried).
+    async fn pages(&self) -> Result<Vec<ListShardsOutput>, ListShardsFailure> {
+        let mut pages = Vec::new();
         let mut next: Option<String> = None;
         loop {
             let page = self.page(next.as_deref(), None, |_| true).await?;
-            for shard in page.shards() {
-                let range = shard
-                    .hash_key_range()
-                    .and_then(|r| HashKeyRange::parse(r.starting_hash_key(), r.ending_hash_key()));
-                if let Some(range) = range {
-                    ranges.insert(shard.shard_id().to_owned(), range);
-                }
-            }
-            match page.next_token() {
-                Some(token) if !token.is_empty() => next = Some(token.to_owned()),
-                _ => return Ok(ranges),
+            next = page
+                .next_token()
+                .filter(|token| !token.is_empty())
+                .map(str::to_owned);
+            pages.push(page);
+            if next.is_none() {
+                return Ok(pages);
             }
         }
+    }
+
+    /// Every shard's hash key range, by shard id (a shard whose range does not parse is left
+    /// out).
+    async fn ranges(&self) -> Result<HashMap<String, HashKeyRange>, ListShardsFailure> {
+        let pages = self.pages().await?;
+        let ranges = pages
+            .iter()
+            .flat_map(|page| page.shards())
+            .filter_map(|shard| {
+                let range = shard.hash_key_range()?;
+                let range =
+                    HashKeyRange::parse(range.starting_hash_key(), range.ending_hash_key())?;
+                Some((shard.shard_id().to_owned(), range))
+            });
+        Ok(ranges.collect())
     }
 
     /// A failed listing for the discoverer, in one line that names the stream.
@@ -300,21 +311,12 @@ fn to_shard(shard: &aws_sdk_kinesis::types::Shard) -> Result<Shard, SourceError>
 #[async_trait]
 impl ShardSource for KinesisShardSource {
     async fn list_shards(&self) -> Result<Vec<Shard>, SourceError> {
-        let mut shards = Vec::new();
-        let mut next: Option<String> = None;
-        loop {
-            let page = self
-                .page(next.as_deref(), None, |_| true)
-                .await
-                .map_err(|err| self.source_error(&err))?;
-            for shard in page.shards() {
-                shards.push(to_shard(shard)?);
-            }
-            match page.next_token() {
-                Some(token) if !token.is_empty() => next = Some(token.to_owned()),
-                _ => return Ok(shards),
-            }
-        }
+        let pages = self.pages().await.map_err(|err| self.source_error(&err))?;
+        pages
+            .iter()
+            .flat_map(|page| page.shards())
+            .map(to_shard)
+            .collect()
     }
 }
 

@@ -21,7 +21,7 @@ pub(crate) struct Session {
     /// The heartbeat of the record as this process last wrote it.
     pub heartbeat: u64,
     /// When the opening (or adoption) that made this session the record's started, and the
-    /// sessions of this id it read in the record on the way (see [`Holder::opened`]).
+    /// sessions of this id it read in the record on the way (see [`OwnSession::opened`]).
     pub opened: Option<(Instant, Vec<Incarnation>)>,
 }
 

@@ -12,8 +12,8 @@
 //! - [`Announced`]: workers that announced themselves, from the session loop to the taker.
 //!
 //! The sessions known to be over are [`Fences`](super::fenced::Fences); the leases held here
-//! and this process's session are the [`Holder`](super::state::Holder) in `state.rs`; the
-//! session loop's wake-ups are [`Beats`](super::session::Beats); the takes awaiting an
+//! are the [`Holder`](super::state::Holder) in `state.rs`; this process's session is
+//! [`OwnSession`](super::own::OwnSession) in `own.rs`; the session loop's wake-ups are [`Beats`](super::session::Beats); the takes awaiting an
 //! acknowledgement are [`Unacknowledged`](super::take::Unacknowledged).
 
 use std::collections::HashMap;

@@ -105,7 +105,7 @@ pub(crate) async fn open(
     deadline: Instant,
 ) -> Result<bool, StoreError> {
     // The other sessions of this id read in the record: each is replaced by the time the
-    // session opens (see `Holder::opened`).
+    // session opens (see `OwnSession::opened`).
     let mut replaced = Vec::new();
     for _ in 0..3 {
         let start = shared.now();

@@ -155,13 +155,14 @@ pub(crate) use crate::notice::{
     drain_notice, member_notice, notice_text, revoke_notice, EXPECT_NOTICE, REVOKE_PREFIX,
 };
 
-/// The worker as a holder of leases: the leases held here, the session whose validity they
-/// share, and what the writes that take, report and let go of them need (the event sink, the
+/// The worker as a holder of leases: the leases held here, the incarnation whose takes hold
+/// them, and what the writes that take, report and let go of them need (the event sink, the
 /// jobs in flight, the fences, the receivers). Handed to the session loop, the taker and the
-/// control loop, which each hold, report and lose leases; what only one of them uses is
-/// handed to it alone (the session's wake-ups: [`Beats`](super::session::Beats); the taker's
-/// view, ring and announcements: [`TakerParts`](super::taker::TakerParts)). Reads [`Base`]
-/// through `Deref`: who the worker is, its settings, its clock and its store.
+/// control loop, which each hold, report and lose leases; what only some of them use is
+/// handed to those alone (the session itself: [`OwnSession`](super::own::OwnSession); the
+/// session loop's wake-ups: [`Beats`](super::session::Beats); the taker's view, ring and
+/// announcements: [`TakerParts`](super::taker::TakerParts)). Reads [`Base`] through `Deref`:
+/// who the worker is, its settings, its clock and its store.
 pub(crate) struct Holder {
     pub base: Arc<Base>,
     /// This process's incarnation: written by its takes and beats. It

@@ -441,3 +441,20 @@ impl Intercept for InjectErrors {
         Ok(())
     }
 }
+
+/// How long a consumer test waits for what it expects (generous: a shared machine is noisy).
+pub const LIMIT: Duration = Duration::from_secs(90);
+
+/// Waits until `done`, polling every 50 ms; fails the test after [`LIMIT`], naming `what`.
+/// Returns how long it took.
+pub async fn until(what: &str, done: impl Fn() -> bool) -> Duration {
+    let start = Instant::now();
+    while !done() {
+        assert!(
+            start.elapsed() < LIMIT,
+            "not reached within {LIMIT:?}: {what}"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    start.elapsed()
+}
