@@ -123,7 +123,8 @@ impl RetryPolicy {
     }
 
     /// Runs `attempt` until it succeeds, fails with a non-retryable error, runs out of
-    /// attempts, or the next backoff would end past `deadline`. Each attempt is abandoned
+    /// attempts, or the next backoff would end at or past `deadline` (the timer wakes on whole
+    /// milliseconds, so a backoff ending within one of the deadline counts as ending at it). Each attempt is abandoned
     /// after [`attempt_timeout`](Self::attempt_timeout), or at `deadline` if that comes
     /// first, with [`StoreError::Transient`] `{ ambiguous: true }` naming `operation` and
     /// `key`. `attempt` is told whether an earlier attempt may have been applied (an
@@ -154,7 +155,7 @@ impl RetryPolicy {
                 return Err(err.maybe_applied_before(maybe_applied));
             }
             let pause = self.backoff(retry);
-            if Instant::now() + pause >= deadline {
+            if Instant::now() + pause + TIMER_TICK >= deadline {
                 return Err(err.maybe_applied_before(maybe_applied));
             }
             maybe_applied |= err.is_ambiguous();
@@ -163,6 +164,10 @@ impl RetryPolicy {
         }
     }
 }
+
+/// The timer's resolution: tokio wakes a sleep on the first whole millisecond at or after its
+/// end, so a pause may last up to this much longer than asked.
+const TIMER_TICK: Duration = Duration::from_millis(1);
 
 #[cfg(test)]
 mod tests {
@@ -295,6 +300,30 @@ mod tests {
             Instant::now() < deadline,
             "no sleep may run past the deadline"
         );
+    }
+
+    /// A pause that ends within the last millisecond before the deadline wakes at the
+    /// deadline (the timer's tick): such a pause is not taken.
+    #[tokio::test(start_paused = true)]
+    async fn no_pause_wakes_at_the_deadline_on_the_timers_millisecond_tick() {
+        let policy = RetryPolicy {
+            max_attempts: u32::MAX,
+            base_delay: Duration::from_micros(1_900),
+            max_delay: Duration::from_micros(1_900),
+            jitter: Jitter::Equal,
+            ..RetryPolicy::default()
+        };
+        for _ in 0..20 {
+            // The paused clock stands on a whole millisecond here: 2 ms from the deadline,
+            // every pause (0.95 to 1.9 ms) would wake on a tick at or before it.
+            let deadline = Instant::now() + Duration::from_millis(2);
+            let result: StoreResult<()> = policy
+                .run("test", "k", deadline, |_| async { Err(transient(false)) })
+                .await;
+            assert!(result.unwrap_err().is_retryable());
+            assert!(Instant::now() < deadline, "a pause woke at the deadline");
+            tokio::time::sleep(Duration::from_millis(1)).await;
+        }
     }
 
     #[tokio::test(start_paused = true)]
