@@ -21,10 +21,17 @@
 //! - `--lease-secs N`: the lease duration (failover time). Default 10.
 //! - `--events-log PATH`: append `{"ts_unix_nanos":..,"worker":..,"lease":..,"event":..}`
 //!   lines: acquired, stop_requested, stopped, handed_off, released, lost, shard_ended,
-//!   retired, checkpointed.
+//!   retired, checkpointed, batch_failed (with `attempt`, `then`: retry, skip or stop, and
+//!   `error`).
 //! - `--create-shards N`: create the stream with N shards if it does not exist.
 //! - `--produce-per-sec N`: also write N records a second (keys `key-0`..`key-15`), to have
 //!   something to watch.
+//! - `--fail-on TEXT`: a batch holding a record whose data contains TEXT fails (a poison
+//!   record). It is delivered again up to `--batch-attempts N` times (default 10), waiting
+//!   `--retry-backoff-ms MS` (default 1000, doubling), then `--on-failure skip|stop` (default
+//!   stop): skip prints it as a dead letter and checkpoints past it; stop keeps the lease,
+//!   unprocessed, and fails `/healthz`.
+//! - `--health ADDR`: serve `GET /healthz` (200 `ok`, or 503 naming the stalled leases).
 //!
 //! Ctrl-C or SIGTERM leaves gracefully (every processor is asked to checkpoint, leases are
 //! released). The library's log goes to stderr (`RUST_LOG`, default `info`); an error that
@@ -44,8 +51,8 @@ use aws_sdk_kinesis::primitives::Blob;
 use clap::builder::NonEmptyStringValueParser;
 use clap::{Parser, ValueEnum};
 use shardlease::kinesis::{
-    ConsumerConfig, ConsumerEvent, InitialPosition, KinesisConsumer, KinesisRecord,
-    RecordCheckpointer, RecordProcessor, ShardStart,
+    BatchFailure, BatchOutcome, ConsumerConfig, ConsumerEvent, FailureAction, InitialPosition,
+    KinesisConsumer, KinesisRecord, ProcessError, RecordCheckpointer, RecordProcessor, ShardStart,
 };
 use shardlease::store::dynamodb::{DynamoConfig, DynamoStore};
 use shardlease::worker::{LeaseEvent, StopReason};
@@ -91,7 +98,7 @@ struct Args {
     lease_secs: u64,
     /// Append one JSON line per event: {"ts_unix_nanos":..,"worker":..,"lease":..,"event":..}
     /// (acquired, stop_requested, stopped, handed_off, released, lost, shard_ended, retired,
-    /// checkpointed)
+    /// checkpointed, batch_failed)
     #[arg(long, value_name = "PATH")]
     events_log: Option<String>,
     /// Create the stream with N shards if it does not exist
@@ -110,6 +117,29 @@ struct Args {
     /// Checkpoint after every N records of a batch, not only after its last
     #[arg(long, value_name = "N")]
     checkpoint_every: Option<usize>,
+    /// Fail every batch holding a record whose data contains TEXT (a poison record)
+    #[arg(long, value_name = "TEXT")]
+    fail_on: Option<String>,
+    /// Deliveries of a failing batch before --on-failure applies (at least 1)
+    #[arg(long, value_name = "N", default_value_t = 10)]
+    batch_attempts: u32,
+    /// The first wait before a failed batch is delivered again, doubling per attempt
+    #[arg(long, value_name = "MS", default_value_t = 1_000)]
+    retry_backoff_ms: u64,
+    /// What happens to a batch that failed every attempt: skip it (to the dead-letter hook,
+    /// which prints it) or stop the shard here
+    #[arg(long, value_name = "ACTION", value_enum, default_value = "stop")]
+    on_failure: OnFailure,
+    /// Serve GET /healthz here: 200 "ok", or 503 naming the stalled (or halted) leases
+    #[arg(long, value_name = "ADDR")]
+    health: Option<std::net::SocketAddr>,
+}
+
+/// `--on-failure`.
+#[derive(Clone, Copy, PartialEq, ValueEnum)]
+enum OnFailure {
+    Skip,
+    Stop,
 }
 
 /// `--initial-position`.
@@ -192,6 +222,21 @@ impl EventLog {
                 }
                 self.write(key, "checkpointed", &fields)
             }
+            ConsumerEvent::BatchFailed {
+                key,
+                attempt,
+                error,
+                then,
+            } => {
+                let mut fields = vec![
+                    ("attempt", attempt.to_string()),
+                    ("then", format!("{then:?}").to_lowercase()),
+                ];
+                if let Some(error) = error {
+                    fields.push(("error", error.clone()));
+                }
+                self.write(key, "batch_failed", &fields)
+            }
             other => eprintln!("event: {other:?}"),
         }
     }
@@ -201,6 +246,8 @@ impl EventLog {
 struct Printer {
     worker: String,
     shard: LeaseKey,
+    /// `--fail-on`.
+    fail_on: Option<Arc<str>>,
     /// `--process-ms`: the work on each batch (or chunk) before its checkpoint.
     process_time: Duration,
     /// `--checkpoint-every`.
@@ -218,9 +265,21 @@ impl RecordProcessor for Printer {
 
     async fn process_records(
         &mut self,
-        records: Vec<KinesisRecord>,
+        records: &[KinesisRecord],
         checkpointer: &RecordCheckpointer,
-    ) {
+    ) -> Result<BatchOutcome, ProcessError> {
+        // A record holding `--fail-on`'s text fails its batch: delivered again, then skipped
+        // or the shard stopped, as `--on-failure` says.
+        if let Some(poison) = &self.fail_on {
+            if let Some(bad) = records
+                .iter()
+                .find(|r| contains(&r.data, poison.as_bytes()))
+            {
+                return Err(
+                    format!("poison record {} (holds {poison:?})", bad.sequence_number).into(),
+                );
+            }
+        }
         // A checkpoint after every `checkpoint_every` records (after the whole batch by
         // default), each chunk worked on for `process_time` first.
         let chunk = self.checkpoint_every.unwrap_or(records.len()).max(1);
@@ -237,11 +296,40 @@ impl RecordProcessor for Printer {
             tokio::time::sleep(self.process_time).await;
             let last = records.last().expect("a chunk is never empty");
             if let Err(err) = checkpointer.checkpoint(last).await {
+                // The lease was lost: the next owner goes on from the last checkpoint.
                 eprintln!(
                     "[{}] {}: checkpoint refused: {err}",
                     self.worker, self.shard
                 );
-                return;
+                break;
+            }
+        }
+        Ok(BatchOutcome::Continue)
+    }
+
+    async fn dead_letter(
+        &mut self,
+        records: &[KinesisRecord],
+        failure: &BatchFailure,
+        checkpointer: &RecordCheckpointer,
+    ) {
+        // A real application sends the batch to a queue or a bucket to look at later.
+        for record in records {
+            println!(
+                "[{}] {} dead letter {} {}",
+                self.worker,
+                self.shard,
+                record.sequence_number,
+                String::from_utf8_lossy(&record.data)
+            );
+        }
+        eprintln!("[{}] {}: batch skipped {failure}", self.worker, self.shard);
+        if let Some(last) = records.last() {
+            if let Err(err) = checkpointer.checkpoint(last).await {
+                eprintln!(
+                    "[{}] {}: checkpoint refused: {err}",
+                    self.worker, self.shard
+                );
             }
         }
     }
@@ -259,6 +347,11 @@ impl RecordProcessor for Printer {
             reason_name(reason)
         );
     }
+}
+
+/// True when `needle` occurs in `data`.
+fn contains(data: &[u8], needle: &[u8]) -> bool {
+    !needle.is_empty() && data.windows(needle.len()).any(|w| w == needle)
 }
 
 async fn ensure_stream(
@@ -367,7 +460,22 @@ async fn run(args: Args) -> Result<(), Error> {
         } else {
             InitialPosition::TrimHorizon
         })
-        .max_records(args.max_records);
+        .max_records(args.max_records)
+        .batch_attempts(args.batch_attempts)
+        .retry_backoff(Duration::from_millis(args.retry_backoff_ms))
+        .on_failure(match args.on_failure {
+            OnFailure::Skip => FailureAction::Skip,
+            OnFailure::Stop => FailureAction::Stop,
+        });
+    let health = match args.health {
+        Some(addr) => Some(
+            tokio::net::TcpListener::bind(addr)
+                .await
+                .map_err(|err| format!("cannot serve /healthz at {addr}: {err}"))?,
+        ),
+        None => None,
+    };
+    let fail_on: Option<Arc<str>> = args.fail_on.as_deref().map(Arc::from);
     let (process_time, checkpoint_every) = (
         Duration::from_millis(args.process_ms),
         args.checkpoint_every,
@@ -385,11 +493,16 @@ async fn run(args: Args) -> Result<(), Error> {
     .processor(move |shard: &LeaseKey| Printer {
         worker: name.clone(),
         shard: shard.clone(),
+        fail_on: fail_on.clone(),
         process_time,
         checkpoint_every,
     })
     .start()
     .await?;
+    if let Some(listener) = health {
+        println!("[{worker}] /healthz at http://{}", listener.local_addr()?);
+        tokio::spawn(common::serve_health(listener, consumer.worker().monitor()));
+    }
     println!(
         "[{worker}] consuming {}; Ctrl-C or SIGTERM to leave gracefully",
         args.stream

@@ -243,7 +243,7 @@ fn respond(served: &Served, request: &Request<Incoming>) -> Response<Full<Bytes>
         "/healthz" => match monitor {
             None => text(StatusCode::OK, "starting\n".into()),
             Some(monitor) if monitor.healthy() => text(StatusCode::OK, "ok\n".into()),
-            Some(monitor) => text(StatusCode::SERVICE_UNAVAILABLE, unhealthy(monitor)),
+            Some(monitor) => text(StatusCode::SERVICE_UNAVAILABLE, common::unhealthy(monitor)),
         },
         "/readyz" => match monitor {
             Some(monitor) if monitor.ready() => text(StatusCode::OK, "ready\n".into()),
@@ -262,18 +262,6 @@ fn respond(served: &Served, request: &Request<Incoming>) -> Response<Full<Bytes>
 }
 
 /// Why `/healthz` fails, in one line.
-fn unhealthy(monitor: &WorkerMonitor) -> String {
-    let stalled = monitor.stalled_leases();
-    if stalled.is_empty() {
-        return "unhealthy: the worker stopped\n".into();
-    }
-    let leases: Vec<String> = stalled
-        .iter()
-        .map(|(key, why)| format!("{key} ({why:?})"))
-        .collect();
-    format!("unhealthy: stalled leases: {}\n", leases.join(", "))
-}
-
 fn text(status: StatusCode, body: String) -> Response<Full<Bytes>> {
     let mut response = Response::new(Full::new(Bytes::from(body)));
     *response.status_mut() = status;

@@ -103,6 +103,11 @@ pub const KINESIS_THROTTLES: &str = "shardlease_kinesis_throttles_total";
 /// it is; `out_of_range`, it holds a user record hashed outside the shard, dropped whole as
 /// KCL drops it).
 pub const KINESIS_UNEXPANDED: &str = "shardlease_kinesis_aggregates_not_expanded_total";
+/// Counter: failed deliveries of a batch to the processor (an error, or a retry asked for),
+/// by what followed (labels `stream`, `shard`, `then`: `retry`, the batch is delivered again;
+/// `skip`, it went to the dead-letter hook; `stop`, the shard was halted here). A batch the
+/// processor asked to skip or stop counts too.
+pub const KINESIS_BATCH_FAILURES: &str = "shardlease_kinesis_batch_failures_total";
 
 /// What a metric measures.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -140,7 +145,7 @@ const fn metric(name: &'static str, kind: Kind, unit: Unit, help: &'static str) 
 }
 
 /// Every metric of the crate: the worker's, the DynamoDB store's and the Kinesis consumer's.
-pub const ALL: [Description; 27] = [
+pub const ALL: [Description; 28] = [
     metric(
         LEASES_HELD,
         Kind::Gauge,
@@ -302,6 +307,12 @@ pub const ALL: [Description; 27] = [
         Kind::Counter,
         Unit::Count,
         "aggregated Kinesis records not expanded (labels stream, shard, reason: corrupt, delivered as they are; out_of_range, dropped)",
+    ),
+    metric(
+        KINESIS_BATCH_FAILURES,
+        Kind::Counter,
+        Unit::Count,
+        "failed deliveries of a batch to the Kinesis processor (labels stream, shard, then: retry, skip or stop)",
     ),
 ];
 

@@ -17,8 +17,8 @@ use std::time::Duration;
 use async_trait::async_trait;
 use aws_sdk_kinesis::primitives::Blob;
 use shardlease::kinesis::{
-    ConsumerConfig, InitialPosition, KinesisConsumer, KinesisRecord, RecordCheckpointer,
-    RecordProcessor, ShardStart, StartPosition,
+    BatchOutcome, ConsumerConfig, InitialPosition, KinesisConsumer, KinesisRecord, ProcessError,
+    RecordCheckpointer, RecordProcessor, ShardStart, StartPosition,
 };
 use shardlease::store::memory::InMemoryStore;
 use shardlease::store::LeaseStore;
@@ -66,7 +66,11 @@ impl RecordProcessor for Recorder {
             .push((self.shard.clone(), start.position.clone()));
     }
 
-    async fn process_records(&mut self, records: Vec<KinesisRecord>, cp: &RecordCheckpointer) {
+    async fn process_records(
+        &mut self,
+        records: &[KinesisRecord],
+        cp: &RecordCheckpointer,
+    ) -> Result<BatchOutcome, ProcessError> {
         for record in records {
             self.log.lock().unwrap().push(Seen {
                 worker: self.worker,
@@ -78,7 +82,7 @@ impl RecordProcessor for Recorder {
                 data: record.data.clone(),
             });
             if self.checkpointing {
-                cp.checkpoint(&record).await.expect("checkpoint");
+                cp.checkpoint(record).await.expect("checkpoint");
             }
             if self.worker == "a"
                 && record.partition_key.starts_with("key-")
@@ -87,6 +91,7 @@ impl RecordProcessor for Recorder {
                 self.checkpointing = false;
             }
         }
+        Ok(BatchOutcome::Continue)
     }
 }
 

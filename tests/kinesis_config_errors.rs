@@ -9,7 +9,8 @@ use std::time::Duration;
 use async_trait::async_trait;
 use aws_sdk_kinesis::config::{BehaviorVersion, Credentials, Region};
 use shardlease::kinesis::{
-    ConsumerError, KinesisConsumer, KinesisRecord, RecordCheckpointer, RecordProcessor, StreamError,
+    BatchOutcome, ConsumerError, KinesisConsumer, KinesisRecord, ProcessError, RecordCheckpointer,
+    RecordProcessor, StreamError,
 };
 use shardlease::store::memory::InMemoryStore;
 use shardlease::store::Misconfiguration;
@@ -45,7 +46,13 @@ struct Ignore;
 
 #[async_trait]
 impl RecordProcessor for Ignore {
-    async fn process_records(&mut self, _: Vec<KinesisRecord>, _: &RecordCheckpointer) {}
+    async fn process_records(
+        &mut self,
+        _: &[KinesisRecord],
+        _: &RecordCheckpointer,
+    ) -> Result<BatchOutcome, ProcessError> {
+        Ok(BatchOutcome::Continue)
+    }
 }
 
 /// Starts a consumer of `stream`; it must fail within 10 s.

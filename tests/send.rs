@@ -78,9 +78,10 @@ struct NoOp;
 impl shardlease::kinesis::RecordProcessor for NoOp {
     async fn process_records(
         &mut self,
-        _records: Vec<shardlease::kinesis::KinesisRecord>,
+        _records: &[shardlease::kinesis::KinesisRecord],
         _checkpointer: &shardlease::kinesis::RecordCheckpointer,
-    ) {
+    ) -> Result<shardlease::kinesis::BatchOutcome, shardlease::kinesis::ProcessError> {
+        Ok(shardlease::kinesis::BatchOutcome::Continue)
     }
 }
 

@@ -48,6 +48,28 @@ pub enum LoadFigure {
     None,
 }
 
+/// What the record loop does with a batch that failed every attempt
+/// ([`ConsumerConfig::on_failure`]). In a configuration file: `"skip"` or `"stop"`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+#[cfg_attr(
+    feature = "serde",
+    derive(serde::Deserialize),
+    serde(rename_all = "snake_case")
+)]
+#[non_exhaustive]
+pub enum FailureAction {
+    /// Give the batch up: the processor's
+    /// [`dead_letter`](super::RecordProcessor::dead_letter) gets it (by default it is logged
+    /// and checkpointed past), then reading goes on.
+    Skip,
+    /// Process the shard no further: the lease stays held here, nothing more is read, and the
+    /// worker reports it stalled ([`Stall::Halted`](crate::worker::Stall::Halted), which fails
+    /// a health probe), until the lease is asked to stop or lost. Nothing is lost: the batch
+    /// waits for an operator. The default.
+    #[default]
+    Stop,
+}
+
 /// How the record loops read: [`ConsumerConfig::default`], then a setter per field to change.
 /// Every default says where it comes from.
 #[derive(Debug, Clone, PartialEq)]
@@ -98,6 +120,19 @@ pub struct ConsumerConfig {
     /// delivered as it is, and a checkpoint inside an aggregate resumes after the whole
     /// aggregate. Default: on (as KCL).
     pub deaggregate: bool,
+    /// How many times a batch is delivered to `process_records` (the first time included)
+    /// while it fails (an error, or [`BatchOutcome::Retry`](super::BatchOutcome::Retry)),
+    /// the lease kept, before [`on_failure`](Self::on_failure) applies. At least 1.
+    /// Default: 10 (with the default backoffs, about a minute of retries: a downstream
+    /// outage that short does not stop a shard).
+    pub batch_attempts: u32,
+    /// The wait before a failed batch is delivered again: doubling from this per attempt, up
+    /// to [`max_backoff`](Self::max_backoff), with equal jitter (never less than half the
+    /// doubled wait). Default: 1 s.
+    pub retry_backoff: Duration,
+    /// What happens to a batch that failed [`batch_attempts`](Self::batch_attempts) times.
+    /// Default: [`FailureAction::Stop`] (nothing is skipped unless asked for).
+    pub on_failure: FailureAction,
 }
 
 impl Default for ConsumerConfig {
@@ -111,6 +146,9 @@ impl Default for ConsumerConfig {
             call_timeout: Duration::from_secs(10),
             load_figure: LoadFigure::Bytes,
             deaggregate: true,
+            batch_attempts: 10,
+            retry_backoff: Duration::from_secs(1),
+            on_failure: FailureAction::Stop,
         }
     }
 }
@@ -165,6 +203,27 @@ impl ConsumerConfig {
         self
     }
 
+    /// Sets [`batch_attempts`](Self::batch_attempts).
+    #[must_use]
+    pub fn batch_attempts(mut self, value: u32) -> Self {
+        self.batch_attempts = value;
+        self
+    }
+
+    /// Sets [`retry_backoff`](Self::retry_backoff).
+    #[must_use]
+    pub fn retry_backoff(mut self, value: Duration) -> Self {
+        self.retry_backoff = value;
+        self
+    }
+
+    /// Sets [`on_failure`](Self::on_failure).
+    #[must_use]
+    pub fn on_failure(mut self, value: FailureAction) -> Self {
+        self.on_failure = value;
+        self
+    }
+
     /// Sets [`call_timeout`](Self::call_timeout).
     #[must_use]
     pub fn call_timeout(mut self, value: Duration) -> Self {
@@ -187,6 +246,7 @@ impl ConsumerConfig {
             ("min_call_interval", self.min_call_interval),
             ("idle_time_between_reads", self.idle_time_between_reads),
             ("call_timeout", self.call_timeout),
+            ("retry_backoff", self.retry_backoff),
         ] {
             if value.is_zero() {
                 return Err(ConfigError::invalid(
@@ -194,6 +254,21 @@ impl ConsumerConfig {
                     format!("{name} must be non-zero"),
                 ));
             }
+        }
+        if self.batch_attempts == 0 {
+            return Err(ConfigError::invalid(
+                "batch_attempts",
+                "batch_attempts must be at least 1 (the first delivery counts)",
+            ));
+        }
+        if self.max_backoff < self.retry_backoff {
+            return Err(ConfigError::invalid(
+                "max_backoff",
+                format!(
+                    "max_backoff {:?} must be at least retry_backoff {:?}",
+                    self.max_backoff, self.retry_backoff
+                ),
+            ));
         }
         if self.max_backoff < self.min_call_interval {
             return Err(ConfigError::invalid(
@@ -214,7 +289,7 @@ impl ConsumerConfig {
 mod file {
     use std::time::Duration;
 
-    use super::{ConfigError, ConsumerConfig, InitialPosition, LoadFigure};
+    use super::{ConfigError, ConsumerConfig, FailureAction, InitialPosition, LoadFigure};
 
     #[derive(serde::Deserialize)]
     #[serde(
@@ -235,6 +310,10 @@ mod file {
         call_timeout: Option<Duration>,
         load_figure: Option<LoadFigure>,
         deaggregate: Option<bool>,
+        batch_attempts: Option<u32>,
+        #[serde(default, with = "humantime_serde")]
+        retry_backoff: Option<Duration>,
+        on_failure: Option<FailureAction>,
     }
 
     impl TryFrom<ConsumerConfigFile> for ConsumerConfig {
@@ -251,7 +330,10 @@ mod file {
                 max_backoff,
                 call_timeout,
                 load_figure,
-                deaggregate
+                deaggregate,
+                batch_attempts,
+                retry_backoff,
+                on_failure
             );
             config.validate()?;
             Ok(config)
@@ -277,6 +359,10 @@ mod tests {
         );
         let slow = base().min_call_interval(Duration::from_secs(20));
         assert_eq!(field(slow), "max_backoff");
+        assert_eq!(field(base().batch_attempts(0)), "batch_attempts");
+        assert_eq!(field(base().retry_backoff(Duration::ZERO)), "retry_backoff");
+        let slow_retry = base().retry_backoff(Duration::from_secs(11));
+        assert_eq!(field(slow_retry), "max_backoff");
     }
 }
 
@@ -299,6 +385,15 @@ mod file_tests {
         assert_eq!(config.call_timeout, ConsumerConfig::default().call_timeout);
         let latest: ConsumerConfig = toml::from_str("initial_position = \"trim_horizon\"").unwrap();
         assert_eq!(latest.initial_position, InitialPosition::TrimHorizon);
+        let failures: ConsumerConfig = toml::from_str(
+            "batch_attempts = 5\nretry_backoff = \"500ms\"\non_failure = \"skip\"\n",
+        )
+        .unwrap();
+        assert_eq!(failures.batch_attempts, 5);
+        assert_eq!(failures.retry_backoff, Duration::from_millis(500));
+        assert_eq!(failures.on_failure, FailureAction::Skip);
+        let err = toml::from_str::<ConsumerConfig>("on_failure = \"retry\"").unwrap_err();
+        assert!(err.to_string().contains("skip"), "{err}");
         let err = toml::from_str::<ConsumerConfig>("max_records = 20000").unwrap_err();
         assert!(err.to_string().contains("max_records"), "{err}");
     }

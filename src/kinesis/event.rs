@@ -3,6 +3,7 @@
 
 use std::sync::Arc;
 
+use super::BatchOutcome;
 use crate::lease::LeaseKey;
 use crate::worker::{LeaseEvent, StopReason};
 
@@ -53,6 +54,20 @@ pub enum ConsumerEvent {
         key: LeaseKey,
         /// The panic's message.
         message: String,
+    },
+    /// A delivery of a batch to the processor failed (an error, or the processor asked to
+    /// retry, skip or stop); `then` says what follows: [`BatchOutcome::Retry`] (delivered
+    /// again after a backoff), [`BatchOutcome::Skip`] (given to the processor's
+    /// `dead_letter`) or [`BatchOutcome::Stop`] (the shard is halted here).
+    BatchFailed {
+        /// The shard.
+        key: LeaseKey,
+        /// Which delivery of the batch failed (1 for the first).
+        attempt: u32,
+        /// The error, or `None` when the processor returned an outcome instead.
+        error: Option<String>,
+        /// What follows.
+        then: BatchOutcome,
     },
     /// Kinesis refused to serve the shard (`GetShardIterator`, or `GetRecords` even with a
     /// fresh iterator) with an error that retrying cannot fix: the stream was deleted, access

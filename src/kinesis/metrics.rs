@@ -1,15 +1,16 @@
 //! What the record loop of one shard records: records and bytes handed to the processor, how
-//! far behind the tip of the stream it reads, how long `GetRecords` takes, throttles, and the
-//! aggregated records it did not expand (names
+//! far behind the tip of the stream it reads, how long `GetRecords` takes, throttles, the
+//! aggregated records it did not expand, and the batches that failed (names
 //! and meanings in [`crate::metrics`]). The handles are registered once per loop.
 
 use std::time::Duration;
 
 use metrics::{Counter, Gauge, Histogram};
 
+use super::BatchOutcome;
 use crate::metrics::{
-    KINESIS_BYTES, KINESIS_GET_RECORDS_SECONDS, KINESIS_MILLIS_BEHIND, KINESIS_RECORDS,
-    KINESIS_THROTTLES, KINESIS_UNEXPANDED,
+    KINESIS_BATCH_FAILURES, KINESIS_BYTES, KINESIS_GET_RECORDS_SECONDS, KINESIS_MILLIS_BEHIND,
+    KINESIS_RECORDS, KINESIS_THROTTLES, KINESIS_UNEXPANDED,
 };
 
 /// The metrics of one shard's record loop.
@@ -22,6 +23,8 @@ pub(super) struct ShardMeters {
     throttled_iterators: Counter,
     corrupt_aggregates: Counter,
     dropped_aggregates: Counter,
+    /// Failed deliveries, by what followed: retry, skip, stop.
+    batch_failures: [Counter; 3],
 }
 
 impl ShardMeters {
@@ -43,7 +46,16 @@ impl ShardMeters {
                 "reason" => reason
             )
         };
+        let failed = |then: &'static str| {
+            metrics::counter!(
+                KINESIS_BATCH_FAILURES,
+                "stream" => stream.to_owned(),
+                "shard" => shard.to_owned(),
+                "then" => then
+            )
+        };
         Self {
+            batch_failures: [failed("retry"), failed("skip"), failed("stop")],
             corrupt_aggregates: not_expanded("corrupt"),
             dropped_aggregates: not_expanded("out_of_range"),
             records: metrics::counter!(KINESIS_RECORDS, &labels),
@@ -89,6 +101,16 @@ impl ShardMeters {
     /// An aggregate holding a user record hashed outside the shard was dropped.
     pub(super) fn aggregate_dropped(&self) {
         self.dropped_aggregates.increment(1);
+    }
+
+    /// A delivery of a batch failed; `then` is what follows: `Retry`, `Skip` or `Stop`.
+    pub(super) fn batch_failed(&self, then: BatchOutcome) {
+        let index = match then {
+            BatchOutcome::Retry | BatchOutcome::Continue => 0,
+            BatchOutcome::Skip => 1,
+            BatchOutcome::Stop => 2,
+        };
+        self.batch_failures[index].increment(1);
     }
 
     /// The loop ended here: another process (or none) reads the shard now.

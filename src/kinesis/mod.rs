@@ -5,7 +5,9 @@
 //! ```no_run
 //! use std::sync::Arc;
 //! use async_trait::async_trait;
-//! use shardlease::kinesis::{KinesisConsumer, KinesisRecord, RecordCheckpointer, RecordProcessor};
+//! use shardlease::kinesis::{
+//!     BatchOutcome, KinesisConsumer, KinesisRecord, ProcessError, RecordCheckpointer, RecordProcessor,
+//! };
 //! use shardlease::store::dynamodb::{DynamoConfig, DynamoStore};
 //! use shardlease::{LeaseKey, WorkerId};
 //!
@@ -13,13 +15,21 @@
 //!
 //! #[async_trait]
 //! impl RecordProcessor for Printer {
-//!     async fn process_records(&mut self, records: Vec<KinesisRecord>, checkpointer: &RecordCheckpointer) {
-//!         for record in &records {
+//!     async fn process_records(
+//!         &mut self,
+//!         records: &[KinesisRecord],
+//!         checkpointer: &RecordCheckpointer,
+//!     ) -> Result<BatchOutcome, ProcessError> {
+//!         for record in records {
 //!             println!("{} {}", record.partition_key, String::from_utf8_lossy(&record.data));
 //!         }
 //!         if let Some(last) = records.last() {
+//!             // Refused only when the lease was lost: the next owner reads from the last
+//!             // checkpoint.
 //!             let _ = checkpointer.checkpoint(last).await;
 //!         }
+//!         // An `Err` is delivered again, then skipped or stops the shard (the failure policy).
+//!         Ok(BatchOutcome::Continue)
 //!     }
 //! }
 //!
@@ -48,17 +58,19 @@
 mod aggregation;
 mod config;
 mod consumer;
+mod delivery;
 mod event;
 mod metrics;
 mod processor;
 mod reader;
 mod source;
 
-pub use config::{ConsumerConfig, InitialPosition, LoadFigure};
+pub use config::{ConsumerConfig, FailureAction, InitialPosition, LoadFigure};
 pub use consumer::{ConsumerError, KinesisConsumer, KinesisConsumerBuilder, NoProcessor};
 pub use event::ConsumerEvent;
 pub use processor::{
-    KinesisRecord, ProcessorFactory, RecordCheckpointer, RecordProcessor, ShardStart, StartPosition,
+    BatchFailure, BatchOutcome, KinesisRecord, ProcessError, ProcessorFactory, RecordCheckpointer,
+    RecordProcessor, ShardStart, StartPosition,
 };
 pub use reader::LOAD_SAMPLE;
 pub use source::{KinesisShardSource, StreamError};

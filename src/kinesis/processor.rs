@@ -52,6 +52,51 @@ pub enum StartPosition {
     },
 }
 
+/// What the record loop does after [`RecordProcessor::process_records`] returns.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+#[non_exhaustive]
+pub enum BatchOutcome {
+    /// The batch is done: read on. The default.
+    #[default]
+    Continue,
+    /// Deliver the same batch again, after the failure policy's backoff. Counts as a failed
+    /// attempt, as an error does: after
+    /// [`batch_attempts`](super::ConsumerConfig::batch_attempts) of them the policy's
+    /// [`on_failure`](super::ConsumerConfig::on_failure) applies.
+    Retry,
+    /// Give the batch up now: it goes to [`RecordProcessor::dead_letter`], then reading goes
+    /// on.
+    Skip,
+    /// Process the shard no further: the lease stays held here, nothing more is read, and the
+    /// worker reports it stalled ([`Stall::Halted`](crate::worker::Stall::Halted)), until the
+    /// lease is asked to stop (a handoff, a shutdown) or lost.
+    Stop,
+}
+
+/// What [`RecordProcessor::process_records`] fails with: any error (`?` converts most).
+pub type ProcessError = Box<dyn std::error::Error + Send + Sync>;
+
+/// A batch given up, as [`RecordProcessor::dead_letter`] is told of it.
+#[derive(Debug)]
+#[non_exhaustive]
+pub struct BatchFailure {
+    /// How many times the batch was delivered.
+    pub attempts: u32,
+    /// The last attempt's error; `None` when the processor asked to skip
+    /// ([`BatchOutcome::Skip`]) or to retry ([`BatchOutcome::Retry`]) rather than failing.
+    pub error: Option<ProcessError>,
+}
+
+impl std::fmt::Display for BatchFailure {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "after {} attempt(s)", self.attempts)?;
+        match &self.error {
+            Some(error) => write!(f, ": {error}"),
+            None => f.write_str(", as the processor asked"),
+        }
+    }
+}
+
 /// What a processor learns when its shard starts.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct ShardStart {
@@ -74,18 +119,48 @@ pub struct ShardStart {
 /// Records are delivered at least once: after a crash, or a handoff the processor did not
 /// checkpoint, the next owner starts after the last checkpoint. Checkpoints are fenced: one
 /// from a worker that lost the lease is refused.
+///
+/// A batch that fails (an error, or [`BatchOutcome::Retry`]) is delivered again in place,
+/// the lease kept, up to [`batch_attempts`](super::ConsumerConfig::batch_attempts) times;
+/// then the consumer's [`on_failure`](super::ConsumerConfig::on_failure) skips it (to
+/// [`dead_letter`](Self::dead_letter)) or stops the shard here. A panic is caught: the
+/// processor is not called again and the lease is released after
+/// [`max_backoff`](super::ConsumerConfig::max_backoff).
 #[async_trait]
 pub trait RecordProcessor: Send + 'static {
     /// The shard starts here.
     async fn initialize(&mut self, _start: &ShardStart) {}
 
     /// A batch of records, in order. Checkpoint at any record's sequence number
-    /// ([`RecordCheckpointer::checkpoint`]); nothing is checkpointed for you.
+    /// ([`RecordCheckpointer::checkpoint`]); nothing is checkpointed for you. Return what
+    /// comes next ([`BatchOutcome::Continue`] to read on), or an error for the failure policy
+    /// (the same batch is delivered again, then skipped or the shard stopped).
     async fn process_records(
         &mut self,
-        records: Vec<KinesisRecord>,
+        records: &[KinesisRecord],
         checkpointer: &RecordCheckpointer,
-    );
+    ) -> Result<BatchOutcome, ProcessError>;
+
+    /// A batch given up: it failed [`batch_attempts`](super::ConsumerConfig::batch_attempts)
+    /// times with [`FailureAction::Skip`](super::FailureAction::Skip) configured, or the
+    /// processor asked to skip it. Send it where it can be looked at later; reading goes on
+    /// with the next batch once this returns. The default logs the failure and checkpoints
+    /// after the batch's last record, so a new owner does not meet it again; a processor that
+    /// holds records of earlier batches unsaved (and checkpoints only once they are saved)
+    /// overrides it.
+    async fn dead_letter(
+        &mut self,
+        records: &[KinesisRecord],
+        failure: &BatchFailure,
+        checkpointer: &RecordCheckpointer,
+    ) {
+        tracing::error!(lease_key = %checkpointer.key(), records = records.len(), %failure, "a batch was skipped");
+        if let Some(last) = records.last() {
+            if let Err(err) = checkpointer.checkpoint(last).await {
+                tracing::warn!(lease_key = %checkpointer.key(), error = %err, "could not checkpoint after the skipped batch");
+            }
+        }
+    }
 
     /// Every record of the (closed) shard was delivered. Checkpoint the end
     /// ([`RecordCheckpointer::end_of_shard`], the default does it) so the children can start;

@@ -2,17 +2,14 @@
 //! `GetRecords` within the service limits, the processor's calls, the end of the shard, and a
 //! prompt stop when the lease's signal fires.
 //!
+//! A batch the processor fails is delivered again under the failure policy (`delivery.rs`).
 //! A loop that cannot go on gives its lease back instead of holding it unprocessed: when the
 //! processor panics (the panic is caught, not the end of the task) or Kinesis refuses to serve
 //! the shard (stream deleted, access denied), it reports the failure, holds the lease for
 //! `max_backoff` (so a processor that panics on every batch does not make the fleet spin) and
 //! then releases it for the balance to place again.
 
-use std::future::Future;
-use std::panic::AssertUnwindSafe;
-use std::pin::Pin;
 use std::sync::Arc;
-use std::task::Poll;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use aws_sdk_kinesis::primitives::DateTime;
@@ -21,6 +18,7 @@ use tokio::time::Instant;
 
 use super::aggregation::{self, Expanded, HashKeyRange, MAGIC};
 use super::config::{ConsumerConfig, InitialPosition, LoadFigure};
+use super::delivery::{guarded, Delivered, Deliverer};
 use super::event::{ConsumerEvent, Observer};
 use super::metrics::ShardMeters;
 use super::processor::{
@@ -178,30 +176,6 @@ enum Exit {
     Refused(String),
 }
 
-/// One call of the processor, with its panic caught: a panicking processor must not end the
-/// record loop's task, which would leave the lease held with nobody reading it. (The
-/// `async_trait` calls are boxed futures already, so no dependency is needed to catch it.)
-async fn guarded<T>(mut call: Pin<Box<dyn Future<Output = T> + Send + '_>>) -> Result<T, String> {
-    std::future::poll_fn(|cx| {
-        match std::panic::catch_unwind(AssertUnwindSafe(|| call.as_mut().poll(cx))) {
-            Ok(Poll::Ready(value)) => Poll::Ready(Ok(value)),
-            Ok(Poll::Pending) => Poll::Pending,
-            Err(payload) => Poll::Ready(Err(panic_message(payload.as_ref()))),
-        }
-    })
-    .await
-}
-
-fn panic_message(payload: &(dyn std::any::Any + Send)) -> String {
-    if let Some(text) = payload.downcast_ref::<&str>() {
-        (*text).to_owned()
-    } else if let Some(text) = payload.downcast_ref::<String>() {
-        text.clone()
-    } else {
-        "a panic without a message".to_owned()
-    }
-}
-
 pub(crate) async fn run<P: RecordProcessor>(
     context: Arc<ReaderContext>,
     mut grant: LeaseGrant,
@@ -336,6 +310,12 @@ async fn read<P: RecordProcessor>(
     let mut refused = false;
     let mut rate = Rate::new(config.load_figure);
     let mut users = UserRecords::new(config.deaggregate, position);
+    let deliverer = Deliverer {
+        config,
+        observer: &context.observer,
+        meters,
+        checkpointer,
+    };
     loop {
         tokio::select! {
            biased;
@@ -443,8 +423,10 @@ async fn read<P: RecordProcessor>(
             let _ = grant.report_load(load);
         }
         if !empty {
-            if let Err(message) = guarded(processor.process_records(records, checkpointer)).await {
-                return Exit::Panicked(message);
+            match deliverer.deliver(processor, &records, grant).await {
+                Delivered::Done => {}
+                Delivered::Stop(reason) => return Exit::Stop(reason),
+                Delivered::Panicked(message) => return Exit::Panicked(message),
             }
         }
         grant.progress();

@@ -80,6 +80,10 @@ impl Ledger for Arc<Holder> {
         self.note_load(key, tenure, value);
     }
 
+    fn halt(&self, key: &LeaseKey, tenure: u64) {
+        self.note_halted(key, tenure);
+    }
+
     fn shard_ended(&self, key: &LeaseKey, tenure: u64) {
         if let Some(finish) = self.mark_ended(key, tenure) {
             spawn_finish(self, key.clone(), finish);

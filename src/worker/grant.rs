@@ -91,6 +91,9 @@ pub(crate) trait Ledger: Send + Sync {
 
     /// The application reported a load figure for `key` in `tenure` (no store write).
     fn load(&self, key: &LeaseKey, tenure: u64, value: f64);
+
+    /// The application halted `key` in `tenure` (no store write).
+    fn halt(&self, key: &LeaseKey, tenure: u64);
 }
 
 /// Stores checkpoints for one lease, fenced by the tenure it was granted in. Cheap to clone.
@@ -158,6 +161,17 @@ impl Checkpointer {
     /// is over.
     pub fn progress(&self) {
         self.ledger.progress(&self.key, self.tenure);
+    }
+
+    /// Tells the worker that the application stopped processing the lease for a failure it
+    /// cannot get past (a poison record it will not skip), without writing anything: the
+    /// lease stays held here, and [`WorkerMonitor::stalled_leases`](super::WorkerMonitor::stalled_leases)
+    /// reports it as [`Stall::Halted`](super::Stall::Halted) (so a health probe fails and
+    /// names it) until the tenure ends or the application makes [`progress`](Self::progress)
+    /// again. `reason` is logged. Does nothing once the grant's tenure is over.
+    pub fn halt(&self, reason: &str) {
+        tracing::error!(lease_key = %self.key, tenure = self.tenure, reason, "the application halted the lease: it stays held here, unprocessed");
+        self.ledger.halt(&self.key, self.tenure);
     }
 
     /// Reports the lease's load: a figure of how much work it is now (records or bytes per
@@ -317,6 +331,11 @@ impl LeaseGrant {
     /// [`Checkpointer::progress`].
     pub fn progress(&self) {
         self.checkpointer.progress();
+    }
+
+    /// Halts the lease (no store write); see [`Checkpointer::halt`].
+    pub fn halt(&self, reason: &str) {
+        self.checkpointer.halt(reason);
     }
 
     /// Reports the lease's load (no store write); see [`Checkpointer::report_load`].

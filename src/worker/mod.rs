@@ -581,7 +581,9 @@ impl WorkerMonitor {
     /// - [`Stall::NoProgress`], only with
     ///   [`progress_window`](crate::WorkerConfig::progress_window) set: it is active and its
     ///   application made no progress (a checkpoint, [`LeaseGrant::progress`]) within the
-    ///   window.
+    ///   window;
+    /// - [`Stall::Halted`]: it is active and its application halted it
+    ///   ([`LeaseGrant::halt`]) for a failure it cannot get past, and made no progress since.
     ///
     /// Without a progress window, a lease whose grant the application holds counts as
     /// processed: the worker cannot see inside the application (a task stuck in a loop while

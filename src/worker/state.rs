@@ -45,6 +45,10 @@ pub enum Stall {
     /// [`progress_window`](crate::WorkerConfig::progress_window) since the grant was given or
     /// since its last progress. Only with a window configured.
     NoProgress,
+    /// Its application stopped processing it for a failure it cannot get past (a poison
+    /// record; [`LeaseGrant::halt`](super::LeaseGrant::halt)): the lease stays held here,
+    /// unprocessed, until its tenure ends or the application makes progress again.
+    Halted,
 }
 
 /// Where a held lease is in its life at this worker.
@@ -78,6 +82,9 @@ pub(crate) struct Held {
     /// When the application last made progress (a checkpoint or `LeaseGrant::progress`), or
     /// was given the grant.
     pub progress_at: Instant,
+    /// The application halted the lease (a failure it cannot get past) and made no progress
+    /// since.
+    pub halted: bool,
     pub stop: watch::Sender<Option<StopReason>>,
 }
 
@@ -398,6 +405,8 @@ impl Holder {
         for (key, held) in reported {
             if unread.get(key) == Some(&held.tenure) {
                 stalled.push((key.clone(), Stall::Undelivered));
+            } else if held.halted && held.phase == Phase::Active {
+                stalled.push((key.clone(), Stall::Halted));
             } else if let Some(window) = self.config.progress_window {
                 // Active only: a lease asked to stop has the stop's deadline instead.
                 if held.phase == Phase::Active
@@ -436,6 +445,14 @@ impl Holder {
         let now = self.now();
         if let Some(held) = self.lock().held.get_mut(key).filter(|h| h.tenure == tenure) {
             held.progress_at = now;
+            held.halted = false;
+        }
+    }
+
+    /// The application halted `key` in `tenure`: it processes it no further.
+    pub fn note_halted(&self, key: &LeaseKey, tenure: u64) {
+        if let Some(held) = self.lock().held.get_mut(key).filter(|h| h.tenure == tenure) {
+            held.halted = true;
         }
     }
 
@@ -571,6 +588,7 @@ impl Holder {
                 app_done: false,
                 ended: false,
                 progress_at: self.now(),
+                halted: false,
                 stop,
             },
         );

@@ -22,7 +22,9 @@ use aws_sdk_kinesis::Client;
 use aws_smithy_runtime_api::http::{Response, StatusCode};
 use aws_smithy_types::body::SdkBody;
 use aws_smithy_types::config_bag::{Storable, StoreReplace};
-use shardlease::kinesis::{KinesisRecord, RecordCheckpointer, RecordProcessor, ShardStart};
+use shardlease::kinesis::{
+    BatchOutcome, KinesisRecord, ProcessError, RecordCheckpointer, RecordProcessor, ShardStart,
+};
 use shardlease::worker::StopReason;
 use shardlease::LeaseKey;
 use tokio::time::Instant;
@@ -259,9 +261,9 @@ impl RecordProcessor for TestProcessor {
 
     async fn process_records(
         &mut self,
-        records: Vec<KinesisRecord>,
+        records: &[KinesisRecord],
         checkpointer: &RecordCheckpointer,
-    ) {
+    ) -> Result<BatchOutcome, ProcessError> {
         {
             let mut ledger = self.ledger.lock().unwrap();
             if let Some(other) = ledger.busy.insert(self.shard.clone(), self.worker.clone()) {
@@ -271,7 +273,7 @@ impl RecordProcessor for TestProcessor {
                 );
                 ledger.violations.push(message);
             }
-            for record in &records {
+            for record in records {
                 let text = String::from_utf8(record.data.clone()).unwrap();
                 let (key, n) = text.split_once(':').unwrap();
                 ledger.processed.push(Processed {
@@ -300,6 +302,7 @@ impl RecordProcessor for TestProcessor {
                     Instant::now(),
                 ));
         }
+        Ok(BatchOutcome::Continue)
     }
 
     async fn shard_ended(&mut self, checkpointer: &RecordCheckpointer) {
@@ -329,13 +332,13 @@ impl RecordProcessor for PanicOnce {
 
     async fn process_records(
         &mut self,
-        records: Vec<KinesisRecord>,
+        records: &[KinesisRecord],
         checkpointer: &RecordCheckpointer,
-    ) {
+    ) -> Result<BatchOutcome, ProcessError> {
         if self.armed.swap(false, Ordering::SeqCst) {
             panic!("poison record in {}", self.inner.shard);
         }
-        self.inner.process_records(records, checkpointer).await;
+        self.inner.process_records(records, checkpointer).await
     }
 
     async fn shard_ended(&mut self, checkpointer: &RecordCheckpointer) {
