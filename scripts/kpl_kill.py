@@ -30,42 +30,14 @@ import subprocess
 import sys
 import tempfile
 import time
-import urllib.request
 
 from aws_kinesis_agg.aggregator import RecordAggregator
 
-KINESIS = os.environ.get("SHARDLEASE_KINESALITE_ENDPOINT", "http://127.0.0.1:4569")
-DYNAMO = os.environ.get("SHARDLEASE_DYNALITE_ENDPOINT", "http://127.0.0.1:4567")
+from kinesis_local import DYNAMO, KINESIS, create_stream, example, example_env, kinesis
+
 AGGREGATES = 50
 PER_AGGREGATE = 20
 TOTAL = AGGREGATES * PER_AGGREGATE
-
-
-def kinesis(action, body):
-    """One Kinesis API call on kinesalite (it checks that a signature is there, not its value)."""
-    request = urllib.request.Request(
-        KINESIS,
-        data=json.dumps(body).encode(),
-        headers={
-            "Content-Type": "application/x-amz-json-1.1",
-            "X-Amz-Target": "Kinesis_20131202." + action,
-            "X-Amz-Date": time.strftime("%Y%m%dT%H%M%SZ", time.gmtime()),
-            "Authorization": "AWS4-HMAC-SHA256 Credential=test/20260101/us-east-1/kinesis/"
-            "aws4_request, SignedHeaders=host, Signature=0",
-        },
-    )
-    with urllib.request.urlopen(request, timeout=10) as answer:
-        return json.loads(answer.read() or b"{}")
-
-
-def create_stream(name):
-    kinesis("CreateStream", {"StreamName": name, "ShardCount": 1})
-    for _ in range(200):
-        summary = kinesis("DescribeStreamSummary", {"StreamName": name})
-        if summary["StreamDescriptionSummary"]["StreamStatus"] == "ACTIVE":
-            return
-        time.sleep(0.05)
-    sys.exit("the stream did not become ACTIVE")
 
 
 def produce(name):
@@ -91,24 +63,14 @@ def produce(name):
     return sequences
 
 
-def example():
-    target = os.environ.get("CARGO_TARGET_DIR", "target")
-    path = os.path.join(target, "debug", "examples", "kinesis_consumer")
-    if not os.path.exists(path):
-        sys.exit(path + " is missing: cargo build --all-features --example kinesis_consumer")
-    return path
-
-
 def start(binary, stream, worker, out, events):
-    env = dict(os.environ, AWS_REGION="us-east-1", AWS_ACCESS_KEY_ID="test",
-               AWS_SECRET_ACCESS_KEY="test", RUST_LOG="warn")
     return subprocess.Popen(
         [binary, "--stream", stream, "--worker-id", worker, "--kinesis-endpoint", KINESIS,
          "--dynamodb-endpoint", DYNAMO, "--initial-position", "trim-horizon",
          "--lease-secs", "2", "--max-records", "3", "--process-ms", "200",
          "--checkpoint-every", "7",
          "--events-log", events],
-        stdout=out, stderr=subprocess.DEVNULL, env=env)
+        stdout=out, stderr=subprocess.DEVNULL, env=example_env())
 
 
 def printed(path):
@@ -137,7 +99,7 @@ def main():
     rng = random.Random(args.seed)
     binary = example()
     stream = "kpl-kill-%d-%d" % (os.getpid(), args.seed)
-    create_stream(stream)
+    create_stream(stream, 1)
     sequences = produce(stream)
     work = tempfile.mkdtemp(prefix="kpl-kill-")
     seen, bound, resumed_inside = [], 0, 0
