@@ -31,6 +31,8 @@
 //!   `--retry-backoff-ms MS` (default 1000, doubling), then `--on-failure skip|stop` (default
 //!   stop): skip prints it as a dead letter and checkpoints past it; stop keeps the lease,
 //!   unprocessed, and fails `/healthz`.
+//! - `--prefetch-records N`: read ahead of the processor while at most N records wait
+//!   (default 30000; 0: no reading ahead).
 //! - `--health ADDR`: serve `GET /healthz` (200 `ok`, or 503 naming the stalled leases).
 //!
 //! Ctrl-C or SIGTERM leaves gracefully (every processor is asked to checkpoint, leases are
@@ -130,6 +132,10 @@ struct Args {
     /// which prints it) or stop the shard here
     #[arg(long, value_name = "ACTION", value_enum, default_value = "stop")]
     on_failure: OnFailure,
+    /// Read ahead of the processor while at most N records wait (0: read only once the
+    /// processor is done with the last batch)
+    #[arg(long, value_name = "N", default_value_t = 30_000)]
+    prefetch_records: u32,
     /// Serve GET /healthz here: 200 "ok", or 503 naming the stalled (or halted) leases
     #[arg(long, value_name = "ADDR")]
     health: Option<std::net::SocketAddr>,
@@ -461,6 +467,7 @@ async fn run(args: Args) -> Result<(), Error> {
             InitialPosition::TrimHorizon
         })
         .max_records(args.max_records)
+        .prefetch_records(args.prefetch_records)
         .batch_attempts(args.batch_attempts)
         .retry_backoff(Duration::from_millis(args.retry_backoff_ms))
         .on_failure(match args.on_failure {

@@ -133,6 +133,18 @@ pub struct ConsumerConfig {
     /// What happens to a batch that failed [`batch_attempts`](Self::batch_attempts) times.
     /// Default: [`FailureAction::Stop`] (nothing is skipped unless asked for).
     pub on_failure: FailureAction,
+    /// Reading ahead: the next `GetRecords` of a shard runs while `process_records` works,
+    /// as long as no more than this many records wait (the batch being processed included),
+    /// so a catching-up shard is bounded by the slower of reading and processing rather than
+    /// by their sum. What was read ahead and not delivered when the lease stops is dropped:
+    /// the next reader starts from the checkpoint, as always. 0: read only once the processor
+    /// is done with the last batch. Default: 30,000 (KCL's `maxRecordsCount`).
+    pub prefetch_records: u32,
+    /// The bytes of record data that may wait, as
+    /// [`prefetch_records`](Self::prefetch_records) bounds the records (the read that crosses
+    /// either limit is the last until the processor catches up). 0: no reading ahead.
+    /// Default: 8 MiB (KCL's `maxByteSize`).
+    pub prefetch_bytes: u64,
 }
 
 impl Default for ConsumerConfig {
@@ -149,6 +161,8 @@ impl Default for ConsumerConfig {
             batch_attempts: 10,
             retry_backoff: Duration::from_secs(1),
             on_failure: FailureAction::Stop,
+            prefetch_records: 30_000,
+            prefetch_bytes: 8 * 1024 * 1024,
         }
     }
 }
@@ -221,6 +235,20 @@ impl ConsumerConfig {
     #[must_use]
     pub fn on_failure(mut self, value: FailureAction) -> Self {
         self.on_failure = value;
+        self
+    }
+
+    /// Sets [`prefetch_records`](Self::prefetch_records).
+    #[must_use]
+    pub fn prefetch_records(mut self, value: u32) -> Self {
+        self.prefetch_records = value;
+        self
+    }
+
+    /// Sets [`prefetch_bytes`](Self::prefetch_bytes).
+    #[must_use]
+    pub fn prefetch_bytes(mut self, value: u64) -> Self {
+        self.prefetch_bytes = value;
         self
     }
 
@@ -314,6 +342,8 @@ mod file {
         #[serde(default, with = "humantime_serde")]
         retry_backoff: Option<Duration>,
         on_failure: Option<FailureAction>,
+        prefetch_records: Option<u32>,
+        prefetch_bytes: Option<u64>,
     }
 
     impl TryFrom<ConsumerConfigFile> for ConsumerConfig {
@@ -333,7 +363,9 @@ mod file {
                 deaggregate,
                 batch_attempts,
                 retry_backoff,
-                on_failure
+                on_failure,
+                prefetch_records,
+                prefetch_bytes
             );
             config.validate()?;
             Ok(config)

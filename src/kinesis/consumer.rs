@@ -13,9 +13,10 @@ use tokio_util::task::TaskTracker;
 use tracing::Instrument;
 
 use super::config::{ConsumerConfig, InitialPosition};
+use super::context::ReaderContext;
 use super::event::{ConsumerEvent, Observer};
 use super::processor::ProcessorFactory;
-use super::reader::{self, ReaderContext};
+use super::reader;
 use super::source::{KinesisShardSource, ShardRanges, StreamError};
 use crate::config::{ConfigError, WorkerConfig};
 use crate::lease::{LeaseKey, WorkerId};

@@ -58,8 +58,10 @@
 mod aggregation;
 mod config;
 mod consumer;
+mod context;
 mod delivery;
 mod event;
+mod fetch;
 mod metrics;
 mod processor;
 mod reader;
@@ -68,11 +70,11 @@ mod source;
 pub use config::{ConsumerConfig, FailureAction, InitialPosition, LoadFigure};
 pub use consumer::{ConsumerError, KinesisConsumer, KinesisConsumerBuilder, NoProcessor};
 pub use event::ConsumerEvent;
+pub use fetch::LOAD_SAMPLE;
 pub use processor::{
     BatchFailure, BatchOutcome, KinesisRecord, ProcessError, ProcessorFactory, RecordCheckpointer,
     RecordProcessor, ShardStart, StartPosition,
 };
-pub use reader::LOAD_SAMPLE;
 pub use source::{KinesisShardSource, StreamError};
 
 use aws_sdk_kinesis::error::{DisplayErrorContext, ProvideErrorMetadata, SdkError};

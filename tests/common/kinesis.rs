@@ -381,6 +381,8 @@ pub struct InjectErrors {
     pub expired: Arc<AtomicU32>,
     /// `GetShardIterator` calls seen.
     pub iterators: Arc<AtomicU32>,
+    /// `GetRecords` calls seen.
+    pub reads: Arc<AtomicU32>,
 }
 
 impl Intercept for InjectErrors {
@@ -401,6 +403,9 @@ impl Intercept for InjectErrors {
             .unwrap_or_default();
         if target.ends_with("GetShardIterator") {
             self.iterators.fetch_add(1, Ordering::SeqCst);
+        }
+        if target.ends_with("GetRecords") {
+            self.reads.fetch_add(1, Ordering::SeqCst);
         }
         let reads = target.ends_with("GetRecords") || target.ends_with("GetShardIterator");
         if reads && self.deny.load(Ordering::SeqCst) {
