@@ -12,10 +12,7 @@ use std::io;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use aws_sdk_dynamodb::types::{
-    AttributeDefinition, AttributeValue, BillingMode, KeySchemaElement, KeyType,
-    ScalarAttributeType, TableStatus,
-};
+use aws_sdk_dynamodb::types::AttributeValue;
 use aws_sdk_dynamodb::Client;
 use shardlease::lease::{Incarnation, Lease, NewLease};
 use shardlease::store::dynamodb::kcl::{self, Action, KclCheckpoint, Resume};
@@ -137,54 +134,6 @@ fn kcl_items() -> Vec<Item> {
     ]
 }
 
-/// Creates `name` as KCL does (hash key `leaseKey`, on demand) and fills it with `items`.
-async fn kcl_table(client: &Client, name: &str, items: &[Item]) {
-    client
-        .create_table()
-        .table_name(name)
-        .attribute_definitions(
-            AttributeDefinition::builder()
-                .attribute_name("leaseKey")
-                .attribute_type(ScalarAttributeType::S)
-                .build()
-                .unwrap(),
-        )
-        .key_schema(
-            KeySchemaElement::builder()
-                .attribute_name("leaseKey")
-                .key_type(KeyType::Hash)
-                .build()
-                .unwrap(),
-        )
-        .billing_mode(BillingMode::PayPerRequest)
-        .send()
-        .await
-        .expect("create the KCL table (are the emulators running? scripts/emulators.sh start)");
-    let until = Instant::now() + Duration::from_secs(30);
-    loop {
-        let described = client
-            .describe_table()
-            .table_name(name)
-            .send()
-            .await
-            .unwrap();
-        if described.table().and_then(|t| t.table_status()) == Some(&TableStatus::Active) {
-            break;
-        }
-        assert!(Instant::now() < until, "{name} never became ACTIVE");
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
-    for item in items {
-        client
-            .put_item()
-            .table_name(name)
-            .set_item(Some(item.clone()))
-            .send()
-            .await
-            .unwrap();
-    }
-}
-
 /// Every item of a table, in key order.
 async fn items_of(client: &Client, table: &str) -> Vec<Item> {
     let mut items = Vec::new();
@@ -274,7 +223,7 @@ async fn connecting_to_a_kcl_table_fails_with_the_kcl_error_and_our_tables_do_no
     let emulator = dynamo::Emulator::dynalite();
     let client = emulator.client();
     let table = dynamo::unique_table("kcl-connect");
-    kcl_table(&client, &table, &kcl_items()).await;
+    dynamo::kcl_table(&client, &table, &kcl_items()).await;
     let err = DynamoStore::connect(client.clone(), DynamoConfig::new(&table))
         .await
         .expect_err("a KCL table must be refused");
@@ -295,7 +244,7 @@ async fn connecting_to_a_kcl_table_fails_with_the_kcl_error_and_our_tables_do_no
 
     // A KCL 3.x table whose first items are worker metrics gives itself away too.
     let metrics_only = dynamo::unique_table("kcl-connect-metrics");
-    kcl_table(&client, &metrics_only, &kcl_items()[7..]).await;
+    dynamo::kcl_table(&client, &metrics_only, &kcl_items()[7..]).await;
     let err = DynamoStore::connect(client.clone(), DynamoConfig::new(&metrics_only))
         .await
         .expect_err("a KCL 3.x table must be refused");
@@ -344,7 +293,7 @@ async fn an_import_plans_without_writing_then_creates_the_kcl_checkpoints_exactl
     let emulator = dynamo::Emulator::dynalite();
     let client = emulator.client();
     let from = dynamo::unique_table("kcl-source");
-    kcl_table(&client, &from, &kcl_items()).await;
+    dynamo::kcl_table(&client, &from, &kcl_items()).await;
     let source_before = items_of(&client, &from).await;
     let to = emulator
         .store(DynamoConfig::new(dynamo::unique_table("kcl-dest")))
@@ -487,7 +436,7 @@ async fn an_existing_lease_that_differs_is_reported_and_never_overwritten() {
     let emulator = dynamo::Emulator::dynalite();
     let client = emulator.client();
     let from = dynamo::unique_table("kcl-source");
-    kcl_table(&client, &from, &kcl_items()).await;
+    dynamo::kcl_table(&client, &from, &kcl_items()).await;
     let to = emulator
         .store(DynamoConfig::new(dynamo::unique_table("kcl-dest")))
         .await;

@@ -1,5 +1,5 @@
-//! DynamoDB emulator targets for the integration tests: clients, unique tables, and an
-//! interceptor that loses responses after the server applied the write.
+//! DynamoDB emulator targets for the integration tests: clients, unique tables, an
+//! interceptor that loses responses after the server applied the write, and KCL's lease tables.
 
 #![allow(dead_code)]
 
@@ -13,6 +13,10 @@ use aws_sdk_dynamodb::config::{
     BehaviorVersion, ConfigBag, Credentials, Intercept, Region, RuntimeComponents,
 };
 use aws_sdk_dynamodb::error::BoxError;
+use aws_sdk_dynamodb::types::{
+    AttributeDefinition, AttributeValue, BillingMode, KeySchemaElement, KeyType,
+    ScalarAttributeType, TableStatus,
+};
 use aws_sdk_dynamodb::Client;
 use shardlease::store::dynamodb::{DynamoConfig, DynamoStore};
 
@@ -174,5 +178,60 @@ impl Intercept for LoseResponses {
             return Err("response lost on the way back (injected by the test)".into());
         }
         Ok(())
+    }
+}
+
+/// Creates `name` as KCL does (hash key `leaseKey`, on demand) and fills it with `items`.
+pub async fn kcl_table(
+    client: &Client,
+    name: &str,
+    items: &[std::collections::HashMap<String, AttributeValue>],
+) {
+    client
+        .create_table()
+        .table_name(name)
+        .attribute_definitions(
+            AttributeDefinition::builder()
+                .attribute_name("leaseKey")
+                .attribute_type(ScalarAttributeType::S)
+                .build()
+                .unwrap(),
+        )
+        .key_schema(
+            KeySchemaElement::builder()
+                .attribute_name("leaseKey")
+                .key_type(KeyType::Hash)
+                .build()
+                .unwrap(),
+        )
+        .billing_mode(BillingMode::PayPerRequest)
+        .send()
+        .await
+        .expect("create the KCL table (are the emulators running? scripts/emulators.sh start)");
+    let until = std::time::Instant::now() + std::time::Duration::from_secs(30);
+    loop {
+        let described = client
+            .describe_table()
+            .table_name(name)
+            .send()
+            .await
+            .unwrap();
+        if described.table().and_then(|t| t.table_status()) == Some(&TableStatus::Active) {
+            break;
+        }
+        assert!(
+            std::time::Instant::now() < until,
+            "{name} never became ACTIVE"
+        );
+        tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+    }
+    for item in items {
+        client
+            .put_item()
+            .table_name(name)
+            .set_item(Some(item.clone()))
+            .send()
+            .await
+            .unwrap();
     }
 }
