@@ -1,19 +1,21 @@
 #!/usr/bin/env python3
-"""The Kinesis consumer's failure policy with a poison record, two consumer processes on the
+"""The Kinesis consumer's failure policy with a poison record, consumer processes on the
 emulators: a poison batch is delivered `--batch-attempts` times, then skipped (its checkpoint
 advances, reading goes on, no lease moves) or the shard is halted (the lease stays held by its
-owner, /healthz names it, the other worker does not take it, nothing after it is processed).
+owner, /healthz names it, nothing after it is processed, and a worker joining the fleet takes
+its share from the other leases, not from the halted one).
 
     scripts/emulators.sh start
     cargo build --all-features --example kinesis_consumer
     python3 scripts/failure_policy.py [--on-failure skip|stop] [--runs 3] [--hold 30]
 
-Each run creates a two-shard stream on kinesalite and starts `examples/kinesis_consumer.rs`
+Each run creates a four-shard stream on kinesalite and starts `examples/kinesis_consumer.rs`
 twice (workers a and b, `--max-records 1 --batch-attempts 3 --retry-backoff-ms 200
---fail-on POISON`, 10 s leases, `/healthz` served by each). Once each worker holds one shard,
-five records go to each shard, then `POISON` and five more to the first. With skip, the run
-waits for the last of them to be checkpointed; with stop, for the halt, then holds `--hold`
-seconds (three lease durations by default) and looks again. Both processes leave on SIGTERM.
+--fail-on POISON`, 10 s leases, `/healthz` served by each). Once each worker holds two shards,
+five records go to the last shard, then five, `POISON` and five more to the first. With skip,
+the run waits for the last of them to be checkpointed. With stop, it waits for the halt, starts
+a third worker c (which takes one of the four leases for balance), and holds `--hold` seconds
+(three lease durations by default) before it looks again. Every process leaves on SIGTERM.
 Prints one JSON line per run; exits 1 if a run breaks what the policy promises.
 """
 
@@ -32,7 +34,7 @@ import urllib.request
 from kinesis_local import DYNAMO, KINESIS, create_stream, example, example_env, kinesis
 
 ATTEMPTS = 3
-PORTS = {"a": 19411, "b": 19412}
+PORTS = {"a": 19411, "b": 19412, "c": 19413}
 
 
 def start(binary, stream, worker, mode, out, events):
@@ -93,17 +95,21 @@ def printed(path, shard):
 
 def run(binary, mode, hold, index):
     stream = "failure-%s-%d-%d" % (mode, os.getpid(), index)
-    (poisoned, first_key), (other, other_key) = create_stream(stream, 2)
+    shards = create_stream(stream, 4)
+    (poisoned, first_key), other_key = shards[0], shards[-1][1]
     work = tempfile.mkdtemp(prefix="failure-policy-")
     logs = {w: os.path.join(work, w + ".jsonl") for w in PORTS}
     outs = {w: open(os.path.join(work, w + ".out"), "w") for w in PORTS}
-    processes = {w: start(binary, stream, w, mode, outs[w], logs[w]) for w in PORTS}
+    processes = {w: start(binary, stream, w, mode, outs[w], logs[w]) for w in ("a", "b")}
+    moves = lambda lease=None: sum(
+        1 for w in PORTS for e in events(logs[w])
+        if e["event"] in ("handed_off", "released", "lost", "acquired")
+        and lease in (None, e["lease"]))
     try:
-        wait("each worker holds one shard",
-             lambda: {holder(logs, poisoned), holder(logs, other)} == {"a", "b"})
+        wait("each worker holds two shards",
+             lambda: sorted(holder(logs, s) or "-" for s, _ in shards) == ["a", "a", "b", "b"])
         owner = holder(logs, poisoned)
-        moves_before = sum(1 for w in PORTS for e in events(logs[w])
-                           if e["event"] in ("handed_off", "released", "lost", "acquired"))
+        moves_before, poisoned_before = moves(), moves(poisoned)
         for n in range(5):
             put(stream, other_key, "other-%d" % n)
             put(stream, first_key, "before-%d" % n)
@@ -119,15 +125,18 @@ def run(binary, mode, hold, index):
         else:
             wait("the shard halted", lambda: any(e["then"] == "stop" for e in failed()))
             halted_health = health(owner)
+            # A worker joins: it takes its share from the leases that are not halted.
+            processes["c"] = start(binary, stream, "c", mode, outs["c"], logs["c"])
+            wait("the third worker took a lease",
+                 lambda: any(e["event"] == "acquired" for e in events(logs["c"])))
             time.sleep(hold)
-        moves = sum(1 for w in PORTS for e in events(logs[w])
-                    if e["event"] in ("handed_off", "released", "lost", "acquired")) - moves_before
         result = {
             "mode": mode,
             "run": index,
             "attempts": len(failed()),
             "then": [e["then"] for e in failed()],
-            "lease_moves": moves,
+            "lease_moves": moves() - moves_before,
+            "poisoned_lease_moves": moves(poisoned) - poisoned_before,
             "processed_after_poison": sum(
                 1 for w in PORTS for d in printed(os.path.join(work, w + ".out"), poisoned)
                 if d.startswith("after-")),
@@ -136,7 +145,7 @@ def run(binary, mode, hold, index):
             result["checkpoint_advanced_past_poison"] = poison in checkpoints() and (
                 checkpoints().index(poison) < checkpoints().index(after[-1]))
             ok = (result["attempts"] == ATTEMPTS and result["then"][-1] == "skip"
-                  and result["checkpoint_advanced_past_poison"] and moves == 0
+                  and result["checkpoint_advanced_past_poison"] and result["lease_moves"] == 0
                   and result["processed_after_poison"] == 5)
         else:
             later = health(owner)
@@ -146,10 +155,12 @@ def run(binary, mode, hold, index):
                 "healthz_at_halt": halted_health,
                 "healthz_after_hold": later,
                 "healthz_other": health("b" if owner == "a" else "a")[0],
+                "leases_of_the_joiner": [s for s, _ in shards if holder(logs, s) == "c"],
                 "checkpoint_before_poison": poison not in checkpoints(),
             })
             ok = (result["attempts"] == ATTEMPTS and result["then"][-1] == "stop"
-                  and moves == 0 and result["held_by_owner_after_hold"]
+                  and result["poisoned_lease_moves"] == 0 and result["held_by_owner_after_hold"]
+                  and len(result["leases_of_the_joiner"]) == 1
                   and halted_health[0] == 503 and poisoned in halted_health[1]
                   and "Halted" in halted_health[1] and later[0] == 503
                   and result["healthz_other"] == 200 and result["processed_after_poison"] == 0

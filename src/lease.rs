@@ -397,6 +397,9 @@ pub struct Member {
     /// The load figure of each lease the worker holds (or handed on moments ago), as last
     /// reported: [`LoadReport::leases`]. Empty when it reports none.
     pub lease_loads: BTreeMap<LeaseKey, f64>,
+    /// The leases the worker holds whose application halted them (a failure it cannot get
+    /// past; [`LoadReport::halted`]): no worker moves them for balance. Empty when none.
+    pub halted: BTreeSet<LeaseKey>,
     /// How many leases the worker may hold at most, if it declares a limit.
     pub capacity: Option<u32>,
     /// What other workers asked this session to look at (lease keys, or markers), until its
@@ -422,6 +425,11 @@ pub struct LoadReport {
     pub utilisation: Option<f64>,
     /// The load figure of each lease it holds (or handed on moments ago).
     pub leases: BTreeMap<LeaseKey, f64>,
+    /// The leases it holds whose application halted them
+    /// ([`LeaseGrant::halt`](crate::LeaseGrant::halt)): they stay where they are, so the
+    /// fleet's balance leaves them out (a lease that fails wherever it goes would otherwise
+    /// travel round the fleet, halting every worker it reaches).
+    pub halted: BTreeSet<LeaseKey>,
 }
 
 impl LoadReport {
@@ -521,6 +529,7 @@ mod tests {
             weight: 2.0,
             utilisation: Some(0.0),
             leases: BTreeMap::from([(LeaseKey::new("a b=c:d").unwrap(), 0.0)]),
+            halted: BTreeSet::new(),
         };
         assert_eq!(good.validate(), Ok(()));
         let figure = |change: &dyn Fn(&mut LoadReport)| {

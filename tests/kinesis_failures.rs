@@ -1,7 +1,8 @@
 //! The failure policy of the Kinesis consumer on kinesalite: a batch the processor fails is
 //! delivered again in place, the lease kept, `batch_attempts` times; then it is skipped to the
 //! dead-letter hook (whose default checkpoints past it) and reading goes on, or the shard is
-//! halted here: held, unread, and reported stalled until the lease is asked to stop. The
+//! halted here: held, unread, reported stalled, and named in the worker's record (which keeps
+//! it out of the fleet's balance) until the lease is asked to stop. The
 //! leases are in memory; one record per batch (`max_records` 1), so the poison record is a
 //! batch of its own.
 
@@ -211,6 +212,15 @@ async fn a_batch_that_fails_every_attempt_halts_the_shard_held_and_reported_stal
         .unwrap();
     assert_eq!(lease.owner.as_ref().map(|o| o.as_str()), Some("a"));
     assert_eq!(lease.checkpoint.as_deref(), Some(first.as_str()));
+    // The worker's record names it, so that the fleet's balance leaves it here.
+    let snapshot = store
+        .snapshot(tokio::time::Instant::now() + Duration::from_secs(5))
+        .await
+        .unwrap();
+    assert_eq!(
+        snapshot.members[0].halted,
+        std::collections::BTreeSet::from([shard.clone()])
+    );
     assert_eq!(
         seen.lock().unwrap().failures.last().map(|f| f.2),
         Some(BatchOutcome::Stop)

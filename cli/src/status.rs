@@ -116,10 +116,18 @@ async fn look(store: &Backend, observed: &mut Observed, watching: bool) -> Resul
                 "load": m.load,
                 "capacity": m.capacity,
                 "notices": m.notices.len(),
+                "halted": m.halted.iter().map(|k| k.as_str()).collect::<Vec<_>>(),
             })
         })
         .collect();
     let states = lease_states(&snapshot.leases);
+    // Leases their holder's application halted (a failure it cannot get past), as the holder's
+    // record names them: held, unprocessed, and left out of the balance.
+    let halted: std::collections::HashSet<(&str, &str)> = snapshot
+        .members
+        .iter()
+        .flat_map(|m| m.halted.iter().map(|k| (m.worker.as_str(), k.as_str())))
+        .collect();
     let leases: Vec<Value> = snapshot
         .leases
         .iter()
@@ -134,6 +142,7 @@ async fn look(store: &Backend, observed: &mut Observed, watching: bool) -> Resul
                 "checkpoint": l.checkpoint,
                 "handoff_to": l.handoff_to.as_ref().map(|t| t.as_str()),
                 "status": state.as_str(),
+                "halted": l.owner.as_ref().is_some_and(|o| halted.contains(&(o.as_str(), l.key.as_str()))),
                 "parents": l.parents.iter().map(|p| p.as_str()).collect::<Vec<_>>(),
                 "load": l.load,
                 "written_age_s": age(l.key.as_str()),
@@ -257,7 +266,11 @@ fn render(document: &Value) -> String {
                 cell(&l["counter"]),
                 cell(&l["checkpoint"]),
                 cell(&l["handoff_to"]),
-                cell(&l["status"]),
+                if l["halted"] == true {
+                    format!("{},halted", cell(&l["status"]))
+                } else {
+                    cell(&l["status"])
+                },
                 seconds(&l["written_age_s"]),
                 seconds(&l["counter_still_s"]),
             ]
@@ -279,7 +292,8 @@ fn render(document: &Value) -> String {
     ));
     out.push_str(
         "\nWRITTEN: since the item's last write (its updatedAt, by the wall clock). STILL (with \
-         --watch): since this process saw the counter or heartbeat last move.\n",
+         --watch): since this process saw the counter or heartbeat last move. halted: its owner's \
+         application stopped on a failure it cannot get past; it stays there, unprocessed.\n",
     );
     out
 }

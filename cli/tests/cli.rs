@@ -791,3 +791,54 @@ async fn status_watch_refreshes_and_times_what_stands_still() {
     assert!(first < 0.1 && last >= 0.6, "{first} then {last}");
     a.shutdown().await;
 }
+
+#[tokio::test]
+async fn status_marks_a_lease_its_application_halted() {
+    status_marks_a_lease_its_application_halted_on(Table::dynamo("cli-halted")).await;
+}
+
+#[tokio::test]
+async fn status_marks_a_lease_its_application_halted_on_redis() {
+    status_marks_a_lease_its_application_halted_on(Table::redis("cli-halted")).await;
+}
+
+/// A worker whose application halts `shard-1` as soon as it gets it: its next beat names it,
+/// and `status` marks it halted (and only it).
+async fn status_marks_a_lease_its_application_halted_on(table: Table) {
+    let keys = (0..2)
+        .map(|i| LeaseKey::new(format!("shard-{i}")).unwrap())
+        .collect();
+    let config = WorkerConfig::default().lease_duration(Duration::from_secs(6));
+    let (a, mut events) = Worker::builder(store(&table).await, WorkerId::new("a").unwrap())
+        .config(config)
+        .shards(keys)
+        .start()
+        .await
+        .expect("worker starts");
+    tokio::spawn(async move {
+        while let Some(event) = events.recv().await {
+            if let LeaseEvent::Acquired(mut grant) = event {
+                if grant.key().as_str() == "shard-1" {
+                    grant.halt("a poison record");
+                }
+                tokio::spawn(async move {
+                    grant.stopped().await;
+                    grant.finish();
+                });
+            }
+        }
+    });
+    let mut status = Value::Null;
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while status["workers"][0]["halted"] != serde_json::json!(["shard-1"]) {
+        assert!(Instant::now() < deadline, "never named halted: {status}");
+        tokio::time::sleep(Duration::from_millis(200)).await;
+        status = json(&cli(&table, &["status", "--json"]).await);
+    }
+    let leases = status["leases"].as_array().unwrap();
+    let halted: Vec<bool> = leases.iter().map(|l| l["halted"] == true).collect();
+    assert_eq!(halted, [false, true], "{status}");
+    let text = ok(&cli(&table, &["status"]).await);
+    assert!(text.contains("ready,halted"), "{text}");
+    a.shutdown().await;
+}

@@ -62,10 +62,11 @@ pub enum FailureAction {
     /// [`dead_letter`](super::RecordProcessor::dead_letter) gets it (by default it is logged
     /// and checkpointed past), then reading goes on.
     Skip,
-    /// Process the shard no further: the lease stays held here, nothing more is read, and the
+    /// Process the shard no further: the lease stays held here, nothing more is read, the
     /// worker reports it stalled ([`Stall::Halted`](crate::worker::Stall::Halted), which fails
-    /// a health probe), until the lease is asked to stop or lost. Nothing is lost: the batch
-    /// waits for an operator. The default.
+    /// a health probe), and the fleet's balance leaves it where it is
+    /// ([`LeaseGrant::halt`](crate::LeaseGrant::halt)), until the lease is asked to stop or
+    /// lost. Nothing is lost: the batch waits for an operator. The default.
     #[default]
     Stop,
 }

@@ -59,6 +59,9 @@ pub const WEIGHT: &str = "workerWeight";
 /// report (a map of lease key to number on DynamoDB; on Redis one line `<key>\t<number>` per
 /// lease, the lines joined by `\n`; absent when the report names no lease).
 pub const LEASE_LOADS: &str = "leaseLoads";
+/// Membership record: the leases the worker holds whose application halted them, from its last
+/// load report (a string set on DynamoDB; on Redis the keys joined by `\n`; absent when none).
+pub const HALTED: &str = "haltedLeases";
 /// Membership record: the most leases the worker accepts (number; optional).
 pub const CAPACITY: &str = "workerCapacity";
 /// Membership record: what other workers asked the session to look at (string set; absent

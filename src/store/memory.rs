@@ -50,6 +50,7 @@ fn set_report(member: &mut Member, report: Option<&LoadReport>) {
         member.weight = Some(report.weight);
         member.load = report.utilisation;
         member.lease_loads = report.leases.clone();
+        member.halted = report.halted.clone();
     }
 }
 
@@ -381,6 +382,7 @@ impl LeaseStore for InMemoryStore {
                 load: None,
                 weight: None,
                 lease_loads: Default::default(),
+                halted: Default::default(),
                 capacity: None,
                 notices: Default::default(),
                 session: false,
@@ -483,6 +485,7 @@ impl LeaseStore for InMemoryStore {
             load: None,
             weight: None,
             lease_loads: Default::default(),
+            halted: Default::default(),
             capacity,
             notices: Default::default(),
             session: true,

@@ -168,7 +168,11 @@ impl Checkpointer {
     /// lease stays held here, and [`WorkerMonitor::stalled_leases`](super::WorkerMonitor::stalled_leases)
     /// reports it as [`Stall::Halted`](super::Stall::Halted) (so a health probe fails and
     /// names it) until the tenure ends or the application makes [`progress`](Self::progress)
-    /// again. `reason` is logged. Does nothing once the grant's tenure is over.
+    /// again. The worker's next beat, sent at once, names the lease in its record
+    /// ([`Member::halted`](crate::lease::Member::halted)): no worker moves it for balance
+    /// meanwhile (a lease that fails wherever it goes would travel round the fleet), and
+    /// `shardlease status` marks it. `reason` is logged. Does nothing once the grant's tenure
+    /// is over.
     pub fn halt(&self, reason: &str) {
         tracing::error!(lease_key = %self.key, tenure = self.tenure, reason, "the application halted the lease: it stays held here, unprocessed");
         self.ledger.halt(&self.key, self.tenure);

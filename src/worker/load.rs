@@ -27,7 +27,7 @@
 //! unchanged, would never send it again, so the fleet would see its leases as unmeasured and
 //! never move them. The refresh bounds how long such a report stays.
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::sync::Mutex;
 use std::time::Duration;
 
@@ -185,14 +185,20 @@ impl Loads {
     ///
     /// Nothing is due while there is nothing to publish, ever so far: a worker of count
     /// balance whose application reported no figure (its beats then carry no report at all).
-    pub fn due(&self, held: impl FnOnce() -> Vec<LeaseKey>, now: Instant) -> Option<LoadReport> {
+    pub fn due(
+        &self,
+        held: impl FnOnce() -> Vec<LeaseKey>,
+        halted: BTreeSet<LeaseKey>,
+        now: Instant,
+    ) -> Option<LoadReport> {
         let mut state = self.lock();
         let state = &mut *state;
         let quiet = !self.eager
             && state.published.is_none()
             && state.leases.is_empty()
             && state.let_go.is_empty()
-            && state.utilisation.is_none();
+            && state.utilisation.is_none()
+            && halted.is_empty();
         if quiet {
             return None;
         }
@@ -226,6 +232,7 @@ impl Loads {
             weight: self.weight,
             utilisation: state.utilisation,
             leases,
+            halted,
         };
         match &state.published {
             None => Some(report),
@@ -233,6 +240,9 @@ impl Loads {
                 // A lease's first figure goes out with the next write: until then the fleet
                 // counts it as a guess, and does not move it.
                 let first = report.leases.keys().any(|k| !last.leases.contains_key(k));
+                // A lease halted (or going again) goes out with the next write: until then the
+                // fleet may move it.
+                let halted = report.halted != last.halted;
                 let moved = |a: f64, b: f64| (a - b).abs() > CHANGE * b.abs().max(f64::EPSILON);
                 // In one pass over what was published: a figure that moved, or a lease gone (the
                 // set changed); a lease whose figure doubled (or halved) goes out with the next
@@ -255,7 +265,7 @@ impl Loads {
                 let since = now.saturating_duration_since(*at);
                 let waited = since >= self.interval;
                 let refresh = since >= self.interval * REFRESH;
-                (first || jumped || (changed && waited) || refresh).then_some(report)
+                (first || halted || jumped || (changed && waited) || refresh).then_some(report)
             }
         }
     }
@@ -288,7 +298,7 @@ mod tests {
     }
 
     fn due(loads: &Loads, held: &[LeaseKey], now: Instant) -> Option<LoadReport> {
-        loads.due(|| held.to_vec(), now)
+        loads.due(|| held.to_vec(), BTreeSet::new(), now)
     }
 
     fn loads() -> Loads {

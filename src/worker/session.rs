@@ -218,6 +218,7 @@ pub(crate) async fn run(shared: Arc<SessionLoop>, cancel: CancellationToken) {
             biased;
             _ = cancel.cancelled() => return,
             _ = shared.beats.beat_now.notified() => {}
+            _ = shared.publish.notified() => {}
             _ = shared.clock.sleep_until(next) => {}
             _ = expected(&shared, &notices) => {}
         }

@@ -183,6 +183,9 @@ pub(crate) struct Holder {
     state: Mutex<State>,
     /// Wakes the fencer when a validity or report time changed.
     pub changed: Notify,
+    /// Wakes the session loop for a beat now: the load report changed in a way the fleet must
+    /// see at once (a lease halted, which the balance must leave where it is).
+    pub publish: Notify,
     /// Wakes the taker for a round now (the discoverer changed the table, a session was
     /// fenced outside a round).
     pub rescan: Arc<Notify>,
@@ -286,6 +289,7 @@ impl Holder {
             loads,
             state: Mutex::default(),
             changed: Notify::new(),
+            publish: Notify::new(),
             rescan,
             released: Notify::new(),
             events,
@@ -436,8 +440,15 @@ impl Holder {
 
     /// The load report due with this membership write, if any (see `load.rs`).
     pub fn load_report(&self) -> Option<crate::lease::LoadReport> {
+        let halted = self
+            .lock()
+            .held
+            .iter()
+            .filter(|(_, h)| h.halted && h.phase == Phase::Active)
+            .map(|(key, _)| key.clone())
+            .collect();
         let held = || self.lock().held.keys().cloned().collect();
-        self.loads.due(held, self.now())
+        self.loads.due(held, halted, self.now())
     }
 
     /// The application made progress on `key` in `tenure`.
@@ -449,11 +460,15 @@ impl Holder {
         }
     }
 
-    /// The application halted `key` in `tenure`: it processes it no further.
+    /// The application halted `key` in `tenure`: it processes it no further. The next beat,
+    /// at once, names it in the record, so that the fleet's balance leaves it here.
     pub fn note_halted(&self, key: &LeaseKey, tenure: u64) {
         if let Some(held) = self.lock().held.get_mut(key).filter(|h| h.tenure == tenure) {
             held.halted = true;
+        } else {
+            return;
         }
+        self.publish.notify_one();
     }
 
     /// Forgets the takes of this process that no take can meet any more: those `by_key` (a

@@ -1,6 +1,6 @@
 //! The cases of the conformance suite, generic over the backend.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 use std::time::Duration;
 
 use shardlease::lease::{CheckpointWrite, Incarnation};
@@ -1607,7 +1607,7 @@ pub async fn end_session_is_conditional_on_incarnation_and_heartbeat<T: Target>(
 }
 
 /// A load report with every figure, `utilisation` its utilisation, and lease keys with
-/// spaces, `=`, `:`, quotes and letters outside ASCII.
+/// spaces, `=`, `:`, quotes and letters outside ASCII (two of them halted).
 fn report(utilisation: f64) -> LoadReport {
     LoadReport {
         weight: 1.5,
@@ -1618,20 +1618,35 @@ fn report(utilisation: f64) -> LoadReport {
             (key("\"quoted\" {x} [y]"), 0.0),
             (key("schlüssel é"), 123_456.75),
         ]),
+        halted: BTreeSet::from([key("a=b:c"), key("schlüssel é")]),
     }
 }
 
+/// A record's report figures: weight, utilisation, lease loads, halted leases.
+type Figures = (
+    Option<f64>,
+    Option<f64>,
+    BTreeMap<LeaseKey, f64>,
+    BTreeSet<LeaseKey>,
+);
+
 /// The report figures of a record.
-fn figures(member: &Member) -> (Option<f64>, Option<f64>, BTreeMap<LeaseKey, f64>) {
-    (member.weight, member.load, member.lease_loads.clone())
+fn figures(member: &Member) -> Figures {
+    (
+        member.weight,
+        member.load,
+        member.lease_loads.clone(),
+        member.halted.clone(),
+    )
 }
 
 /// What `report` makes of a record's figures.
-fn reported(report: &LoadReport) -> (Option<f64>, Option<f64>, BTreeMap<LeaseKey, f64>) {
+fn reported(report: &LoadReport) -> Figures {
     (
         Some(report.weight),
         report.utilisation,
         report.leases.clone(),
+        report.halted.clone(),
     )
 }
 
@@ -1665,6 +1680,7 @@ pub async fn a_load_report_round_trips_through_heartbeat_and_beat<T: Target>(
         weight: 0.125,
         utilisation: Some(0.0),
         leases: BTreeMap::from([(key("shard 1"), 7.0), (key("k:2=3"), 1e-3)]),
+        halted: BTreeSet::from([key("k:2=3")]),
     };
     let beat = store
         .beat(&b, PROCESS, Some(2), Some(&second), &[], deadline())
@@ -1688,8 +1704,7 @@ pub async fn without_a_report_the_last_one_stays_and_an_empty_part_is_removed<T:
     let full = report(0.75);
     let bare = LoadReport {
         weight: 2.0,
-        utilisation: None,
-        leases: BTreeMap::new(),
+        ..LoadReport::default()
     };
     // The lease protocol's heartbeat.
     let heartbeat = |report: Option<LoadReport>| {
@@ -1705,7 +1720,10 @@ pub async fn without_a_report_the_last_one_stays_and_an_empty_part_is_removed<T:
     assert_eq!((kept.heartbeat, figures(&kept)), (2, reported(&full)));
     assert_eq!(read_member(&store, &a).await, kept);
     let emptied = heartbeat(Some(bare.clone())).await;
-    assert_eq!(figures(&emptied), (Some(2.0), None, BTreeMap::new()));
+    assert_eq!(
+        figures(&emptied),
+        (Some(2.0), None, BTreeMap::new(), BTreeSet::new())
+    );
     assert_eq!(read_member(&store, &a).await, emptied);
 
     // The session protocol's beat.
@@ -1724,14 +1742,17 @@ pub async fn without_a_report_the_last_one_stays_and_an_empty_part_is_removed<T:
     assert_eq!((kept.heartbeat, figures(&kept)), (3, reported(&full)));
     assert_eq!(read_member(&store, &b).await, kept);
     let emptied = beat(Some(bare)).await;
-    assert_eq!(figures(&emptied), (Some(2.0), None, BTreeMap::new()));
+    assert_eq!(
+        figures(&emptied),
+        (Some(2.0), None, BTreeMap::new(), BTreeSet::new())
+    );
     assert_eq!(read_member(&store, &b).await, emptied);
 }
 
 pub async fn open_session_clears_the_load_report<T: Target>(target: &T, test: &str) {
     let store = target.store(test).await;
     let a = worker("a");
-    let none = (None, None, BTreeMap::new());
+    let none = (None, None, BTreeMap::new(), BTreeSet::new());
     // A record of the lease protocol's heartbeat, replaced by a session.
     let first = report(1.0);
     let beat = store.heartbeat(&a, PROCESS, Some(&first), None, deadline());

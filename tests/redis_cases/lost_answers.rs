@@ -356,6 +356,7 @@ fn report() -> LoadReport {
         weight: 2.0,
         utilisation: Some(0.5),
         leases: BTreeMap::from([(key("shard a=1"), 3.5), (key("shard-2"), 0.0)]),
+        halted: [key("shard-2")].into(),
     }
 }
 

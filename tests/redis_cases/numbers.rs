@@ -50,6 +50,7 @@ async fn a_load_only_lua_reads_as_a_number_is_malformed_to_every_write_and_to_li
         load: None,
         weight: None,
         lease_loads: Default::default(),
+        halted: Default::default(),
         capacity: None,
         notices: Default::default(),
         session: true,

@@ -18,10 +18,10 @@ use crate::store::StoreError;
 // The attribute names, shared with the Redis store's hashes; re-exported so that this module
 // still names every attribute the format uses.
 pub use crate::store::attributes::{
-    CAPACITY, CHECKPOINT, CHECKPOINT_SEQ, CHECKPOINT_TENURE, COUNTER, HANDOFF_TO, HEARTBEAT, KEY,
-    LAST_OP, LEASE_LOAD, LEASE_LOADS, MEMBER_INCARNATION, MEMBER_LOAD, MEMBER_PROTOCOL, NONCE,
-    NOTICES, OWNER, OWNER_INCARNATION, OWNER_SWITCHES, PARENTS, SESSIONS, TENURE, UPDATED_AT,
-    WEIGHT, WORKER,
+    CAPACITY, CHECKPOINT, CHECKPOINT_SEQ, CHECKPOINT_TENURE, COUNTER, HALTED, HANDOFF_TO,
+    HEARTBEAT, KEY, LAST_OP, LEASE_LOAD, LEASE_LOADS, MEMBER_INCARNATION, MEMBER_LOAD,
+    MEMBER_PROTOCOL, NONCE, NOTICES, OWNER, OWNER_INCARNATION, OWNER_SWITCHES, PARENTS, SESSIONS,
+    TENURE, UPDATED_AT, WEIGHT, WORKER,
 };
 
 /// Every lease write but `create`, beside its own condition: the item is the one the caller
@@ -95,7 +95,7 @@ pub const UPDATE_NOTIFY: &str = "ADD notices :notices SET updatedAt = :now";
 pub fn open_session_update(capacity: bool) -> String {
     let set = "SET workerId = :worker, workerIncarnation = :incarnation, \
                heartbeat = :next, workerProtocol = :protocol, lastOp = :op, updatedAt = :now";
-    let remove = "REMOVE notices, workerLoad, workerWeight, leaseLoads";
+    let remove = "REMOVE notices, workerLoad, workerWeight, leaseLoads, haltedLeases";
     if capacity {
         format!("{set}, workerCapacity = :capacity {remove}")
     } else {
@@ -105,8 +105,8 @@ pub fn open_session_update(capacity: bool) -> String {
 
 /// The figures a heartbeat or a beat writes: `, attr = :value` for each one set, and the
 /// attributes removed. The capacity is set or removed; with a report, its weight is set and
-/// its utilisation (`:load`) and lease loads are set or removed; without, all three are left
-/// alone.
+/// its utilisation (`:load`), lease loads and halted leases are set or removed; without, all
+/// four are left alone.
 fn figures(capacity: bool, report: Option<&LoadReport>) -> (String, Vec<&'static str>) {
     let mut set = String::new();
     let mut remove = Vec::new();
@@ -122,12 +122,14 @@ fn figures(capacity: bool, report: Option<&LoadReport>) -> (String, Vec<&'static
         figure(true, WEIGHT, ":weight");
         figure(report.utilisation.is_some(), MEMBER_LOAD, ":load");
         figure(!report.leases.is_empty(), LEASE_LOADS, ":leaseLoads");
+        figure(!report.halted.is_empty(), HALTED, ":halted");
     }
     (set, remove)
 }
 
 /// The values of a load report's figures for [`heartbeat_update`] and [`beat_update`]
-/// (`:weight`, `:load`, `:leaseLoads`, those the update names); none without a report.
+/// (`:weight`, `:load`, `:leaseLoads`, `:halted`, those the update names); none without a
+/// report.
 pub fn report_values(report: Option<&LoadReport>) -> Vec<(&'static str, AttributeValue)> {
     let Some(report) = report else {
         return Vec::new();
@@ -138,6 +140,10 @@ pub fn report_values(report: Option<&LoadReport>) -> Vec<(&'static str, Attribut
     }
     if !report.leases.is_empty() {
         values.push((":leaseLoads", lease_loads(&report.leases)));
+    }
+    if !report.halted.is_empty() {
+        let keys = report.halted.iter().map(ToString::to_string).collect();
+        values.push((":halted", AttributeValue::Ss(keys)));
     }
     values
 }
@@ -378,6 +384,14 @@ pub fn member_item_size(member: &Member) -> usize {
                 .map(|(key, load)| 1 + key.as_str().len() + number_size(&load.to_string()))
                 .sum::<usize>();
     }
+    if !member.halted.is_empty() {
+        size += HALTED.len()
+            + member
+                .halted
+                .iter()
+                .map(|k| k.as_str().len())
+                .sum::<usize>();
+    }
     if member.session {
         size += MEMBER_PROTOCOL.len() + SESSIONS.len();
     }
@@ -444,6 +458,14 @@ impl<'a> Fields<'a> {
             Some(AttributeValue::Ss(set)) => Ok(set.iter().cloned().collect()),
             Some(other) => Err(self.err(field, format!("is not a string set: {other:?}"))),
         }
+    }
+
+    /// A string set of lease keys.
+    fn lease_keys(&self, field: &'static str) -> Result<BTreeSet<LeaseKey>, StoreError> {
+        self.string_set(field)?
+            .into_iter()
+            .map(|key| LeaseKey::new(key).map_err(|e| self.err(field, e.to_string())))
+            .collect()
     }
 
     /// A number that must be finite and above 0 (`positive`) or at least 0.
@@ -558,6 +580,7 @@ pub fn decode(item: &Item) -> Result<Decoded, StoreError> {
             load: fields.number(MEMBER_LOAD)?,
             weight: fields.weight()?,
             lease_loads: fields.lease_loads()?,
+            halted: fields.lease_keys(HALTED)?,
             capacity: fields.number(CAPACITY)?,
             notices: fields.string_set(NOTICES)?,
             session: match fields.string(MEMBER_PROTOCOL)? {
@@ -616,6 +639,8 @@ mod tests {
             match value {
                 AttributeValue::S(s) => s.len(),
                 AttributeValue::N(n) => number_size(n),
+                // A set: the sum of its elements' sizes.
+                AttributeValue::Ss(set) => set.iter().map(String::len).sum(),
                 AttributeValue::L(list) => {
                     3 + list.iter().map(|v| 1 + value_size(v)).sum::<usize>()
                 }
@@ -668,6 +693,7 @@ mod tests {
             load: None,
             weight: None,
             lease_loads: BTreeMap::new(),
+            halted: BTreeSet::new(),
             capacity: Some(100),
             notices: BTreeSet::new(),
             session: true,
@@ -696,11 +722,13 @@ mod tests {
                 (LeaseKey::new("shard a").unwrap(), 120.0),
                 (LeaseKey::new("b=1:2").unwrap(), 0.0),
             ]),
+            halted: BTreeSet::from([LeaseKey::new("shard a").unwrap()]),
         };
         let reported = Member {
             weight: Some(report.weight),
             load: report.utilisation,
             lease_loads: report.leases.clone(),
+            halted: report.halted.clone(),
             ..member
         };
         let mut item = Item::from([
@@ -728,6 +756,7 @@ mod tests {
             ":weight" => WEIGHT,
             ":load" => MEMBER_LOAD,
             ":leaseLoads" => LEASE_LOADS,
+            ":halted" => HALTED,
             other => panic!("not a report value: {other}"),
         }
     }
@@ -942,17 +971,19 @@ mod tests {
             weight: 1.0,
             utilisation: Some(0.5),
             leases: BTreeMap::from([(LeaseKey::new("k").unwrap(), 2.0)]),
+            halted: BTreeSet::from([LeaseKey::new("k").unwrap()]),
         };
         assert!(heartbeat_update(true, Some(&full)).ends_with(
             "workerCapacity = :capacity, workerWeight = :weight, workerLoad = :load, \
-             leaseLoads = :leaseLoads REMOVE workerProtocol"
+             leaseLoads = :leaseLoads, haltedLeases = :halted REMOVE workerProtocol"
         ));
         let bare = LoadReport {
             weight: 1.0,
             ..LoadReport::default()
         };
-        assert!(heartbeat_update(true, Some(&bare))
-            .ends_with(", workerWeight = :weight REMOVE workerProtocol, workerLoad, leaseLoads"));
+        assert!(heartbeat_update(true, Some(&bare)).ends_with(
+            ", workerWeight = :weight REMOVE workerProtocol, workerLoad, leaseLoads, haltedLeases"
+        ));
         // No report: the load figures are left as they are.
         assert!(heartbeat_update(true, None)
             .ends_with("updatedAt = :now, workerCapacity = :capacity REMOVE workerProtocol"));
@@ -960,7 +991,7 @@ mod tests {
         assert_eq!(
             beat_update(false, Some(&bare), true),
             "SET heartbeat = heartbeat + :one, lastOp = :op, updatedAt = :now, \
-             workerWeight = :weight REMOVE workerCapacity, workerLoad, leaseLoads \
+             workerWeight = :weight REMOVE workerCapacity, workerLoad, leaseLoads, haltedLeases \
              DELETE notices :seen"
         );
         assert_eq!(

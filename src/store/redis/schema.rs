@@ -27,10 +27,10 @@ use crate::store::StoreError;
 // The field names: the DynamoDB attribute names, from the list both stores share; re-exported
 // so that this module still names every field the format uses.
 pub use crate::store::attributes::{
-    CAPACITY, CHECKPOINT, CHECKPOINT_SEQ, CHECKPOINT_TENURE, COUNTER, HANDOFF_TO, HEARTBEAT, KEY,
-    LAST_OP, LEASE_LOAD, LEASE_LOADS, MEMBER_INCARNATION, MEMBER_LOAD, MEMBER_PROTOCOL, NONCE,
-    NOTICES, OWNER, OWNER_INCARNATION, OWNER_SWITCHES, PARENTS, SESSIONS, TENURE, UPDATED_AT,
-    WEIGHT, WORKER,
+    CAPACITY, CHECKPOINT, CHECKPOINT_SEQ, CHECKPOINT_TENURE, COUNTER, HALTED, HANDOFF_TO,
+    HEARTBEAT, KEY, LAST_OP, LEASE_LOAD, LEASE_LOADS, MEMBER_INCARNATION, MEMBER_LOAD,
+    MEMBER_PROTOCOL, NONCE, NOTICES, OWNER, OWNER_INCARNATION, OWNER_SWITCHES, PARENTS, SESSIONS,
+    TENURE, UPDATED_AT, WEIGHT, WORKER,
 };
 
 /// The field named `name`, as the format's constant ([`KEY`] for a name it does not use).
@@ -153,8 +153,8 @@ pub fn encode_lease_loads(loads: &BTreeMap<LeaseKey, f64>) -> String {
 }
 
 /// A load report as the heartbeat and beat scripts take it: the weight (empty: no report),
-/// the utilisation and the lease loads (each empty when absent).
-pub fn report_args(report: Option<&LoadReport>) -> [String; 3] {
+/// the utilisation, the lease loads and the halted leases (each empty when absent).
+pub fn report_args(report: Option<&LoadReport>) -> [String; 4] {
     match report {
         None => Default::default(),
         Some(report) => [
@@ -163,8 +163,15 @@ pub fn report_args(report: Option<&LoadReport>) -> [String; 3] {
                 .utilisation
                 .map_or_else(String::new, |u| u.to_string()),
             encode_lease_loads(&report.leases),
+            encode_lease_keys(&report.halted),
         ],
     }
+}
+
+/// Lease keys as one field: the keys joined by `\n`.
+pub fn encode_lease_keys(keys: &BTreeSet<LeaseKey>) -> String {
+    let keys: Vec<&str> = keys.iter().map(LeaseKey::as_str).collect();
+    keys.join("\n")
 }
 
 /// A JSON array of strings.
@@ -275,6 +282,22 @@ impl<'a> Fields<'a> {
         Ok(loads)
     }
 
+    /// Lease keys joined by `\n`, at least one, none twice (the scripts' `lease_keys` applies
+    /// the same rules).
+    fn lease_keys(&self, field: &'static str) -> Result<BTreeSet<LeaseKey>, StoreError> {
+        let Some(text) = self.string(field)? else {
+            return Ok(BTreeSet::new());
+        };
+        let mut keys = BTreeSet::new();
+        for key in text.split('\n') {
+            let key = LeaseKey::new(key).map_err(|e| self.err(field, e.to_string()))?;
+            if !keys.insert(key.clone()) {
+                return Err(self.err(field, format!("names lease {key} twice")));
+            }
+        }
+        Ok(keys)
+    }
+
     fn worker(&self, field: &'static str) -> Result<Option<WorkerId>, StoreError> {
         self.string(field)?
             .map(|v| WorkerId::new(v).map_err(|e| self.err(field, e.to_string())))
@@ -328,6 +351,7 @@ pub fn decode(item: &Item) -> Result<Decoded, StoreError> {
             load: fields.float(MEMBER_LOAD)?,
             weight: fields.weight()?,
             lease_loads: fields.lease_loads()?,
+            halted: fields.lease_keys(HALTED)?,
             capacity: fields.number(CAPACITY)?,
             notices: fields
                 .strings(NOTICES)?
@@ -565,24 +589,36 @@ mod tests {
                 (LeaseKey::new("shard a=b:c").unwrap(), 1e21),
                 (LeaseKey::new("shard-2").unwrap(), 0.0),
             ]),
+            halted: BTreeSet::from([
+                LeaseKey::new("shard a=b:c").unwrap(),
+                LeaseKey::new("shard-2").unwrap(),
+            ]),
         };
-        let [weight, utilisation, loads] = report_args(Some(&report));
+        let [weight, utilisation, loads, halted] = report_args(Some(&report));
         let item = as_item(vec![
             (KEY, "shardlease#member#w".into()),
             (HEARTBEAT, "1".into()),
             (WEIGHT, weight),
             (MEMBER_LOAD, utilisation),
             (LEASE_LOADS, loads),
+            (HALTED, halted),
         ]);
         let (member, _) = decode_member(&item).unwrap();
         assert_eq!(
-            (member.weight, member.load, member.lease_loads),
-            (Some(report.weight), report.utilisation, report.leases)
+            (
+                member.weight,
+                member.load,
+                member.lease_loads,
+                member.halted
+            ),
+            (
+                Some(report.weight),
+                report.utilisation,
+                report.leases,
+                report.halted
+            )
         );
-        assert_eq!(
-            report_args(None),
-            [String::new(), String::new(), String::new()]
-        );
+        assert_eq!(report_args(None), <[String; 4]>::default());
     }
 
     #[test]

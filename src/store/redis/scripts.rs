@@ -141,6 +141,16 @@ local function lease_loads(v)
   return true
 end
 
+-- Lease keys joined by '\n', at least one, each an id(), none twice.
+local function lease_keys(v)
+  local seen = {}
+  for key in string.gmatch(v .. '\n', '([^\n]*)\n') do
+    if seen[key] or not id(key) then return false end
+    seen[key] = true
+  end
+  return true
+end
+
 local function bad_lease(h)
   if h.leaseKey ~= name then return 'leaseKey' end
   if h.lastOp ~= nil and not utf8(h.lastOp) then return 'lastOp' end
@@ -175,6 +185,7 @@ local function bad_member(h)
   if h.workerLoad ~= nil and not finite(h.workerLoad) then return 'workerLoad' end
   if h.workerWeight ~= nil and not figure(h.workerWeight, true) then return 'workerWeight' end
   if h.leaseLoads ~= nil and not lease_loads(h.leaseLoads) then return 'leaseLoads' end
+  if h.haltedLeases ~= nil and not lease_keys(h.haltedLeases) then return 'haltedLeases' end
   if h.workerCapacity ~= nil and not u32(h.workerCapacity) then return 'workerCapacity' end
   if h.notices ~= nil and not strings(h.notices, any) then return 'notices' end
   local p = h.workerProtocol
@@ -226,8 +237,8 @@ local function notice_set(h)
   return set
 end
 
--- Writes the load report of ARGV[i..i+2]: the weight (empty: no report, the figures stay as
--- they are), the utilisation and the lease loads (each empty: removed).
+-- Writes the load report of ARGV[i..i+3]: the weight (empty: no report, the figures stay as
+-- they are), the utilisation, the lease loads and the halted leases (each empty: removed).
 local function store_report(i)
   if ARGV[i] == '' then return end
   redis.call('HSET', item, 'workerWeight', ARGV[i])
@@ -235,6 +246,8 @@ local function store_report(i)
   else redis.call('HDEL', item, 'workerLoad') end
   if ARGV[i + 2] ~= '' then redis.call('HSET', item, 'leaseLoads', ARGV[i + 2])
   else redis.call('HDEL', item, 'leaseLoads') end
+  if ARGV[i + 3] ~= '' then redis.call('HSET', item, 'haltedLeases', ARGV[i + 3])
+  else redis.call('HDEL', item, 'haltedLeases') end
 end
 
 local function store_notices(set)
@@ -351,7 +364,7 @@ return {1, flat, ''}
 "#;
 
 /// `heartbeat`: the item is absent or a membership record. ARGV[4]: the worker, ARGV[5]: its
-/// incarnation, ARGV[6]: the capacity or empty, ARGV[7..9]: the load report (`store_report`).
+/// incarnation, ARGV[6]: the capacity or empty, ARGV[7..10]: the load report (`store_report`).
 const HEARTBEAT: &str = r#"
 local h, flat = read()
 if #flat == 0 then
@@ -404,15 +417,15 @@ if ARGV[6] ~= '' then redis.call('HSET', item, 'workerCapacity', ARGV[6]) end
 return done()
 "#;
 
-/// `beat`: the record is incarnation ARGV[4]'s. ARGV[5]: the capacity or empty; ARGV[6..8]:
-/// the load report (`store_report`); ARGV[9..]: the notices seen.
+/// `beat`: the record is incarnation ARGV[4]'s. ARGV[5]: the capacity or empty; ARGV[6..9]:
+/// the load report (`store_report`); ARGV[10..]: the notices seen.
 const BEAT: &str = r#"
 local h, flat = member()
 if not h then return flat end
 if h.workerIncarnation ~= ARGV[4] then return {0, flat, ''} end
 local set = notice_set(h)
 local seen = 0
-for i = 9, #ARGV do
+for i = 10, #ARGV do
   if set[ARGV[i]] then set[ARGV[i]] = nil; seen = seen + 1 end
 end
 redis.call('HINCRBY', item, 'heartbeat', 1)

@@ -295,8 +295,9 @@ pub(crate) struct Figures<'a> {
 }
 
 /// The fleet as the balance policy sees it: ready leases only (blocked, finished and retiring
-/// ones are nobody's to take or ask for), each lease's holder among the `live` workers (with
-/// their capacity), `expiry` in the order of `snapshot.leases`.
+/// ones are nobody's to take or ask for, and neither is one its live holder's record names as
+/// halted by its application), each lease's holder among the `live` workers (with their
+/// capacity), `expiry` in the order of `snapshot.leases`.
 pub(crate) fn fleet_view(
     snapshot: &Snapshot,
     statuses: &[LeaseStatus],
@@ -321,7 +322,7 @@ pub(crate) fn fleet_view(
         .filter(|((lease, _), at)| {
             !alive(lease, **at, now) || lease.owner.as_ref().is_some_and(|o| live.contains_key(o))
         })
-        .map(|((lease, _), at)| {
+        .filter_map(|((lease, _), at)| {
             let holder = match &lease.owner {
                 Some(owner) if alive(lease, *at, now) && live.contains_key(owner) => {
                     match &lease.handoff_to {
@@ -334,13 +335,23 @@ pub(crate) fn fleet_view(
                 }
                 _ => Holder::Available,
             };
+            // Halted by its holder's application: it stays where it is, out of the balance
+            // (it would fail wherever it went), until its holder lets it go or dies.
+            if let Holder::Held(owner) = &holder {
+                if reported
+                    .get(owner)
+                    .is_some_and(|m| m.halted.contains(&lease.key))
+                {
+                    return None;
+                }
+            }
             let (load, settled) = loads.figure(lease);
-            LeaseView {
+            Some(LeaseView {
                 key: lease.key.clone(),
                 settled: holder == Holder::Available || settled,
                 holder,
                 load,
-            }
+            })
         })
         .collect();
     let workers = live
@@ -673,6 +684,7 @@ mod tests {
             load: None,
             weight: None,
             lease_loads: BTreeMap::new(),
+            halted: BTreeSet::new(),
             capacity: None,
             notices: BTreeSet::new(),
             session: true,
@@ -889,6 +901,34 @@ mod tests {
         let held: Vec<(WorkerId, u32)> =
             receivers.into_iter().map(|r| (r.worker, r.held)).collect();
         assert_eq!(held, vec![(id("b"), 0), (id("c"), 1)]);
+    }
+
+    #[test]
+    fn a_lease_its_holder_halted_is_left_out_of_the_balance_until_its_holder_is_gone() {
+        let leases = vec![
+            lease("h", Some(("b", Some(THEIRS)))),
+            lease("k", Some(("b", Some(THEIRS)))),
+        ];
+        let mut b = member("b", THEIRS);
+        b.halted = BTreeSet::from([key("h")]);
+        let snapshot = snapshot(leases, vec![b]);
+        let statuses = crate::lifecycle::statuses(&snapshot.leases);
+        let live = HashMap::from([(id("a"), None), (id("b"), None)]);
+        let now = Instant::now();
+        let unmeasured = HashMap::new();
+        let figures = Figures {
+            unmeasured: &unmeasured,
+            wait: Duration::from_secs(1),
+        };
+        let far = now + Duration::from_secs(3600);
+        let view = fleet_view(&snapshot, &statuses, &live, &[far, far], &figures, now);
+        let keys: Vec<&str> = view.leases.iter().map(|l| l.key.as_str()).collect();
+        assert_eq!(keys, ["k"], "the halted lease is nobody's to move");
+        // Its holder is gone (the lease expired here): it is available like any other.
+        let past = now - Duration::from_secs(1);
+        let view = fleet_view(&snapshot, &statuses, &live, &[past, far], &figures, now);
+        assert_eq!(view.leases.len(), 2);
+        assert_eq!(view.leases[0].holder, Holder::Available);
     }
 
     #[test]
