@@ -62,10 +62,19 @@ def start(binary, stream, prefetch, args, out):
         stdout=out, stderr=subprocess.DEVNULL, env=example_env())
 
 
-def progress(path):
-    """How many records the consumer printed so far."""
-    with open(path) as f:
-        return sum(1 for line in f if line.startswith("[w] shardId-"))
+class Progress:
+    """Counts the records a consumer printed, reading only what was added since the last look."""
+
+    def __init__(self, path):
+        self.file = open(path, "rb")
+        self.count = 0
+        self.partial = b""
+
+    def look(self):
+        lines = (self.partial + self.file.read()).split(b"\n")
+        self.partial = lines.pop()
+        self.count += sum(1 for line in lines if line.startswith(b"[w] shardId-"))
+        return self.count
 
 
 def run(binary, args, index):
@@ -82,18 +91,19 @@ def run(binary, args, index):
         outs[prefetch] = open(os.path.join(work, "%d.out" % prefetch), "w")
         processes[prefetch] = start(binary, name, prefetch, args, outs[prefetch])
     started = time.time()
+    progress = {p: Progress(os.path.join(work, "%d.out" % p)) for p in streams}
     try:
         while len(last) < len(streams):
             if time.time() - started > 600:
                 sys.exit("not every consumer read its %d records within 600 s" % args.records)
             now = time.time()
             for prefetch in streams:
-                count = progress(os.path.join(work, "%d.out" % prefetch))
+                count = progress[prefetch].look()
                 if count and prefetch not in first:
                     first[prefetch] = (now, count)
                 if count >= args.records and prefetch not in last:
                     last[prefetch] = now
-            time.sleep(0.02)
+            time.sleep(0.01)
     finally:
         for process in processes.values():
             process.send_signal(signal.SIGTERM)

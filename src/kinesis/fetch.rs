@@ -168,105 +168,62 @@ pub(super) struct Fetcher<'a> {
     pub sink: mpsc::UnboundedSender<Fetched>,
 }
 
+/// Where a fetcher stands between two calls: the iterator to read with next (none: a fresh one
+/// is needed, from the last record read), when the next call may go, the backoff, and whether
+/// `GetRecords` was refused since the last answer (the next refusal ends the loop).
+struct Cursor {
+    iterator: Option<String>,
+    next_call: Instant,
+    backoff: Backoff,
+    refused: bool,
+}
+
+impl Cursor {
+    /// The next call after a failure: at once for an expired iterator, after `max_backoff`
+    /// for a refusal, after the growing backoff otherwise; returns the wait.
+    fn back_off(&mut self, failure: Failure, config: &ConsumerConfig) -> Duration {
+        let wait = pause(failure, &mut self.backoff, config);
+        self.next_call = Instant::now() + wait;
+        wait
+    }
+}
+
+/// The type of a `GetRecords` answer.
+type Answer = aws_sdk_kinesis::operation::get_records::GetRecordsOutput;
+
 impl Fetcher<'_> {
     /// Reads from `position` until the shard ends or Kinesis refuses it, handing each answer
     /// on; returns after the last item (or when the record loop is gone). The record loop
     /// drops it when the lease must stop.
     pub(super) async fn run(self, mut position: StartPosition) {
         let config = &self.context.config;
-        let mut backoff = Backoff::new(config.min_call_interval, config.max_backoff);
-        let mut iterator: Option<String> = None;
-        let mut next_call = Instant::now();
-        // `GetRecords` was refused since the last answer: the next refusal ends the loop.
-        let mut refused = false;
+        let mut cursor = Cursor {
+            iterator: None,
+            next_call: Instant::now(),
+            backoff: Backoff::new(config.min_call_interval, config.max_backoff),
+            refused: false,
+        };
         let mut rate = Rate::new(config.load_figure);
         let mut users = UserRecords::new(config.deaggregate, &position);
         loop {
             self.queue.room().await;
-            tokio::time::sleep_until(next_call).await;
-            let current = match iterator.take() {
+            tokio::time::sleep_until(cursor.next_call).await;
+            let current = match cursor.iterator.take() {
                 Some(current) => current,
-                None => {
-                    let fresh = tokio::time::timeout(
-                        config.call_timeout,
-                        shard_iterator(self.context, &self.key, &position),
-                    )
-                    .await;
-                    match fresh {
-                        Ok(Ok(fresh)) => fresh,
-                        Ok(Err((Failure::Fatal, error))) => {
-                            return self
-                                .hand(Fetched::Refused(format!("GetShardIterator: {error}")));
-                        }
-                        Ok(Err((failure, _))) => {
-                            if failure == Failure::Throttled {
-                                self.meters.iterator_throttled();
-                            }
-                            next_call = Instant::now() + pause(failure, &mut backoff, config);
-                            continue;
-                        }
-                        Err(_) => {
-                            let wait = pause(Failure::Transient, &mut backoff, config);
-                            tracing::warn!(timeout = ?config.call_timeout, ?wait, "GetShardIterator unanswered; backing off");
-                            next_call = Instant::now() + wait;
-                            continue;
-                        }
-                    }
-                }
+                None => match self.fresh_iterator(&mut cursor, &position).await {
+                    Ok(Some(fresh)) => fresh,
+                    Ok(None) => continue,
+                    Err(refused) => return self.hand(refused),
+                },
             };
             let called = Instant::now();
-            let request = self
-                .context
-                .client
-                .get_records()
-                .shard_iterator(&current)
-                // At most 10,000 (validated), so it fits the SDK's i32.
-                .limit(i32::try_from(config.max_records).unwrap_or(i32::MAX))
-                .send();
-            let answer = tokio::time::timeout(config.call_timeout, request).await;
-            self.meters.get_records(called.elapsed());
-            let Ok(answer) = answer else {
-                let wait = pause(Failure::Transient, &mut backoff, config);
-                tracing::warn!(timeout = ?config.call_timeout, ?wait, "GetRecords unanswered; backing off");
-                iterator = Some(current);
-                next_call = Instant::now() + wait;
-                continue;
+            let output = match self.get_records(&mut cursor, current).await {
+                Ok(Some(output)) => output,
+                Ok(None) => continue,
+                Err(refused) => return self.hand(refused),
             };
-            let output = match answer {
-                Ok(output) => output,
-                Err(err) => {
-                    let failure = classify(&err);
-                    let text = describe(&err);
-                    if failure == Failure::Throttled {
-                        self.meters.read_throttled();
-                    }
-                    match failure {
-                        Failure::ExpiredIterator => {
-                            tracing::info!(error = %text, "shard iterator expired; getting a fresh one");
-                            next_call = Instant::now();
-                        }
-                        Failure::Fatal if refused => {
-                            return self.hand(Fetched::Refused(format!("GetRecords: {text}")));
-                        }
-                        Failure::Fatal => {
-                            // The iterator itself may be what is wrong: try once more with a
-                            // fresh one from the last record read.
-                            tracing::warn!(error = %text, "GetRecords refused; trying once more with a fresh iterator");
-                            refused = true;
-                            next_call = Instant::now() + config.min_call_interval;
-                        }
-                        _ => {
-                            let wait = pause(failure, &mut backoff, config);
-                            tracing::warn!(error = %text, ?failure, ?wait, "GetRecords failed; backing off");
-                            iterator = Some(current);
-                            next_call = Instant::now() + wait;
-                        }
-                    }
-                    continue;
-                }
-            };
-            backoff.reset();
-            refused = false;
+            cursor.backoff.reset();
+            cursor.refused = false;
             let records: Vec<KinesisRecord> = output.records().iter().map(to_record).collect();
             if let Some(last) = records.last() {
                 position = StartPosition::AfterSequenceNumber(last.sequence_number.clone());
@@ -280,30 +237,112 @@ impl Fetcher<'_> {
                 .read(records.len(), bytes, output.millis_behind_latest());
             let load = rate.read(records.len(), bytes);
             self.queue.handed(records.len(), bytes);
-            if self
-                .sink
-                .send(Fetched::Batch {
-                    records,
-                    bytes,
-                    load,
-                })
-                .is_err()
-            {
+            let batch = Fetched::Batch {
+                records,
+                bytes,
+                load,
+            };
+            if self.sink.send(batch).is_err() {
                 return;
             }
-            match output.next_shard_iterator() {
-                Some(next) => {
-                    iterator = Some(next.to_owned());
-                    let gap = if empty {
-                        config.idle_time_between_reads
-                    } else {
-                        config.min_call_interval
-                    };
-                    next_call = called + gap;
+            let Some(next) = output.next_shard_iterator() else {
+                return self.hand(Fetched::End);
+            };
+            cursor.iterator = Some(next.to_owned());
+            let gap = if empty {
+                config.idle_time_between_reads
+            } else {
+                config.min_call_interval
+            };
+            cursor.next_call = called + gap;
+        }
+    }
+
+    /// A fresh iterator at `position`; `None` after a failure worth retrying (the cursor says
+    /// when), the item that ends the loop when Kinesis refuses.
+    async fn fresh_iterator(
+        &self,
+        cursor: &mut Cursor,
+        position: &StartPosition,
+    ) -> Result<Option<String>, Fetched> {
+        let config = &self.context.config;
+        let call = shard_iterator(self.context, &self.key, position);
+        match tokio::time::timeout(config.call_timeout, call).await {
+            Ok(Ok(fresh)) => Ok(Some(fresh)),
+            Ok(Err((Failure::Fatal, error))) => {
+                Err(Fetched::Refused(format!("GetShardIterator: {error}")))
+            }
+            Ok(Err((failure, _))) => {
+                if failure == Failure::Throttled {
+                    self.meters.iterator_throttled();
                 }
-                None => return self.hand(Fetched::End),
+                cursor.back_off(failure, config);
+                Ok(None)
+            }
+            Err(_) => {
+                let wait = cursor.back_off(Failure::Transient, config);
+                tracing::warn!(timeout = ?config.call_timeout, ?wait, "GetShardIterator unanswered; backing off");
+                Ok(None)
             }
         }
+    }
+
+    /// `GetRecords` with `current`; `None` after a failure worth retrying (the cursor says
+    /// when, and with which iterator), the item that ends the loop when Kinesis refuses twice.
+    async fn get_records(
+        &self,
+        cursor: &mut Cursor,
+        current: String,
+    ) -> Result<Option<Answer>, Fetched> {
+        let config = &self.context.config;
+        let called = Instant::now();
+        let request = self
+            .context
+            .client
+            .get_records()
+            .shard_iterator(&current)
+            // At most 10,000 (validated), so it fits the SDK's i32.
+            .limit(i32::try_from(config.max_records).unwrap_or(i32::MAX))
+            .send();
+        let answer = tokio::time::timeout(config.call_timeout, request).await;
+        self.meters.get_records(called.elapsed());
+        let Ok(answer) = answer else {
+            let wait = cursor.back_off(Failure::Transient, config);
+            tracing::warn!(timeout = ?config.call_timeout, ?wait, "GetRecords unanswered; backing off");
+            cursor.iterator = Some(current);
+            return Ok(None);
+        };
+        let err = match answer {
+            Ok(output) => return Ok(Some(output)),
+            Err(err) => err,
+        };
+        let failure = classify(&err);
+        let text = describe(&err);
+        match failure {
+            Failure::ExpiredIterator => {
+                tracing::info!(error = %text, "shard iterator expired; getting a fresh one");
+                cursor.next_call = Instant::now();
+            }
+            Failure::Fatal if cursor.refused => {
+                return Err(Fetched::Refused(format!("GetRecords: {text}")));
+            }
+            Failure::Fatal => {
+                // The iterator itself may be what is wrong: try once more with a fresh one
+                // from the last record read.
+                tracing::warn!(error = %text, "GetRecords refused; trying once more with a fresh iterator");
+                cursor.refused = true;
+                cursor.next_call = Instant::now() + config.min_call_interval;
+            }
+            _ => {
+                if failure == Failure::Throttled {
+                    self.meters.read_throttled();
+                }
+                let wait = cursor.back_off(failure, config);
+                tracing::warn!(error = %text, ?failure, ?wait, "GetRecords failed; backing off");
+                cursor.iterator = Some(current);
+            }
+        }
+        Ok(None)
     }
 
     /// Hands the last item on.

@@ -178,7 +178,8 @@ impl Loads {
         self.lock().leases.get(key).map(Average::figure)
     }
 
-    /// The report to send with the next membership write, if one is due: `held` lists the
+    /// The report to send with the next membership write, if one is due (`halted`: the leases
+    /// held here whose application halted them, published at once): `held` lists the
     /// leases this worker holds now (asked for only when a report may be due, with this lock
     /// held: it must not call back into `Loads`). Mark it published with
     /// [`published`](Self::published) once the write landed.
@@ -236,38 +237,40 @@ impl Loads {
         };
         match &state.published {
             None => Some(report),
-            Some((last, at)) => {
-                // A lease's first figure goes out with the next write: until then the fleet
-                // counts it as a guess, and does not move it.
-                let first = report.leases.keys().any(|k| !last.leases.contains_key(k));
-                // A lease halted (or going again) goes out with the next write: until then the
-                // fleet may move it.
-                let halted = report.halted != last.halted;
-                let moved = |a: f64, b: f64| (a - b).abs() > CHANGE * b.abs().max(f64::EPSILON);
-                // In one pass over what was published: a figure that moved, or a lease gone (the
-                // set changed); a lease whose figure doubled (or halved) goes out with the next
-                // write too: a shard turning hot must not wait out the interval at each step of
-                // its rise.
-                let (mut changed, mut jumped) = (last.leases.len() != report.leases.len(), false);
-                for (key, was) in &last.leases {
-                    match report.leases.get(key) {
-                        None => changed = true,
-                        Some(figure) => {
-                            changed |= moved(*figure, *was);
-                            jumped |= *figure > JUMP * *was || *figure * JUMP < *was;
-                        }
-                    }
+            Some((last, at)) => self.again(last, &report, *at, now).then_some(report),
+        }
+    }
+
+    /// Whether `report` goes out now, `last` having been published at `at`.
+    fn again(&self, last: &LoadReport, report: &LoadReport, at: Instant, now: Instant) -> bool {
+        // A lease's first figure goes out with the next write: until then the fleet counts it
+        // as a guess, and does not move it.
+        let first = report.leases.keys().any(|k| !last.leases.contains_key(k));
+        // A lease halted (or going again) goes out with the next write: until then the fleet
+        // may move it.
+        let halted = report.halted != last.halted;
+        let moved = |a: f64, b: f64| (a - b).abs() > CHANGE * b.abs().max(f64::EPSILON);
+        // In one pass over what was published: a figure that moved, or a lease gone (the set
+        // changed); a lease whose figure doubled (or halved) goes out with the next write too:
+        // a shard turning hot must not wait out the interval at each step of its rise.
+        let (mut changed, mut jumped) = (last.leases.len() != report.leases.len(), false);
+        for (key, was) in &last.leases {
+            match report.leases.get(key) {
+                None => changed = true,
+                Some(figure) => {
+                    changed |= moved(*figure, *was);
+                    jumped |= *figure > JUMP * *was || *figure * JUMP < *was;
                 }
-                changed |= match (last.utilisation, report.utilisation) {
-                    (Some(a), Some(b)) => moved(b, a),
-                    (a, b) => a.is_some() != b.is_some(),
-                };
-                let since = now.saturating_duration_since(*at);
-                let waited = since >= self.interval;
-                let refresh = since >= self.interval * REFRESH;
-                (first || halted || jumped || (changed && waited) || refresh).then_some(report)
             }
         }
+        changed |= match (last.utilisation, report.utilisation) {
+            (Some(a), Some(b)) => moved(b, a),
+            (a, b) => a.is_some() != b.is_some(),
+        };
+        let since = now.saturating_duration_since(at);
+        let waited = since >= self.interval;
+        let refresh = since >= self.interval * REFRESH;
+        first || halted || jumped || (changed && waited) || refresh
     }
 
     /// `report` was written at `now`. Whether it differs from the report published before (a
