@@ -135,7 +135,9 @@ pub struct ConsumerConfig {
     /// Default: [`FailureAction::Stop`] (nothing is skipped unless asked for).
     pub on_failure: FailureAction,
     /// Reading ahead: the next `GetRecords` of a shard runs while `process_records` works,
-    /// as long as no more than this many records wait (the batch being processed included),
+    /// as long as no more than this many records wait (the batch being processed included;
+    /// and at most 3 answers ahead of it, empty ones included, as KCL's
+    /// `maxPendingProcessRecordsInput`),
     /// so a catching-up shard is bounded by the slower of reading and processing rather than
     /// by their sum. What was read ahead and not delivered when the lease stops is dropped:
     /// the next reader starts from the checkpoint, as always. 0: read only once the processor

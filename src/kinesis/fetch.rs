@@ -110,31 +110,42 @@ pub(super) enum Fetched {
     Refused(String),
 }
 
-/// The records and bytes handed to the record loop and not yet done with (the batch in the
-/// processor's hands included), and the wake-up of a fetcher waiting for room.
+/// The most answers read ahead beyond the one in the processor's hands, empty ones included
+/// (KCL's `maxPendingProcessRecordsInput`): an idle shard whose processor is busy, or halted,
+/// is not polled on and on.
+const BATCHES_AHEAD: usize = 3;
+
+/// The answers, records and bytes handed to the record loop and not yet done with (the batch
+/// in the processor's hands included), and the wake-up of a fetcher waiting for room.
 pub(super) struct Queue {
+    batches: AtomicUsize,
     records: AtomicUsize,
     bytes: AtomicUsize,
     room: Notify,
+    max_batches: usize,
     max_records: usize,
     max_bytes: usize,
 }
 
 impl Queue {
     pub(super) fn new(config: &ConsumerConfig) -> Self {
+        let ahead = config.prefetch_records > 0 && config.prefetch_bytes > 0;
         Self {
+            batches: AtomicUsize::new(0),
             records: AtomicUsize::new(0),
             bytes: AtomicUsize::new(0),
             room: Notify::new(),
+            max_batches: if ahead { BATCHES_AHEAD } else { 0 },
             max_records: config.prefetch_records as usize,
             max_bytes: usize::try_from(config.prefetch_bytes).unwrap_or(usize::MAX),
         }
     }
 
     /// True while more waits than the limits allow: the fetcher reads ahead only up to them
-    /// (with a limit of 0, only once the loop is done with everything handed to it).
+    /// (with prefetch off, only once the loop is done with everything handed to it).
     fn full(&self) -> bool {
-        self.records.load(Ordering::SeqCst) > self.max_records
+        self.batches.load(Ordering::SeqCst) > self.max_batches
+            || self.records.load(Ordering::SeqCst) > self.max_records
             || self.bytes.load(Ordering::SeqCst) > self.max_bytes
     }
 
@@ -147,12 +158,14 @@ impl Queue {
     }
 
     fn handed(&self, records: usize, bytes: usize) {
+        self.batches.fetch_add(1, Ordering::SeqCst);
         self.records.fetch_add(records, Ordering::SeqCst);
         self.bytes.fetch_add(bytes, Ordering::SeqCst);
     }
 
     /// The record loop is done with a batch (processed, skipped): room for more.
     pub(super) fn done(&self, records: usize, bytes: usize) {
+        self.batches.fetch_sub(1, Ordering::SeqCst);
         self.records.fetch_sub(records, Ordering::SeqCst);
         self.bytes.fetch_sub(bytes, Ordering::SeqCst);
         self.room.notify_one();
@@ -534,6 +547,35 @@ mod tests {
         assert!(users.skip_processed(vec![user("7", None)]).is_empty());
         let mut users = UserRecords::new(true, &StartPosition::AfterSequenceNumber("7".into()));
         assert_eq!(users.skip_processed(vec![user("7", Some(0))]).len(), 1);
+    }
+
+    #[test]
+    fn the_queue_reads_ahead_within_its_limits_and_not_at_all_with_prefetch_off() {
+        let config = ConsumerConfig::default()
+            .prefetch_records(100)
+            .prefetch_bytes(1_000);
+        let queue = Queue::new(&config);
+        queue.handed(60, 500);
+        queue.handed(40, 500);
+        assert!(!queue.full(), "at the limits: one more read");
+        queue.handed(1, 0);
+        assert!(queue.full(), "over the records");
+        queue.done(60, 500);
+        assert!(!queue.full());
+        // Empty answers count as answers: an idle shard with a busy processor is read at most
+        // BATCHES_AHEAD times ahead.
+        let idle = Queue::new(&config);
+        for _ in 0..=BATCHES_AHEAD {
+            assert!(!idle.full());
+            idle.handed(0, 0);
+        }
+        assert!(idle.full());
+        let off = Queue::new(&config.clone().prefetch_records(0));
+        assert!(!off.full());
+        off.handed(0, 0);
+        assert!(off.full(), "nothing ahead of the batch being processed");
+        off.done(0, 0);
+        assert!(!off.full());
     }
 
     #[tokio::test(start_paused = true)]
