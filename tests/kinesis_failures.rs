@@ -184,7 +184,8 @@ async fn a_failing_batch_is_retried_in_place_then_skipped_past_with_its_checkpoi
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_batch_that_fails_every_attempt_halts_the_shard_held_and_reported_stalled() {
-    let client = kinesis::client();
+    // The client counts the `GetRecords` calls.
+    let (client, calls) = kinesis::faulty_client(0);
     let stream = kinesis::unique_stream("failures-stop");
     kinesis::create_stream(&client, &stream, 1).await;
     let shard = LeaseKey::new(kinesis::shards(&client, &stream).await[0].0.clone()).unwrap();
@@ -200,9 +201,13 @@ async fn a_batch_that_fails_every_attempt_halts_the_shard_held_and_reported_stal
     })
     .await;
     assert!(!monitor.healthy(), "a halted shard fails the health probe");
-    // Several read intervals later: nothing more was delivered, the lease is still held here,
-    // and its checkpoint is still before the poison.
+    let reads = calls.reads.load(std::sync::atomic::Ordering::SeqCst);
+    // Ten read intervals later: nothing more was delivered, the lease is still held here,
+    // its checkpoint is still before the poison, and the idle shard was read at most three
+    // answers ahead of the halted batch, not every interval.
     tokio::time::sleep(Duration::from_secs(1)).await;
+    let more = calls.reads.load(std::sync::atomic::Ordering::SeqCst) - reads;
+    assert!(more <= 3, "{more} reads of a halted shard");
     assert_eq!(delivered(&seen, "poison"), 3);
     assert_eq!(delivered(&seen, "after"), 0);
     let lease = store
