@@ -23,7 +23,6 @@ import argparse
 import base64
 import json
 import os
-import signal
 import subprocess
 import sys
 import tempfile
@@ -31,7 +30,8 @@ import time
 import urllib.error
 import urllib.request
 
-from kinesis_local import DYNAMO, KINESIS, create_stream, example, example_env, kinesis
+from kinesis_local import (DYNAMO, KINESIS, create_stream, example, example_env, kinesis,
+                           stop)
 
 ATTEMPTS = 3
 PORTS = {"a": 19411, "b": 19412, "c": 19413}
@@ -168,12 +168,7 @@ def run(binary, mode, hold, index):
         result["ok"] = ok
         return result
     finally:
-        for process in processes.values():
-            process.send_signal(signal.SIGTERM)
-        for process in processes.values():
-            process.wait(timeout=60)
-        for out in outs.values():
-            out.close()
+        stop(processes, outs)
 
 
 def main():

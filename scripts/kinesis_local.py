@@ -8,6 +8,7 @@ and SHARDLEASE_DYNALITE_ENDPOINT); the example is looked for under CARGO_TARGET_
 
 import json
 import os
+import signal
 import sys
 import time
 import urllib.request
@@ -60,3 +61,13 @@ def example_env():
     """The example's environment: test credentials for the emulators, warnings only."""
     return dict(os.environ, AWS_REGION="us-east-1", AWS_ACCESS_KEY_ID="test",
                 AWS_SECRET_ACCESS_KEY="test", RUST_LOG="warn")
+
+
+def stop(processes, outs):
+    """Sends every process SIGTERM (they leave gracefully), waits for each, closes the outputs."""
+    for process in processes.values():
+        process.send_signal(signal.SIGTERM)
+    for process in processes.values():
+        process.wait(timeout=60)
+    for out in outs.values():
+        out.close()

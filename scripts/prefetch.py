@@ -20,14 +20,14 @@ import argparse
 import base64
 import json
 import os
-import signal
 import statistics
 import subprocess
 import sys
 import tempfile
 import time
 
-from kinesis_local import DYNAMO, KINESIS, create_stream, example, example_env, kinesis
+from kinesis_local import (DYNAMO, KINESIS, create_stream, example, example_env, kinesis,
+                           stop)
 
 
 def fill(stream, records):
@@ -105,12 +105,7 @@ def run(binary, args, index):
                     last[prefetch] = now
             time.sleep(0.01)
     finally:
-        for process in processes.values():
-            process.send_signal(signal.SIGTERM)
-        for process in processes.values():
-            process.wait(timeout=60)
-        for out in outs.values():
-            out.close()
+        stop(processes, outs)
     # From the first batch seen to the last record: the records after the first batch.
     rate = {p: (args.records - first[p][1]) / max(last[p] - first[p][0], 1e-3) for p in streams}
     return {

@@ -532,53 +532,10 @@ async fn the_iam_policy_allows_exactly_the_operations_the_code_sends() {
 /// A lease table as KCL 2.x writes it: a finished parent and two children, one checkpointed
 /// at a sequence number, one at TRIM_HORIZON.
 async fn kcl_table(name: &str) {
-    use aws_sdk_dynamodb::types::{
-        AttributeDefinition, AttributeValue, BillingMode, KeySchemaElement, KeyType,
-        ScalarAttributeType,
-    };
-    let client = Emulator::dynalite().client();
-    client
-        .create_table()
-        .table_name(name)
-        .billing_mode(BillingMode::PayPerRequest)
-        .attribute_definitions(
-            AttributeDefinition::builder()
-                .attribute_name("leaseKey")
-                .attribute_type(ScalarAttributeType::S)
-                .build()
-                .unwrap(),
-        )
-        .key_schema(
-            KeySchemaElement::builder()
-                .attribute_name("leaseKey")
-                .key_type(KeyType::Hash)
-                .build()
-                .unwrap(),
-        )
-        .send()
-        .await
-        .unwrap();
-    // dynalite creates a table in the background, as DynamoDB does.
-    for _ in 0..100 {
-        let described = client
-            .describe_table()
-            .table_name(name)
-            .send()
-            .await
-            .unwrap();
-        if described
-            .table()
-            .and_then(|t| t.table_status())
-            .map(|s| s.as_str())
-            == Some("ACTIVE")
-        {
-            break;
-        }
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
+    use aws_sdk_dynamodb::types::AttributeValue;
     let s = |v: &str| AttributeValue::S(v.to_owned());
     let n = |v: u64| AttributeValue::N(v.to_string());
-    for (key, checkpoint, parent) in [
+    let items: Vec<_> = [
         ("shardId-000000000000", "SHARD_END", None),
         (
             "shardId-000000000001",
@@ -590,21 +547,25 @@ async fn kcl_table(name: &str) {
             "TRIM_HORIZON",
             Some("shardId-000000000000"),
         ),
-    ] {
-        let mut item = client
-            .put_item()
-            .table_name(name)
-            .item("leaseKey", s(key))
-            .item("leaseOwner", s("kcl-worker-1"))
-            .item("leaseCounter", n(41))
-            .item("checkpoint", s(checkpoint))
-            .item("checkpointSubSequenceNumber", n(0))
-            .item("ownerSwitchesSinceCheckpoint", n(0));
+    ]
+    .into_iter()
+    .map(|(key, checkpoint, parent)| {
+        let mut item = std::collections::HashMap::from([
+            ("leaseKey".to_owned(), s(key)),
+            ("leaseOwner".to_owned(), s("kcl-worker-1")),
+            ("leaseCounter".to_owned(), n(41)),
+            ("checkpoint".to_owned(), s(checkpoint)),
+            ("checkpointSubSequenceNumber".to_owned(), n(0)),
+            ("ownerSwitchesSinceCheckpoint".to_owned(), n(0)),
+        ]);
         if let Some(parent) = parent {
-            item = item.item("parentShardId", AttributeValue::Ss(vec![parent.to_owned()]));
+            let parents = AttributeValue::Ss(vec![parent.to_owned()]);
+            item.insert("parentShardId".to_owned(), parents);
         }
-        item.send().await.unwrap();
-    }
+        item
+    })
+    .collect();
+    dynamo::kcl_table(&Emulator::dynalite().client(), name, &items).await;
 }
 
 #[tokio::test]
