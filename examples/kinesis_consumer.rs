@@ -31,6 +31,8 @@
 //!   `--retry-backoff-ms MS` (default 1000, doubling), then `--on-failure skip|stop` (default
 //!   stop): skip prints it as a dead letter and checkpoints past it; stop keeps the lease,
 //!   unprocessed, and fails `/healthz`.
+//! - `--fan-out NAME`: read with enhanced fan-out (`SubscribeToShard`) through the stream
+//!   consumer NAME, registered if missing (kinesis-mock serves it; kinesalite does not).
 //! - `--prefetch-records N`: read ahead of the processor while at most N records wait
 //!   (default 30000; 0: no reading ahead).
 //! - `--health ADDR`: serve `GET /healthz` (200 `ok`, or 503 naming the stalled leases).
@@ -54,7 +56,8 @@ use clap::builder::NonEmptyStringValueParser;
 use clap::{Parser, ValueEnum};
 use shardlease::kinesis::{
     BatchFailure, BatchOutcome, ConsumerConfig, ConsumerEvent, FailureAction, InitialPosition,
-    KinesisConsumer, KinesisRecord, ProcessError, RecordCheckpointer, RecordProcessor, ShardStart,
+    KinesisConsumer, KinesisRecord, ProcessError, RecordCheckpointer, RecordProcessor, Retrieval,
+    ShardStart,
 };
 use shardlease::store::dynamodb::{DynamoConfig, DynamoStore};
 use shardlease::worker::{LeaseEvent, StopReason};
@@ -132,6 +135,10 @@ struct Args {
     /// which prints it) or stop the shard here
     #[arg(long, value_name = "ACTION", value_enum, default_value = "stop")]
     on_failure: OnFailure,
+    /// Read with enhanced fan-out through the stream consumer NAME (registered if missing)
+    /// instead of polling
+    #[arg(long, value_name = "NAME")]
+    fan_out: Option<String>,
     /// Read ahead of the processor while at most N records wait (0: read only once the
     /// processor is done with the last batch)
     #[arg(long, value_name = "N", default_value_t = 30_000)]
@@ -468,6 +475,10 @@ async fn run(args: Args) -> Result<(), Error> {
         })
         .max_records(args.max_records)
         .prefetch_records(args.prefetch_records)
+        .retrieval(match args.fan_out.clone() {
+            Some(name) => Retrieval::FanOut(name),
+            None => Retrieval::Polling,
+        })
         .batch_attempts(args.batch_attempts)
         .retry_backoff(Duration::from_millis(args.retry_backoff_ms))
         .on_failure(match args.on_failure {

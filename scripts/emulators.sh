@@ -1,12 +1,15 @@
 #!/usr/bin/env bash
 # Installs, starts and stops the emulators the tests run against: dynalite and moto
-# (DynamoDB), kinesalite (Kinesis), and a real redis-server (the Redis store).
+# (DynamoDB), kinesalite and kinesis-mock (Kinesis; kinesis-mock, npm `kinesis-local`, serves
+# stream consumers and SubscribeToShard), and a real redis-server (the Redis store).
 #
 #   scripts/emulators.sh install   # pinned versions into .emulators/ (idempotent)
 #   scripts/emulators.sh start     # start on 127.0.0.1, wait until they answer
 #   scripts/emulators.sh stop      # stop what `start` started
 #
-# Ports can be changed with DYNALITE_PORT / MOTO_PORT / KINESALITE_PORT / REDIS_PORT. The pids
+# Ports can be changed with DYNALITE_PORT / MOTO_PORT / KINESALITE_PORT / KINESIS_MOCK_PORT
+# (plain HTTP; its TLS port, KINESIS_MOCK_TLS_PORT, uses the package's self-signed certificate) /
+# REDIS_PORT. The pids
 # live in .emulators/run/. redis-server comes from the distribution's packages (apt-get) and
 # listens on 127.0.0.1:6390 by default, not 6379, so that it never clashes with a system Redis;
 # it keeps nothing on disk (no RDB, no AOF). A second one speaks only TLS on 6391
@@ -19,9 +22,12 @@ run="$dir/run"
 DYNALITE_VERSION=4.0.0
 MOTO_VERSION=5.2.5
 KINESALITE_VERSION=3.3.3
+KINESIS_MOCK_VERSION=0.6.2
 DYNALITE_PORT=${DYNALITE_PORT:-4567}
 MOTO_PORT=${MOTO_PORT:-4568}
 KINESALITE_PORT=${KINESALITE_PORT:-4569}
+KINESIS_MOCK_PORT=${KINESIS_MOCK_PORT:-4570}
+KINESIS_MOCK_TLS_PORT=${KINESIS_MOCK_TLS_PORT:-4571}
 REDIS_PORT=${REDIS_PORT:-6390}
 REDIS_TLS_PORT=${REDIS_TLS_PORT:-6391}
 
@@ -36,6 +42,10 @@ install() {
   if [ ! -x "$dir/node/node_modules/.bin/kinesalite" ]; then
     log "installing kinesalite $KINESALITE_VERSION from npm"
     npm install --silent --no-audit --no-fund --prefix "$dir/node" "kinesalite@$KINESALITE_VERSION" >&2
+  fi
+  if [ ! -f "$dir/node/node_modules/kinesis-local/main.js" ]; then
+    log "installing kinesis-local (kinesis-mock) $KINESIS_MOCK_VERSION from npm"
+    npm install --silent --no-audit --no-fund --prefix "$dir/node" "kinesis-local@$KINESIS_MOCK_VERSION" >&2
   fi
   if [ ! -x "$dir/venv/bin/moto_server" ]; then
     log "installing moto[dynamodb] $MOTO_VERSION from PyPI"
@@ -154,6 +164,10 @@ start() {
     "$dir/venv/bin/python" "$root/scripts/moto_atomic.py" -H 127.0.0.1 -p "$MOTO_PORT"
   NODE_PATH="$dir/node/node_modules" start_one kinesalite "$KINESALITE_PORT" \
     node "$root/scripts/kinesalite.js" "$KINESALITE_PORT" 127.0.0.1
+  local mock="$dir/node/node_modules/kinesis-local"
+  KINESIS_MOCK_PLAIN_PORT="$KINESIS_MOCK_PORT" KINESIS_MOCK_TLS_PORT="$KINESIS_MOCK_TLS_PORT" \
+    KINESIS_MOCK_CERT_PATH="$mock/server.json" LOG_LEVEL=WARN start_one kinesis-mock \
+    "$KINESIS_MOCK_PORT" node "$root/scripts/kinesis_mock.js" "$mock/main.js" 127.0.0.1
   start_redis
   start_redis_tls
 }

@@ -14,13 +14,16 @@ import time
 import urllib.request
 
 KINESIS = os.environ.get("SHARDLEASE_KINESALITE_ENDPOINT", "http://127.0.0.1:4569")
+# kinesis-mock (npm `kinesis-local`), for enhanced fan-out: its plain port.
+KINESIS_MOCK = os.environ.get("SHARDLEASE_KINESIS_MOCK_ENDPOINT", "http://127.0.0.1:4570")
 DYNAMO = os.environ.get("SHARDLEASE_DYNALITE_ENDPOINT", "http://127.0.0.1:4567")
 
 
-def kinesis(action, body):
-    """One Kinesis API call on kinesalite (it checks that a signature is there, not its value)."""
+def kinesis(action, body, endpoint=KINESIS):
+    """One Kinesis API call on an emulator (kinesalite by default; they check that a signature
+    is there, not its value)."""
     request = urllib.request.Request(
-        KINESIS,
+        endpoint,
         data=json.dumps(body).encode(),
         headers={
             "Content-Type": "application/x-amz-json-1.1",
@@ -34,14 +37,14 @@ def kinesis(action, body):
         return json.loads(answer.read() or b"{}")
 
 
-def create_stream(name, shards):
+def create_stream(name, shards, endpoint=KINESIS):
     """Creates the stream with `shards` shards and waits until it is ACTIVE; returns its shards
     as (shard id, starting hash key), in hash key order."""
-    kinesis("CreateStream", {"StreamName": name, "ShardCount": shards})
+    kinesis("CreateStream", {"StreamName": name, "ShardCount": shards}, endpoint)
     for _ in range(200):
-        summary = kinesis("DescribeStreamSummary", {"StreamName": name})
+        summary = kinesis("DescribeStreamSummary", {"StreamName": name}, endpoint)
         if summary["StreamDescriptionSummary"]["StreamStatus"] == "ACTIVE":
-            listed = kinesis("ListShards", {"StreamName": name})["Shards"]
+            listed = kinesis("ListShards", {"StreamName": name}, endpoint)["Shards"]
             found = [(s["ShardId"], int(s["HashKeyRange"]["StartingHashKey"])) for s in listed]
             return sorted(found, key=lambda s: s[1])
         time.sleep(0.05)

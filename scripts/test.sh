@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # The whole test suite: installs and starts the emulators (dynalite and moto for DynamoDB,
-# kinesalite for Kinesis, redis-server for the Redis store) on 127.0.0.1, runs every test with every feature (in-memory store,
+# kinesalite and kinesis-mock for Kinesis, redis-server for the Redis store) on 127.0.0.1, runs every test with every feature (in-memory store,
 # both DynamoDB emulators, the Kinesis consumer), and stops the emulators it started.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -14,6 +14,7 @@ if [ -z "${SHARDLEASE_DYNALITE_ENDPOINT:-}${SHARDLEASE_MOTO_ENDPOINT:-}${SHARDLE
   export SHARDLEASE_DYNALITE_ENDPOINT="http://127.0.0.1:${DYNALITE_PORT:-4567}"
   export SHARDLEASE_MOTO_ENDPOINT="http://127.0.0.1:${MOTO_PORT:-4568}"
   export SHARDLEASE_KINESALITE_ENDPOINT="http://127.0.0.1:${KINESALITE_PORT:-4569}"
+  export SHARDLEASE_KINESIS_MOCK_ENDPOINT="http://127.0.0.1:${KINESIS_MOCK_PORT:-4570}"
   export SHARDLEASE_REDIS_URL="${SHARDLEASE_REDIS_URL:-redis://127.0.0.1:${REDIS_PORT:-6390}}"
   export SHARDLEASE_REDIS_TLS_URL="rediss://127.0.0.1:${REDIS_TLS_PORT:-6391}"
   export SHARDLEASE_REDIS_TLS_CA="$PWD/.emulators/tls/ca.pem"

@@ -26,11 +26,24 @@ pub const KINESIS_ACTIONS: &[&str] = &[
     "kinesis:GetRecords",
 ];
 
-/// The policy for the lease table `table` (and the stream `stream`), in `region` and
-/// `account` (`*` where not given).
+/// What a consumer with enhanced fan-out also sends on the stream: its ARN looked up, and its
+/// stream consumer registered (`Retrieval::FanOut`).
+pub const FAN_OUT_STREAM_ACTIONS: &[&str] = &[
+    "kinesis:DescribeStreamSummary",
+    "kinesis:RegisterStreamConsumer",
+];
+
+/// What a consumer with enhanced fan-out sends on its stream consumer: waited for until
+/// active, and subscribed to.
+pub const FAN_OUT_CONSUMER_ACTIONS: &[&str] =
+    &["kinesis:DescribeStreamConsumer", "kinesis:SubscribeToShard"];
+
+/// The policy for the lease table `table` (and the stream `stream`, read with enhanced
+/// fan-out when `fan_out`), in `region` and `account` (`*` where not given).
 pub fn policy(
     table: &str,
     stream: Option<&str>,
+    fan_out: bool,
     region: Option<&str>,
     account: Option<&str>,
 ) -> Value {
@@ -43,12 +56,25 @@ pub fn policy(
         "Resource": format!("arn:aws:dynamodb:{region}:{account}:table/{table}"),
     })];
     if let Some(stream) = stream {
+        let stream_arn = format!("arn:aws:kinesis:{region}:{account}:stream/{stream}");
+        let mut actions = KINESIS_ACTIONS.to_vec();
+        if fan_out {
+            actions.extend(FAN_OUT_STREAM_ACTIONS);
+        }
         statements.push(json!({
             "Sid": "ShardleaseKinesisStream",
             "Effect": "Allow",
-            "Action": KINESIS_ACTIONS,
-            "Resource": format!("arn:aws:kinesis:{region}:{account}:stream/{stream}"),
+            "Action": actions,
+            "Resource": stream_arn,
         }));
+        if fan_out {
+            statements.push(json!({
+                "Sid": "ShardleaseKinesisStreamConsumer",
+                "Effect": "Allow",
+                "Action": FAN_OUT_CONSUMER_ACTIONS,
+                "Resource": format!("{stream_arn}/consumer/*"),
+            }));
+        }
     }
     json!({
         "Version": "2012-10-17",

@@ -122,6 +122,9 @@ enum Command {
         /// The Kinesis stream the consumer reads
         #[arg(long)]
         stream: Option<String>,
+        /// The consumer reads the stream with enhanced fan-out (its stream consumer's actions)
+        #[arg(long, requires = "stream")]
+        fan_out: bool,
         /// The AWS region of the resources [default: any]
         #[arg(long)]
         region: Option<String>,
@@ -316,6 +319,7 @@ async fn run(cli: Cli) -> Result<(), Error> {
         }
         Command::IamPolicy {
             stream,
+            fan_out,
             region,
             account,
         } => {
@@ -324,6 +328,7 @@ async fn run(cli: Cli) -> Result<(), Error> {
             let policy = iam::policy(
                 table,
                 stream.as_deref(),
+                fan_out,
                 region.as_deref(),
                 account.as_deref(),
             );

@@ -498,7 +498,14 @@ async fn the_iam_policy_allows_exactly_the_operations_the_code_sends() {
     let policy = json(
         &cli(
             &Table::named("orders-leases"),
-            &["iam-policy", "--stream", "orders", "--region", "eu-west-1"],
+            &[
+                "iam-policy",
+                "--stream",
+                "orders",
+                "--fan-out",
+                "--region",
+                "eu-west-1",
+            ],
         )
         .await,
     );
@@ -524,7 +531,8 @@ async fn the_iam_policy_allows_exactly_the_operations_the_code_sends() {
         resources,
         [
             "arn:aws:dynamodb:eu-west-1:*:table/orders-leases",
-            "arn:aws:kinesis:eu-west-1:*:stream/orders"
+            "arn:aws:kinesis:eu-west-1:*:stream/orders",
+            "arn:aws:kinesis:eu-west-1:*:stream/orders/consumer/*"
         ]
     );
 }

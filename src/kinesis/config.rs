@@ -48,6 +48,35 @@ pub enum LoadFigure {
     None,
 }
 
+/// How the record loops get their shards' records. In a configuration file: `"polling"`, or
+/// `{ fan_out = "my-application" }` (the stream consumer's name).
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+#[cfg_attr(
+    feature = "serde",
+    derive(serde::Deserialize),
+    serde(rename_all = "snake_case")
+)]
+#[non_exhaustive]
+pub enum Retrieval {
+    /// `GetRecords`, paced by [`ConsumerConfig::min_call_interval`]: the shard's 2 MB/s and 5
+    /// reads a second are shared by every polling consumer of the stream, and a record reaches
+    /// the processor after about `idle_time_between_reads` when the shard is quiet. Works on
+    /// every emulator, costs nothing beyond the stream. The default.
+    #[default]
+    Polling,
+    /// Enhanced fan-out: the stream consumer of this name (registered at start if missing, and
+    /// waited for until it is active) gets 2 MB/s per shard of its own, pushed over
+    /// `SubscribeToShard` (HTTP/2) as records arrive (about 70 ms on Kinesis). One
+    /// subscription per held lease, renewed from the last record delivered when its 5 minutes
+    /// end. Kinesis bills each consumer-shard hour and the data it pushes. Give every
+    /// application of the stream a name of its own (KCL uses the application's name); at most
+    /// 20 consumers per stream.
+    FanOut(String),
+}
+
+/// The longest stream consumer name Kinesis takes.
+const MAX_CONSUMER_NAME: usize = 128;
+
 /// What the record loop does with a batch that failed every attempt
 /// ([`ConsumerConfig::on_failure`]). In a configuration file: `"skip"` or `"stop"`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
@@ -148,6 +177,11 @@ pub struct ConsumerConfig {
     /// either limit is the last until the processor catches up). 0: no reading ahead.
     /// Default: 8 MiB (KCL's `maxByteSize`).
     pub prefetch_bytes: u64,
+    /// How records are read: polling (`GetRecords`) or enhanced fan-out (`SubscribeToShard`).
+    /// With fan-out, `max_records`, `min_call_interval` and `idle_time_between_reads` do not
+    /// apply; `call_timeout` bounds the wait for the next event of a subscription (Kinesis
+    /// sends one at least every 5 s). Default: [`Retrieval::Polling`].
+    pub retrieval: Retrieval,
 }
 
 impl Default for ConsumerConfig {
@@ -166,6 +200,7 @@ impl Default for ConsumerConfig {
             on_failure: FailureAction::Stop,
             prefetch_records: 30_000,
             prefetch_bytes: 8 * 1024 * 1024,
+            retrieval: Retrieval::Polling,
         }
     }
 }
@@ -255,6 +290,13 @@ impl ConsumerConfig {
         self
     }
 
+    /// Sets [`retrieval`](Self::retrieval).
+    #[must_use]
+    pub fn retrieval(mut self, value: Retrieval) -> Self {
+        self.retrieval = value;
+        self
+    }
+
     /// Sets [`call_timeout`](Self::call_timeout).
     #[must_use]
     pub fn call_timeout(mut self, value: Duration) -> Self {
@@ -283,6 +325,18 @@ impl ConsumerConfig {
                 return Err(ConfigError::invalid(
                     name,
                     format!("{name} must be non-zero"),
+                ));
+            }
+        }
+        if let Retrieval::FanOut(name) = &self.retrieval {
+            let valid = |c: char| c.is_ascii_alphanumeric() || matches!(c, '_' | '.' | '-');
+            if name.is_empty() || name.len() > MAX_CONSUMER_NAME || !name.chars().all(valid) {
+                return Err(ConfigError::invalid(
+                    "retrieval",
+                    format!(
+                        "the stream consumer name {name:?} must be 1 to {MAX_CONSUMER_NAME} \
+                         letters, digits, '_', '.' or '-'"
+                    ),
                 ));
             }
         }
@@ -320,7 +374,9 @@ impl ConsumerConfig {
 mod file {
     use std::time::Duration;
 
-    use super::{ConfigError, ConsumerConfig, FailureAction, InitialPosition, LoadFigure};
+    use super::{
+        ConfigError, ConsumerConfig, FailureAction, InitialPosition, LoadFigure, Retrieval,
+    };
 
     #[derive(serde::Deserialize)]
     #[serde(
@@ -347,6 +403,7 @@ mod file {
         on_failure: Option<FailureAction>,
         prefetch_records: Option<u32>,
         prefetch_bytes: Option<u64>,
+        retrieval: Option<Retrieval>,
     }
 
     impl TryFrom<ConsumerConfigFile> for ConsumerConfig {
@@ -368,7 +425,8 @@ mod file {
                 retry_backoff,
                 on_failure,
                 prefetch_records,
-                prefetch_bytes
+                prefetch_bytes,
+                retrieval
             );
             config.validate()?;
             Ok(config)
@@ -398,6 +456,12 @@ mod tests {
         assert_eq!(field(base().retry_backoff(Duration::ZERO)), "retry_backoff");
         let slow_retry = base().retry_backoff(Duration::from_secs(11));
         assert_eq!(field(slow_retry), "max_backoff");
+        for bad in ["", "has space", "ü", &"x".repeat(129)] {
+            let fan_out = base().retrieval(Retrieval::FanOut(bad.into()));
+            assert_eq!(field(fan_out), "retrieval", "{bad:?}");
+        }
+        let named = base().retrieval(Retrieval::FanOut("orders-app_2.v1".into()));
+        named.validate().unwrap();
     }
 }
 
@@ -427,6 +491,11 @@ mod file_tests {
         assert_eq!(failures.batch_attempts, 5);
         assert_eq!(failures.retry_backoff, Duration::from_millis(500));
         assert_eq!(failures.on_failure, FailureAction::Skip);
+        let fan_out: ConsumerConfig =
+            toml::from_str("retrieval = { fan_out = \"orders\" }").unwrap();
+        assert_eq!(fan_out.retrieval, Retrieval::FanOut("orders".into()));
+        let polling: ConsumerConfig = toml::from_str("retrieval = \"polling\"").unwrap();
+        assert_eq!(polling.retrieval, Retrieval::Polling);
         let err = toml::from_str::<ConsumerConfig>("on_failure = \"retry\"").unwrap_err();
         assert!(err.to_string().contains("skip"), "{err}");
         let err = toml::from_str::<ConsumerConfig>("max_records = 20000").unwrap_err();

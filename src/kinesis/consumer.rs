@@ -12,9 +12,10 @@ use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 use tracing::Instrument;
 
-use super::config::{ConsumerConfig, InitialPosition};
+use super::config::{ConsumerConfig, InitialPosition, Retrieval};
 use super::context::ReaderContext;
 use super::event::{ConsumerEvent, Observer};
+use super::fan_out;
 use super::processor::ProcessorFactory;
 use super::reader;
 use super::source::{KinesisShardSource, ShardRanges, StreamError};
@@ -38,6 +39,17 @@ pub enum ConsumerError {
     /// The worker could not start.
     #[error(transparent)]
     Worker(#[from] WorkerError),
+    /// Enhanced fan-out: the stream consumer could not be registered, or found, or did not
+    /// become active in time.
+    #[error("stream consumer {consumer:?} of stream {stream:?}: {reason}")]
+    FanOut {
+        /// The stream's name.
+        stream: String,
+        /// The consumer's name.
+        consumer: String,
+        /// What failed (the call, the service's error code and message).
+        reason: String,
+    },
 }
 
 /// Builds a [`KinesisConsumer`].
@@ -148,6 +160,18 @@ impl<F> KinesisConsumerBuilder<F> {
             shards,
             latest: self.config.initial_position == InitialPosition::Latest,
         };
+        let consumer_arn = match &self.config.retrieval {
+            Retrieval::Polling => None,
+            Retrieval::FanOut(name) => Some(
+                fan_out::register(&self.client, &self.stream, name)
+                    .await
+                    .map_err(|reason| ConsumerError::FanOut {
+                        stream: self.stream.clone(),
+                        consumer: name.clone(),
+                        reason,
+                    })?,
+            ),
+        };
         let (worker, events) = Worker::builder(self.store, self.id.clone())
             .config(self.worker_config)
             .source(source)
@@ -160,6 +184,7 @@ impl<F> KinesisConsumerBuilder<F> {
             stream: self.stream,
             config: self.config,
             observer: self.observer,
+            consumer_arn,
         });
         let readers = TaskTracker::new();
         let readers_for_dispatch = readers.clone();

@@ -13,4 +13,7 @@ pub(crate) struct ReaderContext {
     pub stream: String,
     pub config: ConsumerConfig,
     pub observer: Observer,
+    /// The stream consumer's ARN with enhanced fan-out (records are pushed by
+    /// `SubscribeToShard`); `None` when polling.
+    pub consumer_arn: Option<String>,
 }

@@ -28,7 +28,7 @@ use crate::store::{Jitter, RetryPolicy};
 pub const LOAD_SAMPLE: Duration = Duration::from_secs(1);
 
 /// What a record loop read since it last reported its lease's load.
-struct Rate {
+pub(super) struct Rate {
     figure: LoadFigure,
     since: Instant,
     records: u64,
@@ -36,7 +36,7 @@ struct Rate {
 }
 
 impl Rate {
-    fn new(figure: LoadFigure) -> Self {
+    pub(super) fn new(figure: LoadFigure) -> Self {
         Self {
             figure,
             since: Instant::now(),
@@ -47,7 +47,7 @@ impl Rate {
 
     /// Counts an answer; once [`LOAD_SAMPLE`] has passed, returns the figure per second and
     /// starts again.
-    fn read(&mut self, records: usize, bytes: usize) -> Option<f64> {
+    pub(super) fn read(&mut self, records: usize, bytes: usize) -> Option<f64> {
         self.records += records as u64;
         self.bytes += bytes as u64;
         let elapsed = self.since.elapsed();
@@ -66,13 +66,13 @@ impl Rate {
 
 /// The record loop's backoff: doubling from `first` to `max` with equal jitter (never sooner
 /// than half the ceiling), and back to `first` after a success.
-struct Backoff {
+pub(super) struct Backoff {
     policy: RetryPolicy,
     retries: u32,
 }
 
 impl Backoff {
-    fn new(first: Duration, max: Duration) -> Self {
+    pub(super) fn new(first: Duration, max: Duration) -> Self {
         Self {
             policy: RetryPolicy::default()
                 .base_delay(first)
@@ -82,12 +82,12 @@ impl Backoff {
         }
     }
 
-    fn wait(&mut self) -> Duration {
+    pub(super) fn wait(&mut self) -> Duration {
         self.retries = self.retries.saturating_add(1);
         self.policy.backoff(self.retries)
     }
 
-    fn reset(&mut self) {
+    pub(super) fn reset(&mut self) {
         self.retries = 0;
     }
 }
@@ -150,14 +150,14 @@ impl Queue {
     }
 
     /// Resolves once there is room.
-    async fn room(&self) {
+    pub(super) async fn room(&self) {
         while self.full() {
             // A permit stored by `done` between the check and the wait is not lost.
             self.room.notified().await;
         }
     }
 
-    fn handed(&self, records: usize, bytes: usize) {
+    pub(super) fn handed(&self, records: usize, bytes: usize) {
         self.batches.fetch_add(1, Ordering::SeqCst);
         self.records.fetch_add(records, Ordering::SeqCst);
         self.bytes.fetch_add(bytes, Ordering::SeqCst);
@@ -359,7 +359,7 @@ impl Fetcher<'_> {
     }
 
     /// Hands the last item on.
-    fn hand(&self, last: Fetched) {
+    pub(super) fn hand(&self, last: Fetched) {
         // The record loop may be gone already: nothing waits for it then.
         let _ = self.sink.send(last);
     }
@@ -368,7 +368,7 @@ impl Fetcher<'_> {
 /// What the record loop hands the processor of what it read: with de-aggregation on, the user
 /// records of every aggregate (the shard's hash key range looked up at the first aggregate),
 /// and, after a resume inside an aggregate, none of its user records up to the checkpoint.
-struct UserRecords {
+pub(super) struct UserRecords {
     deaggregate: bool,
     /// The shard's range, once a lookup found it.
     range: Option<HashKeyRange>,
@@ -378,7 +378,7 @@ struct UserRecords {
 }
 
 impl UserRecords {
-    fn new(deaggregate: bool, start: &StartPosition) -> Self {
+    pub(super) fn new(deaggregate: bool, start: &StartPosition) -> Self {
         let skip = match start {
             StartPosition::AfterSubSequenceNumber {
                 sequence_number,
@@ -394,7 +394,7 @@ impl UserRecords {
     }
 
     /// The records to hand the processor of `records`, as read.
-    async fn expand(
+    pub(super) async fn expand(
         &mut self,
         records: Vec<KinesisRecord>,
         context: &ReaderContext,
@@ -459,6 +459,32 @@ fn pause(failure: Failure, backoff: &mut Backoff, config: &ConsumerConfig) -> Du
     }
 }
 
+/// Where `position` starts, as Kinesis names it: the type, and the sequence number or the
+/// timestamp it needs. A resume inside an aggregate reads the aggregate again (its user records
+/// up to the checkpoint are skipped).
+pub(super) fn starting(
+    position: &StartPosition,
+) -> (ShardIteratorType, Option<&str>, Option<DateTime>) {
+    match position {
+        StartPosition::TrimHorizon => (ShardIteratorType::TrimHorizon, None, None),
+        StartPosition::AtTimestamp(at) => (
+            ShardIteratorType::AtTimestamp,
+            None,
+            Some(DateTime::from(*at)),
+        ),
+        StartPosition::AfterSequenceNumber(sequence) => {
+            (ShardIteratorType::AfterSequenceNumber, Some(sequence), None)
+        }
+        StartPosition::AfterSubSequenceNumber {
+            sequence_number, ..
+        } => (
+            ShardIteratorType::AtSequenceNumber,
+            Some(sequence_number),
+            None,
+        ),
+    }
+}
+
 /// A fresh iterator at `position`, or why not (with the error's text).
 async fn shard_iterator(
     context: &ReaderContext,
@@ -470,21 +496,11 @@ async fn shard_iterator(
         .get_shard_iterator()
         .stream_name(&context.stream)
         .shard_id(key.as_str());
-    let request = match position {
-        StartPosition::TrimHorizon => request.shard_iterator_type(ShardIteratorType::TrimHorizon),
-        StartPosition::AtTimestamp(at) => request
-            .shard_iterator_type(ShardIteratorType::AtTimestamp)
-            .timestamp(DateTime::from(*at)),
-        StartPosition::AfterSequenceNumber(sequence) => request
-            .shard_iterator_type(ShardIteratorType::AfterSequenceNumber)
-            .starting_sequence_number(sequence),
-        // The aggregate is read again; its user records up to the checkpoint are skipped.
-        StartPosition::AfterSubSequenceNumber {
-            sequence_number, ..
-        } => request
-            .shard_iterator_type(ShardIteratorType::AtSequenceNumber)
-            .starting_sequence_number(sequence_number),
-    };
+    let (kind, sequence, at) = starting(position);
+    let request = request
+        .shard_iterator_type(kind)
+        .set_starting_sequence_number(sequence.map(str::to_owned))
+        .set_timestamp(at);
     match request.send().await {
         Ok(output) => output.shard_iterator().map(str::to_owned).ok_or_else(|| {
             tracing::warn!("GetShardIterator returned no iterator");
@@ -499,7 +515,7 @@ async fn shard_iterator(
     }
 }
 
-fn to_record(record: &aws_sdk_kinesis::types::Record) -> KinesisRecord {
+pub(super) fn to_record(record: &aws_sdk_kinesis::types::Record) -> KinesisRecord {
     KinesisRecord {
         sequence_number: record.sequence_number().to_owned(),
         sub_sequence_number: None,

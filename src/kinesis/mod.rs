@@ -61,13 +61,14 @@ mod consumer;
 mod context;
 mod delivery;
 mod event;
+mod fan_out;
 mod fetch;
 mod metrics;
 mod processor;
 mod reader;
 mod source;
 
-pub use config::{ConsumerConfig, FailureAction, InitialPosition, LoadFigure};
+pub use config::{ConsumerConfig, FailureAction, InitialPosition, LoadFigure, Retrieval};
 pub use consumer::{ConsumerError, KinesisConsumer, KinesisConsumerBuilder, NoProcessor};
 pub use event::ConsumerEvent;
 pub use fetch::LOAD_SAMPLE;

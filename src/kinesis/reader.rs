@@ -239,7 +239,10 @@ async fn read<P: RecordProcessor>(
         checkpointer,
     };
     let reading = async {
-        fetcher.run(position).await;
+        match &context.consumer_arn {
+            None => fetcher.run(position).await,
+            Some(consumer) => fetcher.subscribed(consumer, position).await,
+        }
         // Its last item is handed on: the loop below ends with it.
         std::future::pending::<()>().await;
     };

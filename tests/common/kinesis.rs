@@ -35,16 +35,36 @@ pub fn endpoint() -> String {
         .unwrap_or_else(|_| "http://127.0.0.1:4569".into())
 }
 
-fn config() -> aws_sdk_kinesis::config::Builder {
+/// kinesis-mock (npm `kinesis-local`, which serves stream consumers and `SubscribeToShard`) at
+/// `SHARDLEASE_KINESIS_MOCK_ENDPOINT` or the plain port `scripts/emulators.sh` uses.
+pub fn mock_endpoint() -> String {
+    std::env::var("SHARDLEASE_KINESIS_MOCK_ENDPOINT")
+        .unwrap_or_else(|_| "http://127.0.0.1:4570".into())
+}
+
+fn config_at(endpoint: String) -> aws_sdk_kinesis::config::Builder {
     aws_sdk_kinesis::Config::builder()
         .behavior_version(BehaviorVersion::latest())
-        .endpoint_url(endpoint())
+        .endpoint_url(endpoint)
         .region(Region::new("us-east-1"))
         .credentials_provider(Credentials::new("test", "test", None, None, "tests"))
 }
 
+fn config() -> aws_sdk_kinesis::config::Builder {
+    config_at(endpoint())
+}
+
 pub fn client() -> Client {
     Client::from_conf(config().build())
+}
+
+/// A client of kinesis-mock (its plain port: the SDK's client speaks HTTP/1.1 there, over
+/// which kinesis-mock streams `SubscribeToShard`'s events too), and the interceptor that counts
+/// its `GetRecords` and `GetShardIterator` calls.
+pub fn mock_client() -> (Client, InjectErrors) {
+    let counts = InjectErrors::default();
+    let config = config_at(mock_endpoint()).interceptor(counts.clone());
+    (Client::from_conf(config.build()), counts)
 }
 
 /// A client whose `GetRecords` answers are replaced, one in `every`, by a throttling or an
