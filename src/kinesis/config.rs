@@ -77,6 +77,10 @@ pub enum Retrieval {
 /// The longest stream consumer name Kinesis takes.
 const MAX_CONSUMER_NAME: usize = 128;
 
+/// The least `call_timeout` with enhanced fan-out: Kinesis sends a subscription's events at
+/// least every 5 s, so a shorter wait would end quiet subscriptions for nothing.
+const FAN_OUT_MIN_CALL_TIMEOUT: Duration = Duration::from_secs(6);
+
 /// What the record loop does with a batch that failed every attempt
 /// ([`ConsumerConfig::on_failure`]). In a configuration file: `"skip"` or `"stop"`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
@@ -180,7 +184,8 @@ pub struct ConsumerConfig {
     /// How records are read: polling (`GetRecords`) or enhanced fan-out (`SubscribeToShard`).
     /// With fan-out, `max_records`, `min_call_interval` and `idle_time_between_reads` do not
     /// apply; `call_timeout` bounds the wait for the next event of a subscription (Kinesis
-    /// sends one at least every 5 s). Default: [`Retrieval::Polling`].
+    /// sends one at least every 5 s, so it must be at least 6 s). Default:
+    /// [`Retrieval::Polling`].
     pub retrieval: Retrieval,
 }
 
@@ -339,6 +344,17 @@ impl ConsumerConfig {
                     ),
                 ));
             }
+            if self.call_timeout < FAN_OUT_MIN_CALL_TIMEOUT {
+                return Err(ConfigError::invalid(
+                    "call_timeout",
+                    format!(
+                        "call_timeout {:?} must be at least {FAN_OUT_MIN_CALL_TIMEOUT:?} with \
+                         enhanced fan-out (Kinesis sends a subscription's events up to 5 s \
+                         apart)",
+                        self.call_timeout
+                    ),
+                ));
+            }
         }
         if self.batch_attempts == 0 {
             return Err(ConfigError::invalid(
@@ -462,6 +478,8 @@ mod tests {
         }
         let named = base().retrieval(Retrieval::FanOut("orders-app_2.v1".into()));
         named.validate().unwrap();
+        let hasty = named.call_timeout(Duration::from_secs(5));
+        assert_eq!(field(hasty), "call_timeout");
     }
 }
 
