@@ -1,5 +1,5 @@
 //! Calling the processor: every call with its panic caught ([`guarded`]), and the delivery of
-//! a batch under the failure policy ([`deliver`]): a failed batch is delivered again in place,
+//! a batch under the failure policy ([`Deliverer::deliver`]): a failed batch is delivered again in place,
 //! the lease kept, then skipped to the processor's dead-letter hook or the shard halted here.
 
 use std::future::Future;

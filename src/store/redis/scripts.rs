@@ -262,7 +262,7 @@ local function store_notices(set)
 end
 "#;
 
-/// `create`: the item is absent. ARGV[4..]: the whole hash, field and value in turn.
+/// `create`: the item is absent. `ARGV[4..]`: the whole hash, field and value in turn.
 const CREATE: &str = r#"
 local h, flat = read()
 if #flat > 0 then return {0, flat, ''} end
@@ -271,7 +271,7 @@ redis.call('HSET', item, unpack(ARGV, 4))
 return done()
 "#;
 
-/// `renew`: held by ARGV[5] in tenure ARGV[6]. ARGV[7]: the load figure, or empty.
+/// `renew`: held by `ARGV[5]` in tenure `ARGV[6]`. `ARGV[7]`: the load figure, or empty.
 const RENEW: &str = r#"
 local h, flat = lease()
 if not h then return flat end
@@ -282,7 +282,7 @@ redis.call('HSET', item, 'lastOp', op, 'updatedAt', now)
 return done()
 "#;
 
-/// `take`: the counter is ARGV[5]. ARGV[6]: the taker, ARGV[7]: its incarnation.
+/// `take`: the counter is `ARGV[5]`. `ARGV[6]`: the taker, `ARGV[7]`: its incarnation.
 const TAKE: &str = r#"
 local h, flat = lease()
 if not h then return flat end
@@ -296,7 +296,7 @@ redis.call('HDEL', item, 'handoffTo')
 return done()
 "#;
 
-/// `request_handoff`: held by ARGV[5] in tenure ARGV[6], no handoff to another than ARGV[7]
+/// `request_handoff`: held by `ARGV[5]` in tenure `ARGV[6]`, no handoff to another than `ARGV[7]`
 /// pending. Leaves `lastOp` alone (see the DynamoDB schema's `UPDATE_REQUEST_HANDOFF`).
 const REQUEST_HANDOFF: &str = r#"
 local h, flat = lease()
@@ -309,7 +309,7 @@ redis.call('HSET', item, 'handoffTo', ARGV[7], 'updatedAt', now)
 return done()
 "#;
 
-/// `complete_handoff`: held by ARGV[5] in tenure ARGV[6], the handoff going to ARGV[7].
+/// `complete_handoff`: held by `ARGV[5]` in tenure `ARGV[6]`, the handoff going to `ARGV[7]`.
 const COMPLETE_HANDOFF: &str = r#"
 local h, flat = lease()
 if not h then return flat end
@@ -318,7 +318,7 @@ hand_over(ARGV[7])
 return done()
 "#;
 
-/// `give`: the counter is ARGV[5]; the lease goes to ARGV[6].
+/// `give`: the counter is `ARGV[5]`; the lease goes to `ARGV[6]`.
 const GIVE: &str = r#"
 local h, flat = lease()
 if not h then return flat end
@@ -327,7 +327,7 @@ hand_over(ARGV[6])
 return done()
 "#;
 
-/// `release`: held by ARGV[5] in tenure ARGV[6].
+/// `release`: held by `ARGV[5]` in tenure `ARGV[6]`.
 const RELEASE: &str = r#"
 local h, flat = lease()
 if not h then return flat end
@@ -338,8 +338,8 @@ redis.call('HDEL', item, 'leaseOwner', 'ownerIncarnation', 'handoffTo')
 return done()
 "#;
 
-/// `checkpoint`: held by ARGV[5] in tenure ARGV[6], and no checkpoint of that tenure numbered
-/// ARGV[7] or higher stored; ARGV[8] is the checkpoint.
+/// `checkpoint`: held by `ARGV[5]` in tenure `ARGV[6]`, and no checkpoint of that tenure numbered
+/// `ARGV[7]` or higher stored; `ARGV[8]` is the checkpoint.
 const CHECKPOINT: &str = r#"
 local h, flat = lease()
 if not h then return flat end
@@ -353,7 +353,7 @@ redis.call('HSET', item, 'checkpoint', ARGV[8], 'checkpointTenure', ARGV[6],
 return done()
 "#;
 
-/// `delete`: counter ARGV[5] and tenure ARGV[6]. Answers the item as it was.
+/// `delete`: counter `ARGV[5]` and tenure `ARGV[6]`. Answers the item as it was.
 const DELETE: &str = r#"
 local h, flat = lease()
 if not h then return flat end
@@ -363,8 +363,8 @@ redis.call('DEL', item)
 return {1, flat, ''}
 "#;
 
-/// `heartbeat`: the item is absent or a membership record. ARGV[4]: the worker, ARGV[5]: its
-/// incarnation, ARGV[6]: the capacity or empty, ARGV[7..10]: the load report (`store_report`).
+/// `heartbeat`: the item is absent or a membership record. `ARGV[4]`: the worker, `ARGV[5]`: its
+/// incarnation, `ARGV[6]`: the capacity or empty, `ARGV[7..10]`: the load report (`store_report`).
 const HEARTBEAT: &str = r#"
 local h, flat = read()
 if #flat == 0 then
@@ -384,7 +384,7 @@ store_report(7)
 return done()
 "#;
 
-/// `remove_member`: a membership record, at heartbeat ARGV[4] unless it is empty.
+/// `remove_member`: a membership record, at heartbeat `ARGV[4]` unless it is empty.
 const REMOVE_MEMBER: &str = r#"
 local h, flat = member()
 if not h then return flat end
@@ -394,9 +394,9 @@ redis.call('DEL', item)
 return {1, flat, ''}
 "#;
 
-/// `open_session`: ARGV[7] = 'new': the item is absent; 'replace': the record's incarnation
-/// is ARGV[8] (empty: it has none) and its heartbeat ARGV[9]. The fresh record: worker
-/// ARGV[4], incarnation ARGV[5], capacity ARGV[6] (or none), heartbeat ARGV[10]; no notices
+/// `open_session`: `ARGV[7]` = 'new': the item is absent; 'replace': the record's incarnation
+/// is `ARGV[8]` (empty: it has none) and its heartbeat `ARGV[9]`. The fresh record: worker
+/// `ARGV[4]`, incarnation `ARGV[5]`, capacity `ARGV[6]` (or none), heartbeat `ARGV[10]`; no notices
 /// and no load report (the old hash is deleted).
 const OPEN_SESSION: &str = r#"
 local h, flat = read()
@@ -417,8 +417,8 @@ if ARGV[6] ~= '' then redis.call('HSET', item, 'workerCapacity', ARGV[6]) end
 return done()
 "#;
 
-/// `beat`: the record is incarnation ARGV[4]'s. ARGV[5]: the capacity or empty; ARGV[6..9]:
-/// the load report (`store_report`); ARGV[10..]: the notices seen.
+/// `beat`: the record is incarnation `ARGV[4]`'s. `ARGV[5]`: the capacity or empty; `ARGV[6..9]`:
+/// the load report (`store_report`); `ARGV[10..]`: the notices seen.
 const BEAT: &str = r#"
 local h, flat = member()
 if not h then return flat end
@@ -437,7 +437,7 @@ if seen > 0 then store_notices(set) end
 return done()
 "#;
 
-/// `end_session`: the record is incarnation ARGV[4]'s at heartbeat ARGV[5].
+/// `end_session`: the record is incarnation `ARGV[4]`'s at heartbeat `ARGV[5]`.
 const END_SESSION: &str = r#"
 local h, flat = member()
 if not h then return flat end
@@ -447,7 +447,7 @@ redis.call('DEL', item)
 return {1, flat, ''}
 "#;
 
-/// `notify`: the record is incarnation ARGV[4]'s; ARGV[5..] are added to its notices. Leaves
+/// `notify`: the record is incarnation `ARGV[4]`'s; `ARGV[5..]` are added to its notices. Leaves
 /// `lastOp` alone: a notice must not hide the token of an `open_session` whose answer was lost.
 const NOTIFY: &str = r#"
 local h, flat = member()
