@@ -210,6 +210,7 @@ impl Fetcher<'_> {
     async fn follow(&self, events: &mut Subscription, following: &mut Following) -> Followed {
         let config = &self.context.config;
         let renew_at = Instant::now() + SUBSCRIPTION;
+        let mut events_seen = 0_u64;
         loop {
             self.queue.room().await;
             let next = tokio::select! {
@@ -220,8 +221,16 @@ impl Fetcher<'_> {
                 Ok(Ok(Some(SubscribeToShardEventStream::SubscribeToShardEvent(event)))) => event,
                 // An event of a kind this SDK does not know: nothing to deliver.
                 Ok(Ok(Some(_))) => continue,
-                // Ended by Kinesis (its 5 minutes): the next one goes on from here.
-                Ok(Ok(None)) => return Followed::Again,
+                // Ended by Kinesis (its 5 minutes): the next one goes on from here. One ended
+                // before its first event is a failure all the same: not tried again at once.
+                Ok(Ok(None)) => {
+                    if events_seen == 0 {
+                        let wait = following.backoff.wait();
+                        tracing::warn!(?wait, "the subscription ended before its first event; subscribing again after a backoff");
+                        tokio::time::sleep(wait).await;
+                    }
+                    return Followed::Again;
+                }
                 Ok(Err(err)) => {
                     let text = describe(&err);
                     if let Some(Failed::Refused(text)) = err
@@ -242,6 +251,7 @@ impl Fetcher<'_> {
                     return Followed::Again;
                 }
             };
+            events_seen += 1;
             following.backoff.reset();
             let continuation = event.continuation_sequence_number();
             let ended = continuation.is_empty() || !event.child_shards().is_empty();
