@@ -362,6 +362,40 @@ impl RecordProcessor for Printer {
     }
 }
 
+/// Answers `GET /healthz` on `listener` for as long as it runs: 200 `ok` while the worker is
+/// healthy ([`WorkerMonitor::healthy`](shardlease::worker::WorkerMonitor::healthy)),
+/// otherwise 503 and why (`common::unhealthy`); 404 for any other path. One request per connection,
+/// enough for a probe or `curl`.
+async fn serve_health(
+    listener: tokio::net::TcpListener,
+    monitor: shardlease::worker::WorkerMonitor,
+) {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    loop {
+        let Ok((mut stream, _)) = listener.accept().await else {
+            continue;
+        };
+        let monitor = monitor.clone();
+        tokio::spawn(async move {
+            let mut request = [0u8; 1024];
+            let read = stream.read(&mut request).await.unwrap_or(0);
+            let head = String::from_utf8_lossy(&request[..read]);
+            let path = head.split_whitespace().nth(1).unwrap_or_default();
+            let (status, body) = match path {
+                "/healthz" if monitor.healthy() => ("200 OK", "ok\n".to_owned()),
+                "/healthz" => ("503 Service Unavailable", common::unhealthy(&monitor)),
+                _ => ("404 Not Found", "not found\n".to_owned()),
+            };
+            let response = format!(
+                "HTTP/1.1 {status}\r\ncontent-type: text/plain\r\ncontent-length: {}\r\n\
+                 connection: close\r\n\r\n{body}",
+                body.len()
+            );
+            let _ = stream.write_all(response.as_bytes()).await;
+        });
+    }
+}
+
 /// True when `needle` occurs in `data`.
 fn contains(data: &[u8], needle: &[u8]) -> bool {
     !needle.is_empty() && data.windows(needle.len()).any(|w| w == needle)
@@ -519,7 +553,7 @@ async fn run(args: Args) -> Result<(), Error> {
     .await?;
     if let Some(listener) = health {
         println!("[{worker}] /healthz at http://{}", listener.local_addr()?);
-        tokio::spawn(common::serve_health(listener, consumer.worker().monitor()));
+        tokio::spawn(serve_health(listener, consumer.worker().monitor()));
     }
     println!(
         "[{worker}] consuming {}; Ctrl-C or SIGTERM to leave gracefully",

@@ -78,37 +78,3 @@ pub fn unhealthy(monitor: &shardlease::worker::WorkerMonitor) -> String {
         .collect();
     format!("unhealthy: stalled leases: {}\n", leases.join(", "))
 }
-
-/// Answers `GET /healthz` on `listener` for as long as it runs: 200 `ok` while the worker is
-/// healthy ([`WorkerMonitor::healthy`](shardlease::worker::WorkerMonitor::healthy)),
-/// otherwise 503 and why ([`unhealthy`]); 404 for any other path. One request per connection,
-/// enough for a probe or `curl`.
-pub async fn serve_health(
-    listener: tokio::net::TcpListener,
-    monitor: shardlease::worker::WorkerMonitor,
-) {
-    use tokio::io::{AsyncReadExt, AsyncWriteExt};
-    loop {
-        let Ok((mut stream, _)) = listener.accept().await else {
-            continue;
-        };
-        let monitor = monitor.clone();
-        tokio::spawn(async move {
-            let mut request = [0u8; 1024];
-            let read = stream.read(&mut request).await.unwrap_or(0);
-            let head = String::from_utf8_lossy(&request[..read]);
-            let path = head.split_whitespace().nth(1).unwrap_or_default();
-            let (status, body) = match path {
-                "/healthz" if monitor.healthy() => ("200 OK", "ok\n".to_owned()),
-                "/healthz" => ("503 Service Unavailable", unhealthy(&monitor)),
-                _ => ("404 Not Found", "not found\n".to_owned()),
-            };
-            let response = format!(
-                "HTTP/1.1 {status}\r\ncontent-type: text/plain\r\ncontent-length: {}\r\n\
-                 connection: close\r\n\r\n{body}",
-                body.len()
-            );
-            let _ = stream.write_all(response.as_bytes()).await;
-        });
-    }
-}
