@@ -22,7 +22,7 @@ use shardlease::kinesis::{
 };
 use shardlease::store::memory::InMemoryStore;
 use shardlease::store::LeaseStore;
-use shardlease::{LeaseKey, WorkerConfig, WorkerId};
+use shardlease::{LeaseKey, WorkerId};
 
 const THREE: &[u8] = include_bytes!("data/kpl/three.bin");
 const MANY: &[u8] = include_bytes!("data/kpl/many.bin");
@@ -122,11 +122,7 @@ async fn start(
         Arc::clone(store),
         WorkerId::new(worker).unwrap(),
     )
-    .worker_config(
-        WorkerConfig::default()
-            .lease_duration(Duration::from_secs(2))
-            .discovery_interval(Duration::from_millis(500)),
-    )
+    .worker_config(kinesis::worker_config())
     .config(
         ConsumerConfig::default()
             .initial_position(InitialPosition::TrimHorizon)

@@ -12,20 +12,14 @@ use std::collections::{BTreeSet, HashMap};
 use std::sync::{Arc, Mutex, OnceLock};
 use std::time::Duration;
 
-use kinesis::{until, Ledger, Producer};
+use kinesis::{until, worker_config, Ledger, Producer};
 use shardlease::kinesis::{
     ConsumerConfig, ConsumerEvent, InitialPosition, KinesisConsumer, StartPosition,
 };
 use shardlease::store::dynamodb::DynamoConfig;
 use shardlease::store::LeaseStore;
-use shardlease::{LeaseEvent, WorkerConfig, WorkerId};
+use shardlease::{LeaseEvent, WorkerId};
 use tokio::time::Instant;
-
-fn worker_config() -> WorkerConfig {
-    WorkerConfig::default()
-        .lease_duration(Duration::from_secs(2))
-        .discovery_interval(Duration::from_millis(500))
-}
 
 fn consumer_config() -> ConsumerConfig {
     ConsumerConfig::default()

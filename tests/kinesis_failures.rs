@@ -22,7 +22,7 @@ use shardlease::kinesis::{
 use shardlease::store::memory::InMemoryStore;
 use shardlease::store::LeaseStore;
 use shardlease::worker::{LeaseEvent, Stall};
-use shardlease::{LeaseKey, WorkerConfig, WorkerId};
+use shardlease::{LeaseKey, WorkerId};
 
 /// What the processor and the consumer's events showed.
 #[derive(Default)]
@@ -96,11 +96,7 @@ async fn start(
         Arc::clone(store),
         WorkerId::new("a").unwrap(),
     )
-    .worker_config(
-        WorkerConfig::default()
-            .lease_duration(Duration::from_secs(2))
-            .discovery_interval(Duration::from_millis(500)),
-    )
+    .worker_config(kinesis::worker_config())
     .config(
         ConsumerConfig::default()
             .initial_position(InitialPosition::TrimHorizon)

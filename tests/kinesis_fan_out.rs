@@ -20,7 +20,7 @@ use kinesis::{until, Ledger, Producer};
 use shardlease::kinesis::{ConsumerConfig, InitialPosition, KinesisConsumer, Retrieval};
 use shardlease::store::memory::InMemoryStore;
 use shardlease::store::LeaseStore;
-use shardlease::{WorkerConfig, WorkerId};
+use shardlease::WorkerId;
 
 async fn start(
     client: &aws_sdk_kinesis::Client,
@@ -36,11 +36,7 @@ async fn start(
         Arc::clone(store),
         WorkerId::new(worker).unwrap(),
     )
-    .worker_config(
-        WorkerConfig::default()
-            .lease_duration(Duration::from_secs(2))
-            .discovery_interval(Duration::from_millis(500)),
-    )
+    .worker_config(kinesis::worker_config())
     .config(
         ConsumerConfig::default()
             .initial_position(InitialPosition::TrimHorizon)

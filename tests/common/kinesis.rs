@@ -26,7 +26,7 @@ use shardlease::kinesis::{
     BatchOutcome, KinesisRecord, ProcessError, RecordCheckpointer, RecordProcessor, ShardStart,
 };
 use shardlease::worker::StopReason;
-use shardlease::LeaseKey;
+use shardlease::{LeaseKey, WorkerConfig};
 use tokio::time::Instant;
 
 /// kinesalite at `SHARDLEASE_KINESALITE_ENDPOINT` or the port `scripts/emulators.sh` uses.
@@ -78,6 +78,14 @@ pub fn faulty_client(every: u32) -> (Client, InjectErrors) {
         Client::from_conf(config().interceptor(inject.clone()).build()),
         inject,
     )
+}
+
+/// The worker configuration of the consumer tests: a 2 s lease (failover within seconds) and a
+/// discovery every 500 ms (new shards, and a worker's first leases, at once).
+pub fn worker_config() -> WorkerConfig {
+    WorkerConfig::default()
+        .lease_duration(Duration::from_secs(2))
+        .discovery_interval(Duration::from_millis(500))
 }
 
 /// A stream name no other test uses.
