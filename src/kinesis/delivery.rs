@@ -9,11 +9,11 @@ use std::task::Poll;
 
 use super::config::{ConsumerConfig, FailureAction};
 use super::event::{ConsumerEvent, Observer};
+use super::fetch::Backoff;
 use super::metrics::ShardMeters;
 use super::processor::{
     BatchFailure, BatchOutcome, KinesisRecord, RecordCheckpointer, RecordProcessor,
 };
-use crate::store::{Jitter, RetryPolicy};
 use crate::worker::{LeaseGrant, StopReason};
 
 /// One call of the processor, with its panic caught: a panicking processor must not end the
@@ -73,10 +73,7 @@ impl Deliverer<'_> {
         records: &[KinesisRecord],
         grant: &mut LeaseGrant,
     ) -> Delivered {
-        let retries = RetryPolicy::default()
-            .base_delay(self.config.retry_backoff)
-            .max_delay(self.config.max_backoff)
-            .jitter(Jitter::Equal);
+        let mut backoff = Backoff::new(self.config.retry_backoff, self.config.max_backoff);
         let mut attempt = 0;
         loop {
             attempt += 1;
@@ -96,7 +93,7 @@ impl Deliverer<'_> {
             );
             match then {
                 BatchOutcome::Retry => {
-                    let wait = retries.backoff(attempt);
+                    let wait = backoff.wait();
                     tokio::select! {
                         biased;
                         reason = grant.stopped() => return Delivered::Stop(reason),

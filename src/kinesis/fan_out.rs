@@ -19,7 +19,7 @@ use aws_sdk_kinesis::types::error::SubscribeToShardEventStreamError as StreamFai
 use aws_sdk_kinesis::types::{ConsumerStatus, StartingPosition, SubscribeToShardEventStream};
 use tokio::time::Instant;
 
-use super::fetch::{starting, to_record, Backoff, Fetched, Fetcher, Rate, UserRecords};
+use super::fetch::{starting, to_record, Backoff, Fetched, Fetcher, Handing};
 use super::processor::{KinesisRecord, StartPosition};
 use super::{classify, describe, Failure};
 
@@ -129,12 +129,11 @@ enum Followed {
 type Subscription = aws_sdk_kinesis::operation::subscribe_to_shard::SubscribeToShardOutput;
 
 /// What a fetcher keeps from one subscription to the next: where the next one starts, the
-/// backoff, the load measured, and the aggregates' expansion (with a resume's skip).
+/// backoff, and what hands the events' records on.
 struct Following {
     position: StartPosition,
     backoff: Backoff,
-    rate: Rate,
-    users: UserRecords,
+    handing: Handing,
 }
 
 impl Fetcher<'_> {
@@ -145,8 +144,7 @@ impl Fetcher<'_> {
         let config = &self.context.config;
         let mut following = Following {
             backoff: Backoff::new(config.min_call_interval, config.max_backoff),
-            rate: Rate::new(config.load_figure),
-            users: UserRecords::new(config.deaggregate, &position),
+            handing: Handing::new(config, &position),
             position,
         };
         loop {
@@ -281,20 +279,9 @@ impl Fetcher<'_> {
         } else if let Some(last) = records.last() {
             following.position = StartPosition::AfterSequenceNumber(last.sequence_number.clone());
         }
-        let records = following
-            .users
-            .expand(records, self.context, &self.key, self.meters)
-            .await;
-        let bytes = records.iter().map(|r| r.data.len()).sum();
-        self.meters
-            .read(records.len(), bytes, Some(event.millis_behind_latest()));
-        let load = following.rate.read(records.len(), bytes);
-        self.queue.handed(records.len(), bytes);
-        let batch = Fetched::Batch {
-            records,
-            bytes,
-            load,
-        };
-        self.sink.send(batch).is_ok()
+        let behind = Some(event.millis_behind_latest());
+        self.hand_records(records, behind, &mut following.handing)
+            .await
+            .is_some()
     }
 }

@@ -28,7 +28,7 @@ use crate::store::{Jitter, RetryPolicy};
 pub const LOAD_SAMPLE: Duration = Duration::from_secs(1);
 
 /// What a record loop read since it last reported its lease's load.
-pub(super) struct Rate {
+struct Rate {
     figure: LoadFigure,
     since: Instant,
     records: u64,
@@ -36,7 +36,7 @@ pub(super) struct Rate {
 }
 
 impl Rate {
-    pub(super) fn new(figure: LoadFigure) -> Self {
+    fn new(figure: LoadFigure) -> Self {
         Self {
             figure,
             since: Instant::now(),
@@ -47,7 +47,7 @@ impl Rate {
 
     /// Counts an answer; once [`LOAD_SAMPLE`] has passed, returns the figure per second and
     /// starts again.
-    pub(super) fn read(&mut self, records: usize, bytes: usize) -> Option<f64> {
+    fn read(&mut self, records: usize, bytes: usize) -> Option<f64> {
         self.records += records as u64;
         self.bytes += bytes as u64;
         let elapsed = self.since.elapsed();
@@ -172,6 +172,23 @@ impl Queue {
     }
 }
 
+/// What a fetcher keeps from one answer to the next to hand them on: the aggregates'
+/// expansion (with a resume's skip) and the load measured.
+pub(super) struct Handing {
+    users: UserRecords,
+    rate: Rate,
+}
+
+impl Handing {
+    /// For a read that starts at `start`.
+    pub(super) fn new(config: &ConsumerConfig, start: &StartPosition) -> Self {
+        Self {
+            users: UserRecords::new(config.deaggregate, start),
+            rate: Rate::new(config.load_figure),
+        }
+    }
+}
+
 /// Reads one shard for its record loop, into the queue.
 pub(super) struct Fetcher<'a> {
     pub context: &'a ReaderContext,
@@ -216,8 +233,7 @@ impl Fetcher<'_> {
             backoff: Backoff::new(config.min_call_interval, config.max_backoff),
             refused: false,
         };
-        let mut rate = Rate::new(config.load_figure);
-        let mut users = UserRecords::new(config.deaggregate, &position);
+        let mut handing = Handing::new(config, &position);
         loop {
             self.queue.room().await;
             tokio::time::sleep_until(cursor.next_call).await;
@@ -241,34 +257,48 @@ impl Fetcher<'_> {
             if let Some(last) = records.last() {
                 position = StartPosition::AfterSequenceNumber(last.sequence_number.clone());
             }
-            let records = users
-                .expand(records, self.context, &self.key, self.meters)
-                .await;
-            let empty = records.is_empty();
-            let bytes = records.iter().map(|r| r.data.len()).sum();
-            self.meters
-                .read(records.len(), bytes, output.millis_behind_latest());
-            let load = rate.read(records.len(), bytes);
-            self.queue.handed(records.len(), bytes);
-            let batch = Fetched::Batch {
-                records,
-                bytes,
-                load,
-            };
-            if self.sink.send(batch).is_err() {
+            let behind = output.millis_behind_latest();
+            let Some(handed) = self.hand_records(records, behind, &mut handing).await else {
                 return;
-            }
+            };
             let Some(next) = output.next_shard_iterator() else {
                 return self.hand(Fetched::End);
             };
             cursor.iterator = Some(next.to_owned());
-            let gap = if empty {
+            let gap = if handed == 0 {
                 config.idle_time_between_reads
             } else {
                 config.min_call_interval
             };
             cursor.next_call = called + gap;
         }
+    }
+
+    /// Hands one answer's records on (Kinesis records, in the shard's order), expanded, counted,
+    /// and with the lease's load when one is due: how many records the processor gets (none:
+    /// the shard is quiet, which the loop counts as progress all the same), or `None` when the
+    /// record loop is gone.
+    pub(super) async fn hand_records(
+        &self,
+        records: Vec<KinesisRecord>,
+        millis_behind: Option<i64>,
+        handing: &mut Handing,
+    ) -> Option<usize> {
+        let records = handing
+            .users
+            .expand(records, self.context, &self.key, self.meters)
+            .await;
+        let count = records.len();
+        let bytes = records.iter().map(|r| r.data.len()).sum();
+        self.meters.read(count, bytes, millis_behind);
+        let load = handing.rate.read(count, bytes);
+        self.queue.handed(count, bytes);
+        let batch = Fetched::Batch {
+            records,
+            bytes,
+            load,
+        };
+        self.sink.send(batch).ok().map(|()| count)
     }
 
     /// A fresh iterator at `position`; `None` after a failure worth retrying (the cursor says
@@ -368,7 +398,7 @@ impl Fetcher<'_> {
 /// What the record loop hands the processor of what it read: with de-aggregation on, the user
 /// records of every aggregate (the shard's hash key range looked up at the first aggregate),
 /// and, after a resume inside an aggregate, none of its user records up to the checkpoint.
-pub(super) struct UserRecords {
+struct UserRecords {
     deaggregate: bool,
     /// The shard's range, once a lookup found it.
     range: Option<HashKeyRange>,
@@ -378,7 +408,7 @@ pub(super) struct UserRecords {
 }
 
 impl UserRecords {
-    pub(super) fn new(deaggregate: bool, start: &StartPosition) -> Self {
+    fn new(deaggregate: bool, start: &StartPosition) -> Self {
         let skip = match start {
             StartPosition::AfterSubSequenceNumber {
                 sequence_number,
@@ -394,7 +424,7 @@ impl UserRecords {
     }
 
     /// The records to hand the processor of `records`, as read.
-    pub(super) async fn expand(
+    async fn expand(
         &mut self,
         records: Vec<KinesisRecord>,
         context: &ReaderContext,
