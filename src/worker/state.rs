@@ -88,6 +88,14 @@ pub(crate) struct Held {
     pub stop: watch::Sender<Option<StopReason>>,
 }
 
+impl Held {
+    /// Halted by its application and still in its hands (not asked to stop): a stall, and
+    /// named in the worker's record so that the balance leaves it here.
+    fn is_halted(&self) -> bool {
+        self.halted && self.phase == Phase::Active
+    }
+}
+
 /// Resolves once the application has let go of a lease lost here (its grant finished or
 /// dropped; at once when it was never given one).
 pub(crate) struct LetGoWait(watch::Sender<Option<StopReason>>);
@@ -409,7 +417,7 @@ impl Holder {
         for (key, held) in reported {
             if unread.get(key) == Some(&held.tenure) {
                 stalled.push((key.clone(), Stall::Undelivered));
-            } else if held.halted && held.phase == Phase::Active {
+            } else if held.is_halted() {
                 stalled.push((key.clone(), Stall::Halted));
             } else if let Some(window) = self.config.progress_window {
                 // Active only: a lease asked to stop has the stop's deadline instead.
@@ -444,7 +452,7 @@ impl Holder {
             .lock()
             .held
             .iter()
-            .filter(|(_, h)| h.halted && h.phase == Phase::Active)
+            .filter(|(_, h)| h.is_halted())
             .map(|(key, _)| key.clone())
             .collect();
         let held = || self.lock().held.keys().cloned().collect();
