@@ -153,15 +153,7 @@ async fn every_record_is_processed_and_a_killed_workers_shards_resume_from_their
     };
     let killed = Instant::now();
     drop(consumers.remove("c"));
-    let producing = {
-        let producer = producer.clone();
-        tokio::spawn(async move {
-            for _ in 0..10 {
-                producer.round().await;
-                tokio::time::sleep(Duration::from_millis(200)).await;
-            }
-        })
-    };
+    let producing = producer.in_background(10, Duration::from_millis(200));
     producing.await.unwrap();
     let total = producer.total() as usize;
     until("every record processed after the kill", || {
@@ -279,15 +271,7 @@ async fn a_split_and_a_merge_while_consuming_keep_every_keys_order() {
     let a = start("a", &client, &stream, &store, &ledger).await;
     let b = start("b", &client, &stream, &store, &ledger).await;
 
-    let producing = {
-        let producer = producer.clone();
-        tokio::spawn(async move {
-            for _ in 0..40 {
-                producer.round().await;
-                tokio::time::sleep(Duration::from_millis(100)).await;
-            }
-        })
-    };
+    let producing = producer.in_background(40, Duration::from_millis(100));
     tokio::time::sleep(Duration::from_secs(1)).await;
     let shards = kinesis::shards(&client, &stream).await;
     let (first, start_key, end_key, _) = shards[0].clone();

@@ -138,15 +138,7 @@ async fn a_lease_handed_over_mid_subscription_loses_nothing_and_repeats_nothing_
         a.worker().held_leases().len() == 2
     })
     .await;
-    let producing = {
-        let producer = producer.clone();
-        tokio::spawn(async move {
-            for _ in 0..30 {
-                producer.round().await;
-                tokio::time::sleep(Duration::from_millis(200)).await;
-            }
-        })
-    };
+    let producing = producer.in_background(30, Duration::from_millis(200));
     tokio::time::sleep(Duration::from_secs(1)).await;
     let b = start(&client, &stream, "app", "b", &store, &ledger).await;
     until("one shard moved to b", || {

@@ -212,6 +212,18 @@ impl Producer {
         }
     }
 
+    /// `rounds` rounds, `every` apart, on a task of their own (records keep coming while the
+    /// test moves leases).
+    pub fn in_background(&self, rounds: usize, every: Duration) -> tokio::task::JoinHandle<()> {
+        let producer = self.clone();
+        tokio::spawn(async move {
+            for _ in 0..rounds {
+                producer.round().await;
+                tokio::time::sleep(every).await;
+            }
+        })
+    }
+
     /// How many records of each key were written.
     pub fn written(&self) -> HashMap<String, u64> {
         self.next.lock().unwrap().clone()
