@@ -187,6 +187,15 @@ pub struct ConsumerConfig {
     /// sends one at least every 5 s, so it must be at least 6 s). Default:
     /// [`Retrieval::Polling`].
     pub retrieval: Retrieval,
+    /// A consumer of several streams
+    /// ([`KinesisConsumer::multi_stream`](super::KinesisConsumer::multi_stream)): how long a
+    /// stream its [`StreamTracker`](super::StreamTracker) no longer names is read on before
+    /// its leases start to retire (KCL's `waitPeriodToDeleteFormerStreams`). Then they retire
+    /// as a vanished shard's do, after [`retire_after`](crate::WorkerConfig::retire_after):
+    /// each held lease's processor is asked to stop and may checkpoint, and the lease is
+    /// deleted. A stream named again before then is read on from its checkpoints. Default:
+    /// 0 (the leases retire `retire_after` after the stream left the set).
+    pub removed_stream_wait: Duration,
 }
 
 impl Default for ConsumerConfig {
@@ -206,6 +215,7 @@ impl Default for ConsumerConfig {
             prefetch_records: 30_000,
             prefetch_bytes: 8 * 1024 * 1024,
             retrieval: Retrieval::Polling,
+            removed_stream_wait: Duration::ZERO,
         }
     }
 }
@@ -306,6 +316,13 @@ impl ConsumerConfig {
     #[must_use]
     pub fn call_timeout(mut self, value: Duration) -> Self {
         self.call_timeout = value;
+        self
+    }
+
+    /// Sets [`removed_stream_wait`](Self::removed_stream_wait).
+    #[must_use]
+    pub fn removed_stream_wait(mut self, value: Duration) -> Self {
+        self.removed_stream_wait = value;
         self
     }
 
@@ -420,6 +437,8 @@ mod file {
         prefetch_records: Option<u32>,
         prefetch_bytes: Option<u64>,
         retrieval: Option<Retrieval>,
+        #[serde(default, with = "humantime_serde")]
+        removed_stream_wait: Option<Duration>,
     }
 
     impl TryFrom<ConsumerConfigFile> for ConsumerConfig {
@@ -442,7 +461,8 @@ mod file {
                 on_failure,
                 prefetch_records,
                 prefetch_bytes,
-                retrieval
+                retrieval,
+                removed_stream_wait
             );
             config.validate()?;
             Ok(config)
@@ -514,6 +534,8 @@ mod file_tests {
         assert_eq!(fan_out.retrieval, Retrieval::FanOut("orders".into()));
         let polling: ConsumerConfig = toml::from_str("retrieval = \"polling\"").unwrap();
         assert_eq!(polling.retrieval, Retrieval::Polling);
+        let streams: ConsumerConfig = toml::from_str("removed_stream_wait = \"10m\"").unwrap();
+        assert_eq!(streams.removed_stream_wait, Duration::from_secs(600));
         let err = toml::from_str::<ConsumerConfig>("on_failure = \"retry\"").unwrap_err();
         assert!(err.to_string().contains("skip"), "{err}");
         let err = toml::from_str::<ConsumerConfig>("max_records = 20000").unwrap_err();

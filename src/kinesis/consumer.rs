@@ -18,7 +18,9 @@ use super::event::{ConsumerEvent, Observer};
 use super::fan_out;
 use super::processor::ProcessorFactory;
 use super::reader;
+use super::registry::{Registry, SeveralStreams, StartError, Streams};
 use super::source::{KinesisShardSource, ShardRanges, StreamError};
+use super::streams::{InvalidStream, StreamConfig, StreamTracker};
 use crate::config::{ConfigError, WorkerConfig};
 use crate::lease::{LeaseKey, WorkerId};
 use crate::source::{Shard, ShardSource, SourceError};
@@ -36,6 +38,25 @@ pub enum ConsumerError {
     /// credentials, nothing listens at its endpoint, or Kinesis refuses the listing.
     #[error(transparent)]
     Stream(#[from] StreamError),
+    /// The stream's name or ARN is not one Kinesis takes.
+    #[error(transparent)]
+    InvalidStream(#[from] InvalidStream),
+    /// A consumer of several streams: the stream tracker's first answer was an error.
+    #[error("the stream tracker failed: {reason}")]
+    Tracker {
+        /// Its error.
+        reason: String,
+    },
+    /// A consumer of several streams: a stream of the tracker's first answer cannot be read
+    /// (it does not exist, its client has no region or credentials, nothing listens at its
+    /// endpoint, Kinesis refuses it, or its stream consumer could not be registered).
+    #[error("{reason}")]
+    Streams {
+        /// The stream (its name, or its identifier).
+        stream: String,
+        /// What failed, in one line that names the stream.
+        reason: String,
+    },
     /// The worker could not start.
     #[error(transparent)]
     Worker(#[from] WorkerError),
@@ -58,7 +79,7 @@ pub enum ConsumerError {
 /// one, and [`start`](Self::start) needs one.
 pub struct KinesisConsumerBuilder<F = NoProcessor> {
     client: aws_sdk_kinesis::Client,
-    stream: String,
+    streams: Given,
     store: Arc<dyn LeaseStore>,
     id: WorkerId,
     worker_config: WorkerConfig,
@@ -86,7 +107,7 @@ pub struct NoProcessor;
 impl<F> std::fmt::Debug for KinesisConsumerBuilder<F> {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("KinesisConsumerBuilder")
-            .field("stream", &self.stream)
+            .field("streams", &self.streams)
             .field("id", &self.id)
             .field("worker_config", &self.worker_config)
             .field("config", &self.config)
@@ -134,7 +155,7 @@ impl<F> KinesisConsumerBuilder<F> {
     pub fn processor<P: ProcessorFactory>(self, factory: P) -> KinesisConsumerBuilder<P> {
         KinesisConsumerBuilder {
             client: self.client,
-            stream: self.stream,
+            streams: self.streams,
             store: self.store,
             id: self.id,
             worker_config: self.worker_config,
@@ -148,29 +169,43 @@ impl<F> KinesisConsumerBuilder<F> {
     /// Validates the configuration, checks that the stream can be listed
     /// ([`KinesisShardSource::check`]: a missing stream or a misconfigured client fails here,
     /// with a one-line [`ConsumerError::Stream`]), and starts the worker and its record loops.
+    /// A consumer of several streams resolves each stream of its tracker's first answer
+    /// instead (one that cannot be read fails with [`ConsumerError::Streams`]).
     /// Needs a processor factory: call [`processor`](Self::processor) first.
     pub async fn start(self) -> Result<KinesisConsumer, ConsumerError>
     where
         F: ProcessorFactory,
     {
         self.config.validate()?;
-        let shards = KinesisShardSource::new(self.client.clone(), self.stream.clone());
-        shards.check().await?;
-        let source = StreamSource {
-            shards,
-            latest: self.config.initial_position == InitialPosition::Latest,
-        };
-        let consumer_arn = match &self.config.retrieval {
-            Retrieval::Polling => None,
-            Retrieval::FanOut(name) => Some(
-                fan_out::register(&self.client, &self.stream, name)
-                    .await
-                    .map_err(|reason| ConsumerError::FanOut {
-                        stream: self.stream.clone(),
-                        consumer: name.clone(),
-                        reason,
-                    })?,
-            ),
+        let latest = self.config.initial_position == InitialPosition::Latest;
+        let (streams, source): (Streams, Arc<dyn ShardSource>) = match self.streams {
+            Given::One(stream) => {
+                let stream = StreamConfig::new(&stream)?;
+                let (context, shards) =
+                    one_stream(&self.client, &stream, &self.config, &self.observer).await?;
+                let source = StreamSource { shards, latest };
+                (Streams::One(Arc::new(context)), Arc::new(source))
+            }
+            Given::Several(tracker) => {
+                let registry = Registry::start(
+                    tracker,
+                    self.client.clone(),
+                    self.config.clone(),
+                    Arc::clone(&self.observer),
+                )
+                .await
+                .map_err(|error| match error {
+                    StartError::Tracker(reason) => ConsumerError::Tracker { reason },
+                    StartError::Stream { stream, reason } => {
+                        ConsumerError::Streams { stream, reason }
+                    }
+                })?;
+                let source = SeveralStreams {
+                    registry: Arc::clone(&registry),
+                    latest,
+                };
+                (Streams::Several(registry), Arc::new(source))
+            }
         };
         let (worker, events) = Worker::builder(self.store, self.id.clone())
             .config(self.worker_config)
@@ -178,23 +213,21 @@ impl<F> KinesisConsumerBuilder<F> {
             .shutdown_signal(self.shutdown_signal)
             .start()
             .await?;
-        let context = Arc::new(ReaderContext {
-            ranges: ShardRanges::new(self.client.clone(), self.stream.clone()),
-            client: self.client,
-            stream: self.stream,
-            config: self.config,
-            observer: self.observer,
-            consumer_arn,
-        });
         let readers = TaskTracker::new();
         let readers_for_dispatch = readers.clone();
         let span = tracing::info_span!("shardlease", worker = %self.id, task = "consumer");
         let dispatched = CancellationToken::new();
         let done = dispatched.clone().drop_guard();
+        let dispatching = Dispatch {
+            streams: Arc::new(streams),
+            config: self.config,
+            observer: self.observer,
+            readers: readers_for_dispatch,
+        };
         let dispatcher = tokio::spawn(
             async move {
                 let _done = done;
-                dispatch(events, context, self.factory, readers_for_dispatch).await;
+                dispatching.run(events, self.factory).await;
             }
             .instrument(span),
         );
@@ -205,6 +238,65 @@ impl<F> KinesisConsumerBuilder<F> {
             readers,
         })
     }
+}
+
+/// The streams a builder was given.
+enum Given {
+    /// One stream, by name or ARN.
+    One(String),
+    /// Several, from a tracker.
+    Several(Arc<dyn StreamTracker>),
+}
+
+impl std::fmt::Debug for Given {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Self::One(stream) => f.debug_tuple("One").field(stream).finish(),
+            Self::Several(_) => f.write_str("Several(..)"),
+        }
+    }
+}
+
+/// The record loops' context of a single-stream consumer and its shard source: the stream
+/// checked (listed once), its stream consumer registered with enhanced fan-out.
+async fn one_stream(
+    client: &aws_sdk_kinesis::Client,
+    stream: &StreamConfig,
+    config: &ConsumerConfig,
+    observer: &Observer,
+) -> Result<(ReaderContext, KinesisShardSource), ConsumerError> {
+    let source = || {
+        let source = KinesisShardSource::new(client.clone(), stream.name());
+        match stream.arn() {
+            Some(arn) => source.stream_arn(arn),
+            None => source,
+        }
+    };
+    let shards = source();
+    shards.check().await?;
+    let consumer_arn = match &config.retrieval {
+        Retrieval::Polling => None,
+        Retrieval::FanOut(name) => Some(
+            fan_out::register(client, stream.name(), stream.arn(), name)
+                .await
+                .map_err(|reason| ConsumerError::FanOut {
+                    stream: stream.name().to_owned(),
+                    consumer: name.clone(),
+                    reason,
+                })?,
+        ),
+    };
+    let context = ReaderContext {
+        ranges: ShardRanges::new(source()),
+        client: client.clone(),
+        stream: stream.name().to_owned(),
+        stream_arn: stream.arn().map(str::to_owned),
+        stream_id: None,
+        config: config.clone(),
+        observer: Arc::clone(observer),
+        consumer_arn,
+    };
+    Ok((context, shards))
 }
 
 /// A running consumer. [`shutdown`](Self::shutdown) leaves gracefully (every processor is
@@ -227,18 +319,46 @@ impl std::fmt::Debug for KinesisConsumer {
 }
 
 impl KinesisConsumer {
-    /// A builder for a consumer of `stream` through `client`, keeping leases in `store` as
-    /// worker `id`. Set the processor factory with
-    /// [`processor`](KinesisConsumerBuilder::processor).
+    /// A builder for a consumer of `stream` (its name, or its ARN: then every call names
+    /// `StreamARN`) through `client`, keeping leases in `store` as worker `id`, keyed by shard
+    /// id. Set the processor factory with [`processor`](KinesisConsumerBuilder::processor).
     pub fn builder(
         client: aws_sdk_kinesis::Client,
         stream: impl Into<String>,
         store: Arc<dyn LeaseStore>,
         id: WorkerId,
     ) -> KinesisConsumerBuilder<NoProcessor> {
+        Self::with_streams(client, Given::One(stream.into()), store, id)
+    }
+
+    /// A builder for a consumer of several streams, those `tracker` names (a [`StreamSet`]
+    /// for a set the application changes itself), through `client` (or a stream's own,
+    /// [`StreamConfig::client`]), in one lease table: leases keyed
+    /// `<account>:<stream>:<creation epoch>:<shard id>`, as a KCL multi-stream application
+    /// keys them (so `shardlease import-kcl` copies such a table one to one), balanced over
+    /// all streams together. A stream the tracker adds has its leases at the next discovery
+    /// round; one it removes is read on for
+    /// [`removed_stream_wait`](ConsumerConfig::removed_stream_wait), then its leases retire.
+    ///
+    /// [`StreamSet`]: super::StreamSet
+    pub fn multi_stream(
+        client: aws_sdk_kinesis::Client,
+        tracker: impl StreamTracker,
+        store: Arc<dyn LeaseStore>,
+        id: WorkerId,
+    ) -> KinesisConsumerBuilder<NoProcessor> {
+        Self::with_streams(client, Given::Several(Arc::new(tracker)), store, id)
+    }
+
+    fn with_streams(
+        client: aws_sdk_kinesis::Client,
+        streams: Given,
+        store: Arc<dyn LeaseStore>,
+        id: WorkerId,
+    ) -> KinesisConsumerBuilder<NoProcessor> {
         KinesisConsumerBuilder {
             client,
-            stream: stream.into(),
+            streams,
             store,
             id,
             worker_config: WorkerConfig::default(),
@@ -305,44 +425,61 @@ impl ShardSource for StreamSource {
     }
 }
 
-/// Starts a record loop for every lease acquired. A lease lost and acquired again here
-/// (a new tenure) while its previous loop is still inside a processor call waits for that loop
-/// to end first, so one process never has two loops on one shard.
-async fn dispatch<F: ProcessorFactory>(
-    mut events: LeaseEvents,
-    context: Arc<ReaderContext>,
-    factory: F,
+/// What the dispatcher starts record loops with.
+struct Dispatch {
+    streams: Arc<Streams>,
+    config: ConsumerConfig,
+    observer: Observer,
     readers: TaskTracker,
-) {
-    let mut running: HashMap<LeaseKey, JoinHandle<()>> = HashMap::new();
-    while let Some(event) = events.recv().await {
-        let observed = match event {
-            LeaseEvent::Acquired(grant) => {
-                let key = grant.key().clone();
-                let checkpoint = grant.initial_checkpoint().map(str::to_owned);
-                (context.observer)(ConsumerEvent::Acquired {
-                    key: key.clone(),
-                    checkpoint,
-                });
-                running.retain(|_, previous| !previous.is_finished());
-                let previous = running.remove(&key);
-                let processor = factory.create(&key);
-                let context = Arc::clone(&context);
-                let span = tracing::info_span!("record_loop", lease_key = %key);
-                let record_loop = async move {
-                    if let Some(previous) = previous {
-                        tracing::info!("waiting for the previous record loop of this shard to end");
-                        let _ = previous.await;
-                    }
-                    reader::run(context, grant, processor).await;
-                };
-                running.insert(key, readers.spawn(record_loop.instrument(span)));
-                continue;
-            }
-            // Everything else is reported as the worker reported it. (A record loop finishes
-            // its grant on every path: an abandonment means a loop's task ended some other way.)
-            event => ConsumerEvent::Lease(event),
-        };
-        (context.observer)(observed);
+}
+
+impl Dispatch {
+    /// Starts a record loop for every lease acquired. A lease lost and acquired again here
+    /// (a new tenure) while its previous loop is still inside a processor call waits for that
+    /// loop to end first, so one process never has two loops on one shard.
+    async fn run<F: ProcessorFactory>(self, mut events: LeaseEvents, factory: F) {
+        let mut running: HashMap<LeaseKey, JoinHandle<()>> = HashMap::new();
+        while let Some(event) = events.recv().await {
+            let observed = match event {
+                LeaseEvent::Acquired(grant) => {
+                    let key = grant.key().clone();
+                    let checkpoint = grant.initial_checkpoint().map(str::to_owned);
+                    (self.observer)(ConsumerEvent::Acquired {
+                        key: key.clone(),
+                        checkpoint,
+                    });
+                    running.retain(|_, previous| !previous.is_finished());
+                    let previous = running.remove(&key);
+                    let processor = factory.create(&key);
+                    let streams = Arc::clone(&self.streams);
+                    let config = self.config.clone();
+                    let observer = Arc::clone(&self.observer);
+                    let span = tracing::info_span!("record_loop", lease_key = %key);
+                    let record_loop = async move {
+                        if let Some(previous) = previous {
+                            tracing::info!(
+                                "waiting for the previous record loop of this shard to end"
+                            );
+                            let _ = previous.await;
+                        }
+                        match streams.context_for(grant.key()).await {
+                            Ok((context, shard)) => {
+                                reader::run(context, shard, grant, processor).await;
+                            }
+                            Err(error) => {
+                                reader::unreadable(&config, &observer, grant, error).await
+                            }
+                        }
+                    };
+                    running.insert(key, self.readers.spawn(record_loop.instrument(span)));
+                    continue;
+                }
+                // Everything else is reported as the worker reported it. (A record loop
+                // finishes its grant on every path: an abandonment means a loop's task ended
+                // some other way.)
+                event => ConsumerEvent::Lease(event),
+            };
+            (self.observer)(observed);
+        }
     }
 }

@@ -3,6 +3,7 @@
 
 use std::sync::Arc;
 
+use super::streams::StreamId;
 use super::BatchOutcome;
 use crate::lease::LeaseKey;
 use crate::worker::{LeaseEvent, StopReason};
@@ -68,6 +69,28 @@ pub enum ConsumerEvent {
         error: Option<String>,
         /// What follows.
         then: BatchOutcome,
+    },
+    /// A consumer of several streams: a stream of its tracker was resolved and its shards are
+    /// listed from now on (at start, and when the tracker names a new one).
+    StreamAdded {
+        /// The stream, as its leases' keys name it.
+        stream: StreamId,
+    },
+    /// A consumer of several streams: the tracker no longer names this stream. It is read
+    /// on for [`removed_stream_wait`](super::ConsumerConfig::removed_stream_wait), then its
+    /// leases retire.
+    StreamRemoved {
+        /// The stream.
+        stream: StreamId,
+    },
+    /// A consumer of several streams: the tracker failed, or a stream of it could not be
+    /// resolved or listed (it is tried again at the next discovery round; a stream whose
+    /// listing fails keeps its last listing, one that no longer exists retires).
+    StreamFailed {
+        /// The stream (its name, or its identifier once resolved), or "the stream tracker".
+        stream: String,
+        /// What failed.
+        error: String,
     },
     /// Kinesis refused to serve the shard (`GetShardIterator`, or `GetRecords` even with a
     /// fresh iterator) with an error that retrying cannot fix: the stream was deleted, access

@@ -32,23 +32,27 @@ const ACTIVE_WITHIN: Duration = Duration::from_secs(120);
 /// How often [`register`] looks at a consumer that is not active yet.
 const ACTIVE_POLL: Duration = Duration::from_millis(500);
 
-/// The stream consumer `name` of `stream`: registered if it does not exist, then waited for
+/// The stream consumer `name` of `stream` (its name, and its ARN when known; else the ARN is
+/// asked with `DescribeStreamSummary`): registered if it does not exist, then waited for
 /// until it is active (at most [`ACTIVE_WITHIN`]). Its ARN, or why not (one line).
 pub(super) async fn register(
     client: &aws_sdk_kinesis::Client,
     stream: &str,
+    stream_arn: Option<&str>,
     name: &str,
 ) -> Result<String, String> {
-    let summary = client
-        .describe_stream_summary()
-        .stream_name(stream)
-        .send()
-        .await
-        .map_err(|err| format!("DescribeStreamSummary: {}", describe(&err)))?;
-    let stream_arn = summary
-        .stream_description_summary()
-        .map(|s| s.stream_arn().to_owned())
-        .ok_or("DescribeStreamSummary returned no stream ARN")?;
+    let stream_arn = match stream_arn {
+        Some(arn) => arn.to_owned(),
+        None => client
+            .describe_stream_summary()
+            .stream_name(stream)
+            .send()
+            .await
+            .map_err(|err| format!("DescribeStreamSummary: {}", describe(&err)))?
+            .stream_description_summary()
+            .map(|s| s.stream_arn().to_owned())
+            .ok_or("DescribeStreamSummary returned no stream ARN")?,
+    };
     let registered = client
         .register_stream_consumer()
         .stream_arn(&stream_arn)
@@ -181,7 +185,7 @@ impl Fetcher<'_> {
             .client
             .subscribe_to_shard()
             .consumer_arn(consumer_arn)
-            .shard_id(self.key.as_str())
+            .shard_id(&self.shard)
             .starting_position(start)
             .send();
         let failure = match tokio::time::timeout(config.call_timeout, request).await {

@@ -21,7 +21,6 @@ use super::context::ReaderContext;
 use super::metrics::ShardMeters;
 use super::processor::{KinesisRecord, StartPosition};
 use super::{classify, describe, Failure};
-use crate::lease::LeaseKey;
 use crate::store::{Jitter, RetryPolicy};
 
 /// The least time a record loop measures over before it reports its lease's load.
@@ -192,7 +191,9 @@ impl Handing {
 /// Reads one shard for its record loop, into the queue.
 pub(super) struct Fetcher<'a> {
     pub context: &'a ReaderContext,
-    pub key: LeaseKey,
+    /// The shard's id (the lease key of a single-stream consumer; the key's last part in a
+    /// multi-stream one).
+    pub shard: String,
     pub meters: &'a ShardMeters,
     pub queue: &'a Queue,
     pub sink: mpsc::UnboundedSender<Fetched>,
@@ -286,7 +287,7 @@ impl Fetcher<'_> {
     ) -> Option<usize> {
         let records = handing
             .users
-            .expand(records, self.context, &self.key, self.meters)
+            .expand(records, self.context, &self.shard, self.meters)
             .await;
         let count = records.len();
         let bytes = records.iter().map(|r| r.data.len()).sum();
@@ -309,7 +310,7 @@ impl Fetcher<'_> {
         position: &StartPosition,
     ) -> Result<Option<String>, Fetched> {
         let config = &self.context.config;
-        let call = shard_iterator(self.context, &self.key, position);
+        let call = shard_iterator(self.context, &self.shard, position);
         match tokio::time::timeout(config.call_timeout, call).await {
             Ok(Ok(fresh)) => Ok(Some(fresh)),
             Ok(Err((Failure::Fatal, error))) => {
@@ -344,6 +345,7 @@ impl Fetcher<'_> {
             .client
             .get_records()
             .shard_iterator(&current)
+            .set_stream_arn(self.context.stream_arn.clone())
             // At most 10,000 (validated), so it fits the SDK's i32.
             .limit(i32::try_from(config.max_records).unwrap_or(i32::MAX))
             .send();
@@ -428,7 +430,7 @@ impl UserRecords {
         &mut self,
         records: Vec<KinesisRecord>,
         context: &ReaderContext,
-        key: &LeaseKey,
+        shard: &str,
         meters: &ShardMeters,
     ) -> Vec<KinesisRecord> {
         let mut users = Vec::with_capacity(records.len());
@@ -442,7 +444,7 @@ impl UserRecords {
                 // time), the aggregate is expanded without the check, and the next one asks
                 // again (the listing itself is not repeated within
                 // `RELIST_GAP` in `source.rs`).
-                let lookup = context.ranges.get(key);
+                let lookup = context.ranges.get(shard);
                 self.range = tokio::time::timeout(context.config.call_timeout, lookup)
                     .await
                     .ok()
@@ -518,14 +520,15 @@ pub(super) fn starting(
 /// A fresh iterator at `position`, or why not (with the error's text).
 async fn shard_iterator(
     context: &ReaderContext,
-    key: &LeaseKey,
+    shard: &str,
     position: &StartPosition,
 ) -> Result<String, (Failure, String)> {
     let request = context
         .client
         .get_shard_iterator()
         .stream_name(&context.stream)
-        .shard_id(key.as_str());
+        .set_stream_arn(context.stream_arn.clone())
+        .shard_id(shard);
     let (kind, sequence, at) = starting(position);
     let request = request
         .shard_iterator_type(kind)

@@ -66,7 +66,9 @@ mod fetch;
 mod metrics;
 mod processor;
 mod reader;
+mod registry;
 mod source;
+mod streams;
 
 pub use config::{ConsumerConfig, FailureAction, InitialPosition, LoadFigure, Retrieval};
 pub use consumer::{ConsumerError, KinesisConsumer, KinesisConsumerBuilder, NoProcessor};
@@ -77,6 +79,7 @@ pub use processor::{
     RecordProcessor, ShardStart, StartPosition,
 };
 pub use source::{KinesisShardSource, StreamError};
+pub use streams::{InvalidStream, StreamConfig, StreamId, StreamSet, StreamTracker};
 
 use aws_sdk_kinesis::error::{DisplayErrorContext, ProvideErrorMetadata, SdkError};
 

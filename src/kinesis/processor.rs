@@ -8,6 +8,7 @@ use std::time::SystemTime;
 use async_trait::async_trait;
 
 use super::event::{ConsumerEvent, Observer};
+use super::streams::StreamId;
 use crate::lease::LeaseKey;
 use crate::worker::{CheckpointError, Checkpointer, StopReason};
 
@@ -99,9 +100,19 @@ impl std::fmt::Display for BatchFailure {
 
 /// What a processor learns when its shard starts.
 #[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
 pub struct ShardStart {
-    /// The shard (the lease key).
+    /// The lease key: the shard id for a consumer of one stream,
+    /// `<account>:<stream>:<creation epoch>:<shard id>` for a consumer of several
+    /// ([`KinesisConsumer::multi_stream`](super::KinesisConsumer::multi_stream)).
     pub shard: LeaseKey,
+    /// The shard's id, as Kinesis names it (`shardId-000000000000`).
+    pub shard_id: String,
+    /// The stream's name.
+    pub stream: String,
+    /// The stream as its leases' keys name it, for a consumer of several streams (`None` for
+    /// a consumer of one).
+    pub stream_id: Option<StreamId>,
     /// The lease's checkpoint when it was acquired, if any: a sequence number, a sequence
     /// number and a sub-sequence number (`<sequence>:<sub>`, inside an aggregate), or the
     /// consumer's own marker of where a `Latest` start began (`shardlease#AT_TIMESTAMP:<ms>`).

@@ -95,8 +95,10 @@ enum Exit {
     Refused(String),
 }
 
+/// Reads shard `shard` of the context's stream for as long as `grant` lasts.
 pub(crate) async fn run<P: RecordProcessor>(
     context: Arc<ReaderContext>,
+    shard: String,
     mut grant: LeaseGrant,
     mut processor: P,
 ) {
@@ -105,16 +107,24 @@ pub(crate) async fn run<P: RecordProcessor>(
     let position = start_position(&grant, &context.config, &checkpointer).await;
     let start = ShardStart {
         shard: key.clone(),
+        shard_id: shard.clone(),
+        stream: context.stream.clone(),
+        stream_id: context.stream_id.clone(),
         checkpoint: grant.initial_checkpoint().map(str::to_owned),
         position: position.clone(),
         parents: grant.parents().to_vec(),
     };
     tracing::info!(?position, "record loop starts");
-    let meters = ShardMeters::new(&context.stream, key.as_str());
+    let stream_label = match &context.stream_id {
+        Some(id) => id.to_string(),
+        None => context.stream.clone(),
+    };
+    let meters = ShardMeters::new(&stream_label, &shard);
     let exit = match guarded(processor.initialize(&start)).await {
         Ok(()) => {
             read(
                 &context,
+                shard,
                 &mut grant,
                 &mut processor,
                 &checkpointer,
@@ -135,7 +145,7 @@ pub(crate) async fn run<P: RecordProcessor>(
                 key: key.clone(),
                 message,
             });
-            give_back(&context, &mut grant).await;
+            give_back(&context.config, &mut grant).await;
         }
         Exit::Refused(error) => {
             tracing::error!(%error, "Kinesis refuses to serve the shard; the lease is released after a backoff");
@@ -143,7 +153,7 @@ pub(crate) async fn run<P: RecordProcessor>(
                 key: key.clone(),
                 error,
             });
-            give_back(&context, &mut grant).await;
+            give_back(&context.config, &mut grant).await;
         }
     }
     // Still active (a failure, not a stop): this releases the lease. After a stop request it
@@ -198,12 +208,32 @@ async fn stop<P: RecordProcessor>(
 
 /// Holds a lease whose loop failed for `max_backoff` before it is released (at once if a stop
 /// comes first), so that a lease failing on every worker moves at most that often.
-async fn give_back(context: &ReaderContext, grant: &mut LeaseGrant) {
+async fn give_back(config: &ConsumerConfig, grant: &mut LeaseGrant) {
     tokio::select! {
         biased;
         reason = grant.stopped() => tracing::info!(?reason, "stopped while backing off"),
-        _ = tokio::time::sleep(context.config.max_backoff) => {}
+        _ = tokio::time::sleep(config.max_backoff) => {}
     }
+}
+
+/// A lease this consumer cannot read at all (its key names no stream this worker can
+/// resolve: `error` says why): reported as a refused read, held for `max_backoff` and
+/// released, as after a refusal, with no processor made for it.
+pub(crate) async fn unreadable(
+    config: &ConsumerConfig,
+    observer: &super::event::Observer,
+    mut grant: LeaseGrant,
+    error: String,
+) {
+    let key = grant.key().clone();
+    tracing::error!(%error, "the lease's stream cannot be read here; the lease is released after a backoff");
+    observer(ConsumerEvent::ReadFailed {
+        key: key.clone(),
+        error,
+    });
+    give_back(config, &mut grant).await;
+    grant.finish();
+    observer(ConsumerEvent::Stopped { key });
 }
 
 /// Reads until the lease must stop, its shard ended and the end was checkpointed, the
@@ -217,6 +247,7 @@ async fn give_back(context: &ReaderContext, grant: &mut LeaseGrant) {
 /// processor, or backing off for good, stops counting as progress.
 async fn read<P: RecordProcessor>(
     context: &ReaderContext,
+    shard: String,
     grant: &mut LeaseGrant,
     processor: &mut P,
     checkpointer: &RecordCheckpointer,
@@ -227,7 +258,7 @@ async fn read<P: RecordProcessor>(
     let (sink, mut fetched) = mpsc::unbounded_channel();
     let fetcher = Fetcher {
         context,
-        key: grant.key().clone(),
+        shard,
         meters,
         queue: &queue,
         sink,

@@ -58,15 +58,64 @@ pub enum StreamError {
         #[source]
         source: BoxError,
     },
-    /// Kinesis refused the listing for a reason that retrying will not cure (access denied,
-    /// an invalid name).
-    #[error("ListShards on stream {stream:?} was refused: {reason}")]
+    /// Kinesis refused a call for a reason that retrying will not cure (access denied, an
+    /// invalid name).
+    #[error("{call} on stream {stream:?} was refused: {reason}")]
     Refused {
+        /// The call (`ListShards`, `DescribeStreamSummary`).
+        call: String,
         /// The stream's name.
         stream: String,
         /// The error's code and message.
         reason: String,
     },
+}
+
+/// The [`StreamError`] a failed call of `call` at startup means, or `None` (with a warning)
+/// for a throttled or passing failure, which the consumer's loops retry: a stream that does
+/// not exist, a client without region or credentials, an endpoint where nothing listens (as
+/// `recorder` saw it), a refusal that retrying will not cure.
+pub(crate) fn unreadable<E, R>(
+    call: &str,
+    stream: &str,
+    err: SdkError<E, R>,
+    recorder: &EndpointRecorder,
+) -> Option<StreamError>
+where
+    E: ProvideErrorMetadata + std::error::Error + Send + Sync + 'static,
+    R: std::fmt::Debug + Send + Sync + 'static,
+{
+    let failure = classify(&err);
+    let code = err.as_service_error().and_then(|e| e.code());
+    if code == Some("ResourceNotFoundException") {
+        return Some(StreamError::NotFound {
+            stream: stream.to_owned(),
+        });
+    }
+    match send_failure(&err) {
+        Some(SendFailure::Misconfigured(problem)) => {
+            return Some(StreamError::Misconfigured {
+                problem,
+                source: Box::new(err),
+            })
+        }
+        Some(SendFailure::Refused) => {
+            return Some(StreamError::Unreachable {
+                endpoint: recorder.endpoint_or(UNKNOWN_ENDPOINT),
+                source: Box::new(err),
+            })
+        }
+        None => {}
+    }
+    if failure == Failure::Fatal {
+        return Some(StreamError::Refused {
+            call: call.to_owned(),
+            stream: stream.to_owned(),
+            reason: describe(&err),
+        });
+    }
+    tracing::warn!(stream, call, error = %describe(&err), "the stream could not be read at startup; the consumer keeps trying");
+    None
 }
 
 /// Lists the shards of one stream: id, parent and adjacent parent (a merge), and closed (the
@@ -75,6 +124,7 @@ pub enum StreamError {
 pub struct KinesisShardSource {
     client: aws_sdk_kinesis::Client,
     stream: String,
+    arn: Option<String>,
     last_call: tokio::sync::Mutex<Option<Instant>>,
 }
 
@@ -84,8 +134,17 @@ impl KinesisShardSource {
         Self {
             client,
             stream: stream.into(),
+            arn: None,
             last_call: tokio::sync::Mutex::new(None),
         }
+    }
+
+    /// Names the stream by this ARN too (`StreamARN`, which a stream of another account read
+    /// through its resource policy needs) in every call.
+    #[must_use]
+    pub fn stream_arn(mut self, arn: impl Into<String>) -> Self {
+        self.arn = Some(arn.into());
+        self
     }
 
     /// The stream's name.
@@ -106,35 +165,9 @@ impl KinesisShardSource {
             Ok(_) => return Ok(()),
             Err(err) => err,
         };
-        let failure = classify(&err);
-        let code = err.as_service_error().and_then(|e| e.code());
-        if code == Some("ResourceNotFoundException") {
-            return Err(StreamError::NotFound {
-                stream: self.stream.clone(),
-            });
+        if let Some(unreadable) = unreadable("ListShards", &self.stream, err, &recorder) {
+            return Err(unreadable);
         }
-        match send_failure(&err) {
-            Some(SendFailure::Misconfigured(problem)) => {
-                return Err(StreamError::Misconfigured {
-                    problem,
-                    source: Box::new(err),
-                })
-            }
-            Some(SendFailure::Refused) => {
-                return Err(StreamError::Unreachable {
-                    endpoint: recorder.endpoint_or(UNKNOWN_ENDPOINT),
-                    source: Box::new(err),
-                })
-            }
-            None => {}
-        }
-        if failure == Failure::Fatal {
-            return Err(StreamError::Refused {
-                stream: self.stream.clone(),
-                reason: describe(&err),
-            });
-        }
-        tracing::warn!(stream = %self.stream, error = %describe(&err), "the stream could not be listed at startup; the discoverer keeps trying");
         Ok(())
     }
 
@@ -155,10 +188,14 @@ impl KinesisShardSource {
         let mut attempt = 1;
         loop {
             self.pace().await;
-            // With a next token the stream name must not be sent.
+            // With a next token the stream must not be named (KCL sends the token alone).
             let request = match next {
                 Some(token) => self.client.list_shards().next_token(token),
-                None => self.client.list_shards().stream_name(&self.stream),
+                None => self
+                    .client
+                    .list_shards()
+                    .stream_name(&self.stream)
+                    .set_stream_arn(self.arn.clone()),
             };
             let sent = match recorder {
                 Some(recorder) => {
@@ -261,18 +298,20 @@ struct KnownRanges {
 }
 
 impl ShardRanges {
-    pub(crate) fn new(client: aws_sdk_kinesis::Client, stream: impl Into<String>) -> Self {
+    /// The ranges of the shards `source` lists.
+    pub(crate) fn new(source: KinesisShardSource) -> Self {
         Self {
-            source: KinesisShardSource::new(client, stream),
+            source,
             known: tokio::sync::Mutex::default(),
         }
     }
 
-    /// `shard`'s range, `None` when no listing shows it (or the listing failed: then the
-    /// aggregates are expanded without the check, as KCL does without a shard's range).
-    pub(crate) async fn get(&self, shard: &LeaseKey) -> Option<HashKeyRange> {
+    /// `shard`'s range (by shard id), `None` when no listing shows it (or the listing failed:
+    /// then the aggregates are expanded without the check, as KCL does without a shard's
+    /// range).
+    pub(crate) async fn get(&self, shard: &str) -> Option<HashKeyRange> {
         let mut known = self.known.lock().await;
-        if let Some(range) = known.ranges.get(shard.as_str()) {
+        if let Some(range) = known.ranges.get(shard) {
             return Some(*range);
         }
         if known.listed.is_some_and(|at| at.elapsed() < RELIST_GAP) {
@@ -285,7 +324,7 @@ impl ShardRanges {
                 tracing::warn!(stream = %self.source.stream, error = %describe(&err), "could not list the shards' hash key ranges; aggregates are expanded without checking them");
             }
         }
-        known.ranges.get(shard.as_str()).copied()
+        known.ranges.get(shard).copied()
     }
 }
 
@@ -308,15 +347,40 @@ fn to_shard(shard: &aws_sdk_kinesis::types::Shard) -> Result<Shard, SourceError>
     })
 }
 
-#[async_trait]
-impl ShardSource for KinesisShardSource {
-    async fn list_shards(&self) -> Result<Vec<Shard>, SourceError> {
-        let pages = self.pages().await.map_err(|err| self.source_error(&err))?;
+/// A listing that failed, and whether because the stream does not exist.
+#[derive(Debug)]
+pub(crate) struct ListFailure {
+    /// Kinesis answered `ResourceNotFoundException`: the stream was deleted (or never was).
+    pub not_found: bool,
+    pub error: SourceError,
+}
+
+impl KinesisShardSource {
+    /// Every shard of the stream, or why not.
+    pub(crate) async fn shards(&self) -> Result<Vec<Shard>, ListFailure> {
+        let pages = self.pages().await.map_err(|err| ListFailure {
+            not_found: err
+                .as_service_error()
+                .and_then(|e| e.code())
+                .is_some_and(|code| code == "ResourceNotFoundException"),
+            error: self.source_error(&err),
+        })?;
         pages
             .iter()
             .flat_map(|page| page.shards())
             .map(to_shard)
-            .collect()
+            .collect::<Result<_, _>>()
+            .map_err(|error| ListFailure {
+                not_found: false,
+                error,
+            })
+    }
+}
+
+#[async_trait]
+impl ShardSource for KinesisShardSource {
+    async fn list_shards(&self) -> Result<Vec<Shard>, SourceError> {
+        self.shards().await.map_err(|failure| failure.error)
     }
 }
 

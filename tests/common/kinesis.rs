@@ -67,6 +67,17 @@ pub fn mock_client() -> (Client, InjectErrors) {
     (Client::from_conf(config.build()), counts)
 }
 
+/// A client of kinesis-mock in `account` (kinesis-mock serves the account whose 12-digit id is
+/// the request's access key id), with `interceptor` if given.
+pub fn mock_client_of(account: &str, interceptor: Option<impl Intercept + 'static>) -> Client {
+    let mut config = config_at(mock_endpoint())
+        .credentials_provider(Credentials::new(account, "test", None, None, "tests"));
+    if let Some(interceptor) = interceptor {
+        config = config.interceptor(interceptor);
+    }
+    Client::from_conf(config.build())
+}
+
 /// A client whose `GetRecords` answers are replaced, one in `every`, by a throttling or an
 /// expired-iterator error (alternately).
 pub fn faulty_client(every: u32) -> (Client, InjectErrors) {
@@ -192,6 +203,15 @@ impl Producer {
         }
     }
 
+    /// The same producer with its keys named `{prefix}-key-NN` (two producers whose records
+    /// must not be taken for each other's).
+    pub fn prefixed(mut self, prefix: &str) -> Self {
+        for key in &mut self.keys {
+            *key = format!("{prefix}-{key}");
+        }
+        self
+    }
+
     /// One record for every key.
     pub async fn round(&self) {
         for key in &self.keys {
@@ -268,6 +288,19 @@ impl Ledger {
             }
         }
         order
+    }
+
+    /// How many distinct records were processed, a record being its key and number within
+    /// its lease key's stream (the key without its last `:` part; one stream for plain keys).
+    pub fn distinct_per_shard_key(&self) -> usize {
+        self.processed
+            .iter()
+            .map(|p| {
+                let stream = p.shard.rsplit_once(':').map_or("", |(stream, _)| stream);
+                (stream, &p.key, p.n)
+            })
+            .collect::<std::collections::HashSet<_>>()
+            .len()
     }
 
     /// How many distinct records were processed.
