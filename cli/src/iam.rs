@@ -26,24 +26,35 @@ pub const KINESIS_ACTIONS: &[&str] = &[
     "kinesis:GetRecords",
 ];
 
-/// What a consumer with enhanced fan-out also sends on the stream: its ARN looked up, and its
-/// stream consumer registered (`Retrieval::FanOut`).
-pub const FAN_OUT_STREAM_ACTIONS: &[&str] = &[
-    "kinesis:DescribeStreamSummary",
-    "kinesis:RegisterStreamConsumer",
-];
+/// What a consumer of several streams (`KinesisConsumer::multi_stream`) and a consumer with
+/// enhanced fan-out also send on each stream: its ARN and creation time looked up.
+pub const STREAM_LOOKUP_ACTIONS: &[&str] = &["kinesis:DescribeStreamSummary"];
+
+/// What a consumer with enhanced fan-out also sends on the stream: its stream consumer
+/// registered (`Retrieval::FanOut`).
+pub const FAN_OUT_STREAM_ACTIONS: &[&str] = &["kinesis:RegisterStreamConsumer"];
 
 /// What a consumer with enhanced fan-out sends on its stream consumer: waited for until
 /// active, and subscribed to.
 pub const FAN_OUT_CONSUMER_ACTIONS: &[&str] =
     &["kinesis:DescribeStreamConsumer", "kinesis:SubscribeToShard"];
 
-/// The policy for the lease table `table` (and the stream `stream`, read with enhanced
-/// fan-out when `fan_out`), in `region` and `account` (`*` where not given).
+/// What the consumer reads.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct Reading<'a> {
+    /// The streams, by name or ARN (none: the policy covers the lease table only).
+    pub streams: &'a [String],
+    /// With enhanced fan-out.
+    pub fan_out: bool,
+    /// As a consumer of several streams (implied by more than one).
+    pub multi_stream: bool,
+}
+
+/// The policy for the lease table `table` and what the consumer reads, in `region` and
+/// `account` (`*` where not given; a stream given by ARN is taken as it is).
 pub fn policy(
     table: &str,
-    stream: Option<&str>,
-    fan_out: bool,
+    reading: Reading<'_>,
     region: Option<&str>,
     account: Option<&str>,
 ) -> Value {
@@ -55,24 +66,42 @@ pub fn policy(
         "Action": DYNAMODB_ACTIONS,
         "Resource": format!("arn:aws:dynamodb:{region}:{account}:table/{table}"),
     })];
-    if let Some(stream) = stream {
-        let stream_arn = format!("arn:aws:kinesis:{region}:{account}:stream/{stream}");
+    if !reading.streams.is_empty() {
+        let arns: Vec<String> = reading
+            .streams
+            .iter()
+            .map(|stream| {
+                if stream.starts_with("arn:") {
+                    stream.clone()
+                } else {
+                    format!("arn:aws:kinesis:{region}:{account}:stream/{stream}")
+                }
+            })
+            .collect();
         let mut actions = KINESIS_ACTIONS.to_vec();
-        if fan_out {
+        if reading.fan_out || reading.multi_stream || arns.len() > 1 {
+            actions.extend(STREAM_LOOKUP_ACTIONS);
+        }
+        if reading.fan_out {
             actions.extend(FAN_OUT_STREAM_ACTIONS);
         }
+        let one_or_many = |resources: Vec<String>| match <[String; 1]>::try_from(resources) {
+            Ok([one]) => Value::from(one),
+            Err(many) => Value::from(many),
+        };
+        let consumers = arns.iter().map(|arn| format!("{arn}/consumer/*")).collect();
         statements.push(json!({
             "Sid": "ShardleaseKinesisStream",
             "Effect": "Allow",
             "Action": actions,
-            "Resource": stream_arn,
+            "Resource": one_or_many(arns),
         }));
-        if fan_out {
+        if reading.fan_out {
             statements.push(json!({
                 "Sid": "ShardleaseKinesisStreamConsumer",
                 "Effect": "Allow",
                 "Action": FAN_OUT_CONSUMER_ACTIONS,
-                "Resource": format!("{stream_arn}/consumer/*"),
+                "Resource": one_or_many(consumers),
             }));
         }
     }

@@ -119,12 +119,16 @@ enum Command {
     DescribeTable,
     /// Print the least-privilege IAM policy for workers of this table (and stream)
     IamPolicy {
-        /// The Kinesis stream the consumer reads
+        /// A Kinesis stream the consumer reads, by name or ARN (again for each stream of a
+        /// consumer of several)
         #[arg(long)]
-        stream: Option<String>,
-        /// The consumer reads the stream with enhanced fan-out (its stream consumer's actions)
+        stream: Vec<String>,
+        /// The consumer reads its streams with enhanced fan-out (its stream consumers' actions)
         #[arg(long, requires = "stream")]
         fan_out: bool,
+        /// The consumer is a consumer of several streams (implied by more than one --stream)
+        #[arg(long, requires = "stream")]
+        multi_stream: bool,
         /// The AWS region of the resources [default: any]
         #[arg(long)]
         region: Option<String>,
@@ -320,18 +324,18 @@ async fn run(cli: Cli) -> Result<(), Error> {
         Command::IamPolicy {
             stream,
             fan_out,
+            multi_stream,
             region,
             account,
         } => {
             target.dynamodb_only("iam-policy", "Redis access is granted by the server's ACLs")?;
             let table = target.table()?;
-            let policy = iam::policy(
-                table,
-                stream.as_deref(),
+            let reading = iam::Reading {
+                streams: &stream,
                 fan_out,
-                region.as_deref(),
-                account.as_deref(),
-            );
+                multi_stream,
+            };
+            let policy = iam::policy(table, reading, region.as_deref(), account.as_deref());
             println!("{}", serde_json::to_string_pretty(&policy)?);
             Ok(())
         }

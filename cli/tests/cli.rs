@@ -473,8 +473,8 @@ fn operations_in_source() -> BTreeSet<String> {
             if name.is_empty() || !call[name.len()..].starts_with("()") {
                 continue;
             }
-            // Accessors of the client itself, not requests.
-            if ["config", "clone"].contains(&name.as_str()) {
+            // Accessors of the client itself, and of an optional one, not requests.
+            if ["config", "clone", "cloned", "as_ref", "is_some"].contains(&name.as_str()) {
                 continue;
             }
             let pascal: String = name
@@ -535,6 +535,51 @@ async fn the_iam_policy_allows_exactly_the_operations_the_code_sends() {
             "arn:aws:kinesis:eu-west-1:*:stream/orders/consumer/*"
         ]
     );
+}
+
+#[tokio::test]
+async fn the_iam_policy_of_a_consumer_of_several_streams_covers_each_and_its_lookup() {
+    let other = "arn:aws:kinesis:eu-west-1:222222222222:stream/payments";
+    let policy = json(
+        &cli(
+            &Table::named("orders-leases"),
+            &[
+                "iam-policy",
+                "--stream",
+                "orders",
+                "--stream",
+                other,
+                "--region",
+                "eu-west-1",
+                "--account",
+                "111111111111",
+            ],
+        )
+        .await,
+    );
+    let stream = &policy["Statement"][1];
+    assert_eq!(
+        stream["Resource"],
+        serde_json::json!([
+            "arn:aws:kinesis:eu-west-1:111111111111:stream/orders",
+            other
+        ])
+    );
+    let actions: Vec<&str> = stream["Action"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|a| a.as_str().unwrap())
+        .collect();
+    assert!(
+        actions.contains(&"kinesis:DescribeStreamSummary"),
+        "{actions:?}"
+    );
+    assert!(
+        !actions.contains(&"kinesis:RegisterStreamConsumer"),
+        "{actions:?}"
+    );
+    assert_eq!(policy["Statement"].as_array().unwrap().len(), 2);
 }
 
 /// A lease table as KCL 2.x writes it: a finished parent and two children, one checkpointed

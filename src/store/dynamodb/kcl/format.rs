@@ -43,9 +43,12 @@ pub const CHECKPOINT_OWNER: &str = "checkpointOwner";
 pub const ENTITY_TYPE: &str = "entityType";
 /// The `entityType` of a lease.
 pub const LEASE_ENTITY: &str = "LEASE";
-/// A multi-stream application's lease: the stream (S). Its lease key is
-/// `account:stream:creation-epoch:shard id`.
+/// A multi-stream application's lease: the stream's identifier (S),
+/// `account:stream:creation-epoch` (KCL keeps the name `streamName` for it). Its lease key is
+/// the identifier, `:`, the shard id.
 pub const STREAM_NAME: &str = "streamName";
+/// A multi-stream application's lease: the shard id (S).
+pub const SHARD_ID: &str = "shardId";
 
 /// Attributes KCL writes and shardlease never does, most common first.
 const KCL_ONLY: &[&str] = &[
@@ -141,9 +144,13 @@ impl fmt::Display for KclCheckpoint {
 #[cfg_attr(feature = "serde", derive(serde::Serialize))]
 #[non_exhaustive]
 pub struct KclLease {
-    /// `leaseKey`: the shard id.
+    /// `leaseKey`: the shard id; in a multi-stream application's table,
+    /// `<account>:<stream>:<creation epoch>:<shard id>`.
     #[cfg_attr(feature = "serde", serde(serialize_with = "ser::key"))]
     pub key: LeaseKey,
+    /// `streamName`: a multi-stream application's lease names its stream,
+    /// `<account>:<stream>:<creation epoch>`.
+    pub stream: Option<String>,
     /// `leaseOwner`: the KCL worker holding it, if any.
     pub owner: Option<String>,
     /// `leaseCounter`.
@@ -160,7 +167,8 @@ pub struct KclLease {
     pub pending_checkpoint_state: bool,
     /// `ownerSwitchesSinceCheckpoint` (0 when absent).
     pub owner_switches_since_checkpoint: u64,
-    /// `parentShardId`: the parent shards' ids.
+    /// `parentShardId`: the parents' lease keys (KCL stores the parent shards' ids; in a
+    /// multi-stream table each is prefixed here with the stream, as the parent's lease key is).
     #[cfg_attr(feature = "serde", serde(serialize_with = "ser::keys"))]
     pub parents: Vec<LeaseKey>,
     /// `childShardIds`: the child shards' ids, once the shard ended.
@@ -208,14 +216,15 @@ pub(crate) fn decode(item: &Item) -> Result<KclLease, SkippedItem> {
         }
         Some(other) => return Err(skip(format!("{ENTITY_TYPE} is not a string: {other:?}"))),
     }
-    if let Some(stream) = item.get(STREAM_NAME) {
-        return Err(skip(format!(
-            "a multi-stream lease (stream {}): shardlease's consumer reads one stream, keyed \
-             by shard id",
-            string_of(stream)
-        )));
-    }
     let fields = Fields { item };
+    let stream = multi_stream(&fields, raw_key).map_err(&skip)?;
+    let parent_key = |parent: String| {
+        let key = match &stream {
+            Some(stream) => format!("{stream}:{parent}"),
+            None => parent,
+        };
+        LeaseKey::new(key).map_err(|e| skip(format!("{PARENT_SHARD_IDS}: {e}")))
+    };
     let checkpoint_text = fields
         .string(schema::CHECKPOINT)
         .map_err(&skip)?
@@ -228,6 +237,7 @@ pub(crate) fn decode(item: &Item) -> Result<KclLease, SkippedItem> {
     })?;
     let lease = KclLease {
         key: LeaseKey::new(raw_key).map_err(|e| skip(e.to_string()))?,
+        stream: stream.clone(),
         owner: fields
             .string(schema::OWNER)
             .map_err(&skip)?
@@ -256,7 +266,7 @@ pub(crate) fn decode(item: &Item) -> Result<KclLease, SkippedItem> {
             .string_set(PARENT_SHARD_IDS)
             .map_err(&skip)?
             .into_iter()
-            .map(|p| LeaseKey::new(p).map_err(|e| skip(format!("{PARENT_SHARD_IDS}: {e}"))))
+            .map(parent_key)
             .collect::<Result<_, _>>()?,
         children: fields.string_set(CHILD_SHARD_IDS).map_err(&skip)?,
         checkpoint_owner: fields
@@ -267,11 +277,41 @@ pub(crate) fn decode(item: &Item) -> Result<KclLease, SkippedItem> {
     Ok(lease)
 }
 
-fn string_of(value: &AttributeValue) -> String {
-    match value {
-        AttributeValue::S(s) => s.clone(),
-        other => format!("{other:?}"),
+/// The stream of a multi-stream application's lease (`None` for a single-stream one), checked
+/// against its key: `<account>:<stream>:<creation epoch>`, the key being that, `:`, the
+/// shard id (which `shardId` repeats, when present).
+fn multi_stream(fields: &Fields<'_>, key: &str) -> Result<Option<String>, String> {
+    let Some(stream) = fields.string(STREAM_NAME)? else {
+        return Ok(None);
+    };
+    let parts: Vec<&str> = stream.split(':').collect();
+    let digits = |part: &str| !part.is_empty() && part.bytes().all(|b| b.is_ascii_digit());
+    let valid = matches!(parts.as_slice(), [account, name, epoch]
+        if digits(account) && !name.is_empty() && digits(epoch));
+    if !valid {
+        return Err(format!(
+            "{STREAM_NAME} {stream:?} is not a KCL stream identifier \
+             (<account>:<stream>:<creation epoch>)"
+        ));
     }
+    let shard = key
+        .strip_prefix(stream)
+        .and_then(|rest| rest.strip_prefix(':'))
+        .filter(|shard| !shard.is_empty() && !shard.contains(':'))
+        .ok_or_else(|| {
+            format!(
+                "{} {key:?} is not {STREAM_NAME} {stream:?}, ':', a shard id",
+                schema::KEY
+            )
+        })?;
+    if let Some(named) = fields.string(SHARD_ID)? {
+        if named != shard {
+            return Err(format!(
+                "{SHARD_ID} {named:?} differs from the lease key's shard {shard:?}"
+            ));
+        }
+    }
+    Ok(Some(stream.to_owned()))
 }
 
 /// Typed reads of a KCL item's attributes; an error is the reason the item is skipped.
@@ -474,6 +514,39 @@ mod tests {
     }
 
     #[test]
+    fn a_multi_stream_lease_keeps_its_key_and_its_parents_are_keyed_with_its_stream() {
+        let stream = "123456789012:orders:1700000000";
+        let item = with(|i| {
+            i.insert(
+                schema::KEY.into(),
+                s(&format!("{stream}:shardId-000000000003")),
+            );
+            i.insert(STREAM_NAME.into(), s(stream));
+            i.insert(SHARD_ID.into(), s("shardId-000000000003"));
+        });
+        let lease = decode(&item).unwrap();
+        assert_eq!(
+            lease.key.as_str(),
+            "123456789012:orders:1700000000:shardId-000000000003"
+        );
+        assert_eq!(lease.stream.as_deref(), Some(stream));
+        assert_eq!(
+            lease.parents,
+            vec![LeaseKey::new(format!("{stream}:shardId-000000000001")).unwrap()]
+        );
+        let mismatched = with(|i| {
+            i.insert(
+                schema::KEY.into(),
+                s(&format!("{stream}:shardId-000000000003")),
+            );
+            i.insert(STREAM_NAME.into(), s(stream));
+            i.insert(SHARD_ID.into(), s("shardId-000000000004"));
+        });
+        assert!(reason(&mismatched).contains("differs from the lease key's shard"));
+        assert_eq!(decode(&kcl_item()).unwrap().stream, None);
+    }
+
+    #[test]
     fn items_that_are_not_kcl_leases_are_skipped_with_the_reason() {
         assert!(reason(&with(|i| drop(i.remove(schema::KEY)))).contains("leaseKey is missing"));
         assert!(
@@ -505,7 +578,11 @@ mod tests {
         assert!(reason(&with(|i| drop(
             i.insert(STREAM_NAME.into(), s("123:orders:1"))
         )))
-        .contains("multi-stream lease (stream 123:orders:1)"));
+        .contains("is not streamName \"123:orders:1\", ':', a shard id"));
+        assert!(
+            reason(&with(|i| drop(i.insert(STREAM_NAME.into(), s("orders")))))
+                .contains("not a KCL stream identifier")
+        );
         assert!(
             reason(&with(|i| drop(i.insert(schema::TENURE.into(), n(0)))))
                 .contains("a shardlease item")

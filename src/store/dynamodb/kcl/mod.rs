@@ -10,14 +10,14 @@
 //!
 //! | KCL lease | shardlease lease |
 //! |---|---|
-//! | `leaseKey` | the key |
-//! | `parentShardId` | the parents |
+//! | `leaseKey` | the key (a multi-stream application's, `<account>:<stream>:<creation epoch>:<shard id>`, as it is: the key `KinesisConsumer::multi_stream` gives the shard) |
+//! | `parentShardId` | the parents (in a multi-stream table, each shard id prefixed with the lease's `streamName`, as the parent's key is) |
 //! | `checkpoint` = a sequence number, `checkpointSubSequenceNumber` = *sub* | `<sequence>:<sub>`: the Kinesis consumer reads that record again and starts after its user record *sub* (a record not aggregated counts as user record 0), as KCL does |
 //! | `checkpoint` = `SHARD_END` | [`SHARD_END`]: finished |
 //! | `checkpoint` = `TRIM_HORIZON`, `LATEST`, `AT_TIMESTAMP` | no checkpoint: the consumer's initial position applies |
 //! | `pendingCheckpoint` | a warning: not copied, the committed checkpoint is |
 //! | `leaseOwner`, `leaseCounter`, `ownerSwitchesSinceCheckpoint` | not copied: the lease starts unowned |
-//! | items of other kinds (KCL 3.x worker metrics, coordinator state), multi-stream leases, undecodable items | skipped, with the reason |
+//! | items of other kinds (KCL 3.x worker metrics, coordinator state), undecodable items | skipped, with the reason |
 //!
 //! Stop the KCL application before applying: a checkpoint it writes after the plan's scan is
 //! not copied.
@@ -609,6 +609,7 @@ mod tests {
     fn kcl(k: &str, checkpoint: KclCheckpoint, parents: &[&str]) -> KclLease {
         KclLease {
             key: key(k),
+            stream: None,
             owner: Some("kcl-worker-1".into()),
             counter: 12,
             checkpoint,
