@@ -519,7 +519,7 @@ mod tests {
         let item = with(|i| {
             i.insert(
                 schema::KEY.into(),
-                s(&format!("{stream}:shardId-000000000003")),
+                s(format!("{stream}:shardId-000000000003")),
             );
             i.insert(STREAM_NAME.into(), s(stream));
             i.insert(SHARD_ID.into(), s("shardId-000000000003"));
@@ -537,7 +537,7 @@ mod tests {
         let mismatched = with(|i| {
             i.insert(
                 schema::KEY.into(),
-                s(&format!("{stream}:shardId-000000000003")),
+                s(format!("{stream}:shardId-000000000003")),
             );
             i.insert(STREAM_NAME.into(), s(stream));
             i.insert(SHARD_ID.into(), s("shardId-000000000004"));
