@@ -10,22 +10,42 @@
 //!     --events-log events-a.jsonl
 //! ```
 //!
-//! Flags (all but `--stream` optional; region and credentials come from the standard AWS
+//! Several streams in one lease table, the set re-read from a file at every discovery round
+//! (add a line to start reading a stream, remove it to retire its leases):
+//!
+//! ```sh
+//! printf 'orders\npayments\n' > streams.txt
+//! cargo run --features kinesis --example kinesis_consumer -- \
+//!     --worker-id a --streams-file streams.txt --table shop-leases --create-shards 2 \
+//!     --kinesis-endpoint http://127.0.0.1:4569 --dynamodb-endpoint http://127.0.0.1:4567
+//! ```
+//!
+//! Flags (all but the streams optional; region and credentials come from the standard AWS
 //! environment, endpoints also from `AWS_ENDPOINT_URL`):
 //!
 //! - `--worker-id ID`: default `<hostname>-<pid>`.
-//! - `--stream NAME`: the stream.
-//! - `--table NAME`: the lease table, created if missing. Default `<stream>-leases`.
+//! - `--stream NAME`: the stream, by name or ARN. Given more than once (or with
+//!   `--multi-stream`), the process is a consumer of several streams: leases keyed
+//!   `<account>:<stream>:<creation epoch>:<shard id>`, as KCL's multi-stream applications
+//!   key them.
+//! - `--streams-file PATH`: the streams (a name or an ARN a line; blank lines and `#`
+//!   comments ignored), read again at every discovery round; a consumer of several streams.
+//! - `--multi-stream`: a consumer of several streams even with one `--stream`.
+//! - `--removed-stream-wait-secs N`: how long a stream that left the file is read on before
+//!   its leases retire. Default 0.
+//! - `--table NAME`: the lease table, created if missing. Default `<stream>-leases` for one
+//!   stream; required with several.
 //! - `--kinesis-endpoint URL`, `--dynamodb-endpoint URL`: emulators or VPC endpoints.
 //! - `--initial-position trim-horizon|latest`: where new shards start. Default `trim-horizon`.
 //! - `--lease-secs N`: the lease duration (failover time). Default 10.
 //! - `--events-log PATH`: append `{"ts_unix_nanos":..,"worker":..,"lease":..,"event":..}`
 //!   lines: acquired, stop_requested, stopped, handed_off, released, lost, shard_ended,
 //!   retired, checkpointed, batch_failed (with `attempt`, `then`: retry, skip or stop, and
-//!   `error`).
-//! - `--create-shards N`: create the stream with N shards if it does not exist.
-//! - `--produce-per-sec N`: also write N records a second (keys `key-0`..`key-15`), to have
-//!   something to watch.
+//!   `error`); and, with several streams, `{"ts_unix_nanos":..,"worker":..,"stream":..,
+//!   "event":..}` lines: stream_added, stream_removed, stream_failed (with `error`).
+//! - `--create-shards N`: create each `--stream` with N shards if it does not exist.
+//! - `--produce-per-sec N`: also write N records a second to each `--stream` (keys
+//!   `key-0`..`key-15`), to have something to watch.
 //! - `--fail-on TEXT`: a batch holding a record whose data contains TEXT fails (a poison
 //!   record). It is delivered again up to `--batch-attempts N` times (default 10), waiting
 //!   `--retry-backoff-ms MS` (default 1000, doubling), then `--on-failure skip|stop` (default
@@ -57,7 +77,7 @@ use clap::{Parser, ValueEnum};
 use shardlease::kinesis::{
     BatchFailure, BatchOutcome, ConsumerConfig, ConsumerEvent, FailureAction, InitialPosition,
     KinesisConsumer, KinesisRecord, ProcessError, RecordCheckpointer, RecordProcessor, Retrieval,
-    ShardStart,
+    ShardStart, StreamConfig, StreamSet, StreamTracker,
 };
 use shardlease::store::dynamodb::{DynamoConfig, DynamoStore};
 use shardlease::worker::{LeaseEvent, StopReason};
@@ -75,13 +95,31 @@ use common::Error;
     allow_negative_numbers = true
 )]
 struct Args {
-    /// The stream
-    #[arg(long, value_name = "NAME", value_parser = NonEmptyStringValueParser::new())]
-    stream: String,
+    /// A stream, by name or ARN (several: a consumer of several streams)
+    #[arg(
+        long,
+        value_name = "NAME",
+        value_parser = NonEmptyStringValueParser::new(),
+        required_unless_present = "streams_file"
+    )]
+    stream: Vec<String>,
+    /// The streams, a name or an ARN a line, read again at every discovery round (a consumer
+    /// of several streams)
+    #[arg(long, value_name = "PATH")]
+    streams_file: Option<std::path::PathBuf>,
+    /// A consumer of several streams even with one --stream (leases keyed
+    /// <account>:<stream>:<creation epoch>:<shard id>)
+    #[arg(long)]
+    multi_stream: bool,
+    /// How long a stream that left --streams-file is read on before its leases retire, in
+    /// seconds
+    #[arg(long, value_name = "N", default_value_t = 0)]
+    removed_stream_wait_secs: u64,
     /// The worker's id [default: $HOSTNAME-<pid>]
     #[arg(long, value_name = "ID")]
     worker_id: Option<String>,
-    /// The lease table, created if missing [default: <stream>-leases]
+    /// The lease table, created if missing [default: <stream>-leases; required with several
+    /// streams]
     #[arg(long, value_name = "NAME")]
     table: Option<String>,
     /// The Kinesis endpoint (an emulator or a VPC endpoint)
@@ -106,10 +144,11 @@ struct Args {
     /// checkpointed, batch_failed)
     #[arg(long, value_name = "PATH")]
     events_log: Option<String>,
-    /// Create the stream with N shards if it does not exist
+    /// Create each --stream with N shards if it does not exist
     #[arg(long, value_name = "N")]
     create_shards: Option<u64>,
-    /// Also write N records a second (keys key-0..key-15), to have something to watch
+    /// Also write N records a second to each --stream (keys key-0..key-15), to have something
+    /// to watch
     #[arg(long, value_name = "N", default_value_t = 0)]
     produce_per_sec: u64,
     /// Most Kinesis records per GetRecords call (1 to 10,000)
@@ -202,9 +241,42 @@ impl EventLog {
         }
     }
 
+    /// A line about a stream of a consumer of several streams.
+    fn write_stream(&self, stream: &str, event: &str, extra: &[(&str, String)]) {
+        let Some(file) = &self.file else { return };
+        let nanos = SystemTime::now()
+            .duration_since(UNIX_EPOCH)
+            .unwrap_or_default()
+            .as_nanos();
+        let mut line = serde_json::json!({
+            "ts_unix_nanos": u64::try_from(nanos).unwrap_or(u64::MAX),
+            "worker": self.worker,
+            "stream": stream,
+            "event": event,
+        });
+        for (name, value) in extra {
+            line[*name] = value.as_str().into();
+        }
+        let line = format!("{line}\n");
+        let mut file = file.lock().unwrap_or_else(|e| e.into_inner());
+        if let Err(err) = file.write_all(line.as_bytes()) {
+            tracing::warn!(error = %err, "cannot write the events log");
+        }
+    }
+
     fn record(&self, event: ConsumerEvent) {
         let reason = |r: &StopReason| reason_name(r).to_owned();
         match &event {
+            ConsumerEvent::StreamAdded { stream } => {
+                self.write_stream(&stream.to_string(), "stream_added", &[]);
+            }
+            ConsumerEvent::StreamRemoved { stream } => {
+                self.write_stream(&stream.to_string(), "stream_removed", &[]);
+            }
+            ConsumerEvent::StreamFailed { stream, error } => {
+                eprintln!("stream {stream}: {error}");
+                self.write_stream(stream, "stream_failed", &[("error", error.clone())]);
+            }
             ConsumerEvent::Acquired { key, checkpoint } => {
                 let from = checkpoint.clone().unwrap_or_default();
                 self.write(key, "acquired", &[("checkpoint", from)]);
@@ -396,6 +468,30 @@ async fn serve_health(
     }
 }
 
+/// The streams of `--streams-file`: read again at every discovery round, so a line added
+/// starts a stream and a line removed retires its leases.
+struct StreamsFile(std::path::PathBuf);
+
+#[async_trait]
+impl StreamTracker for StreamsFile {
+    async fn streams(&self) -> Result<Vec<StreamConfig>, shardlease::store::BoxError> {
+        let text = tokio::fs::read_to_string(&self.0)
+            .await
+            .map_err(|err| format!("cannot read {}: {err}", self.0.display()))?;
+        let mut streams = Vec::new();
+        for (n, line) in text.lines().enumerate() {
+            let line = line.split('#').next().unwrap_or_default().trim();
+            if line.is_empty() {
+                continue;
+            }
+            let stream = StreamConfig::new(line)
+                .map_err(|err| format!("{}:{}: {err}", self.0.display(), n + 1))?;
+            streams.push(stream);
+        }
+        Ok(streams)
+    }
+}
+
 /// True when `needle` occurs in `data`.
 fn contains(data: &[u8], needle: &[u8]) -> bool {
     !needle.is_empty() && data.windows(needle.len()).any(|w| w == needle)
@@ -482,14 +578,24 @@ async fn run(args: Args) -> Result<(), Error> {
     }
     let dynamo = aws_sdk_dynamodb::Client::from_conf(dynamo_config.build());
 
+    // The streams' names (an ARN names its stream too), for creating and writing.
+    let names = args
+        .stream
+        .iter()
+        .map(|s| Ok(StreamConfig::new(s)?.name().to_owned()))
+        .collect::<Result<Vec<String>, Error>>()?;
     if let Some(shards) = args.create_shards {
-        // Any whole number is accepted and cast, as the hand-written parser did.
-        ensure_stream(&kinesis, &args.stream, shards as i32).await?;
+        for stream in &names {
+            // Any whole number is accepted and cast, as the hand-written parser did.
+            ensure_stream(&kinesis, stream, shards as i32).await?;
+        }
     }
-    let table = args
-        .table
-        .clone()
-        .unwrap_or_else(|| format!("{}-leases", args.stream));
+    let several = args.multi_stream || args.streams_file.is_some() || args.stream.len() > 1;
+    let table = match (&args.table, several) {
+        (Some(table), _) => table.clone(),
+        (None, false) => format!("{}-leases", args.stream[0]),
+        (None, true) => return Err("give the lease table of several streams with --table".into()),
+    };
     let store = DynamoStore::connect(dynamo, DynamoConfig::new(table)).await?;
     let file = match &args.events_log {
         Some(path) => Some(Arc::new(Mutex::new(
@@ -518,7 +624,8 @@ async fn run(args: Args) -> Result<(), Error> {
         .on_failure(match args.on_failure {
             OnFailure::Skip => FailureAction::Skip,
             OnFailure::Stop => FailureAction::Stop,
-        });
+        })
+        .removed_stream_wait(Duration::from_secs(args.removed_stream_wait_secs));
     let health = match args.health {
         Some(addr) => Some(
             tokio::net::TcpListener::bind(addr)
@@ -533,35 +640,58 @@ async fn run(args: Args) -> Result<(), Error> {
         args.checkpoint_every,
     );
     let name = worker.clone();
-    let consumer = KinesisConsumer::builder(
-        kinesis.clone(),
-        args.stream.clone(),
-        Arc::new(store),
-        WorkerId::new(worker.clone())?,
-    )
-    .worker_config(WorkerConfig::default().lease_duration(Duration::from_secs(args.lease_secs)))
-    .config(config)
-    .on_event(move |event| log.record(event))
-    .processor(move |shard: &LeaseKey| Printer {
-        worker: name.clone(),
-        shard: shard.clone(),
-        fail_on: fail_on.clone(),
-        process_time,
-        checkpoint_every,
-    })
-    .start()
-    .await?;
+    let id = WorkerId::new(worker.clone())?;
+    let builder = match (&args.streams_file, several) {
+        (Some(path), _) => KinesisConsumer::multi_stream(
+            kinesis.clone(),
+            StreamsFile(path.clone()),
+            Arc::new(store),
+            id,
+        ),
+        (None, true) => {
+            let streams = args
+                .stream
+                .iter()
+                .map(StreamConfig::new)
+                .collect::<Result<Vec<_>, _>>()?;
+            KinesisConsumer::multi_stream(
+                kinesis.clone(),
+                StreamSet::new(streams),
+                Arc::new(store),
+                id,
+            )
+        }
+        (None, false) => {
+            KinesisConsumer::builder(kinesis.clone(), args.stream[0].clone(), Arc::new(store), id)
+        }
+    };
+    let consumer = builder
+        .worker_config(WorkerConfig::default().lease_duration(Duration::from_secs(args.lease_secs)))
+        .config(config)
+        .on_event(move |event| log.record(event))
+        .processor(move |shard: &LeaseKey| Printer {
+            worker: name.clone(),
+            shard: shard.clone(),
+            fail_on: fail_on.clone(),
+            process_time,
+            checkpoint_every,
+        })
+        .start()
+        .await?;
     if let Some(listener) = health {
         println!("[{worker}] /healthz at http://{}", listener.local_addr()?);
         tokio::spawn(serve_health(listener, consumer.worker().monitor()));
     }
-    println!(
-        "[{worker}] consuming {}; Ctrl-C or SIGTERM to leave gracefully",
-        args.stream
-    );
+    let reading = match &args.streams_file {
+        Some(path) => format!("the streams of {}", path.display()),
+        None => args.stream.join(", "),
+    };
+    println!("[{worker}] consuming {reading}; Ctrl-C or SIGTERM to leave gracefully");
     if args.produce_per_sec > 0 {
         let per_sec = args.produce_per_sec as u32;
-        tokio::spawn(produce(kinesis, args.stream.clone(), per_sec));
+        for stream in &names {
+            tokio::spawn(produce(kinesis.clone(), stream.clone(), per_sec));
+        }
     }
     // Ctrl-C or SIGTERM, or an operator's `shardlease drain`, after which the consumer has
     // left by itself.
