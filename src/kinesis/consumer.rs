@@ -340,6 +340,34 @@ impl KinesisConsumer {
     /// round; one it removes is read on for
     /// [`removed_stream_wait`](ConsumerConfig::removed_stream_wait), then its leases retire.
     ///
+    /// ```no_run
+    /// use std::sync::Arc;
+    /// use shardlease::kinesis::{KinesisConsumer, ProcessorFactory, StreamConfig, StreamSet};
+    /// use shardlease::{LeaseStore, WorkerId};
+    ///
+    /// # async fn run(
+    /// #     client: aws_sdk_kinesis::Client,
+    /// #     payments_account: aws_sdk_kinesis::Client,
+    /// #     store: Arc<dyn LeaseStore>,
+    /// #     processors: impl ProcessorFactory,
+    /// # ) -> Result<(), Box<dyn std::error::Error>> {
+    /// let streams = StreamSet::new([
+    ///     StreamConfig::new("orders")?,
+    ///     // Another account's stream, read with that account's credentials.
+    ///     StreamConfig::new("arn:aws:kinesis:eu-west-1:222222222222:stream/payments")?
+    ///         .client(payments_account),
+    /// ]);
+    /// let consumer =
+    ///     KinesisConsumer::multi_stream(client, streams.clone(), store, WorkerId::new("host-a")?)
+    ///         .processor(processors)
+    ///         .start()
+    ///         .await?;
+    /// streams.add(StreamConfig::new("refunds")?); // its leases come at the next discovery round
+    /// # consumer.shutdown().await;
+    /// # Ok(())
+    /// # }
+    /// ```
+    ///
     /// [`StreamSet`]: super::StreamSet
     pub fn multi_stream(
         client: aws_sdk_kinesis::Client,
