@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Installs, starts and stops the emulators the tests run against: dynalite and moto
 # (DynamoDB), kinesalite and kinesis-mock (Kinesis; kinesis-mock, npm `kinesis-local`, serves
-# stream consumers and SubscribeToShard), and a real redis-server (the Redis store).
+# stream consumers and SubscribeToShard), a real redis-server (the Redis store), and this
+# repository's LogHub emulator (loghub-emulator/, built by `start` with cargo).
 #
 #   scripts/emulators.sh install   # pinned versions into .emulators/ (idempotent)
 #   scripts/emulators.sh start     # start on 127.0.0.1, wait until they answer
@@ -9,11 +10,14 @@
 #
 # Ports can be changed with DYNALITE_PORT / MOTO_PORT / KINESALITE_PORT / KINESIS_MOCK_PORT
 # (plain HTTP; its TLS port, KINESIS_MOCK_TLS_PORT, uses the package's self-signed certificate) /
-# REDIS_PORT. The pids
+# REDIS_PORT / LOGHUB_PORT. The pids
 # live in .emulators/run/. redis-server comes from the distribution's packages (apt-get) and
 # listens on 127.0.0.1:6390 by default, not 6379, so that it never clashes with a system Redis;
 # it keeps nothing on disk (no RDB, no AOF). A second one speaks only TLS on 6391
-# (REDIS_TLS_PORT), with a self-signed certificate made by openssl in .emulators/tls/.
+# (REDIS_TLS_PORT), with a self-signed certificate made by openssl in .emulators/tls/. The LogHub
+# emulator listens on 127.0.0.1:4580 (LOGHUB_PORT); clients reach it as their HTTP proxy
+# (http_proxy=http://127.0.0.1:4580 no_proxy=127.0.0.1,localhost) with any endpoint name, see
+# docs/TESTING.md.
 set -euo pipefail
 
 root=$(cd "$(dirname "$0")/.." && pwd)
@@ -30,6 +34,7 @@ KINESIS_MOCK_PORT=${KINESIS_MOCK_PORT:-4570}
 KINESIS_MOCK_TLS_PORT=${KINESIS_MOCK_TLS_PORT:-4571}
 REDIS_PORT=${REDIS_PORT:-6390}
 REDIS_TLS_PORT=${REDIS_TLS_PORT:-6391}
+LOGHUB_PORT=${LOGHUB_PORT:-4580}
 
 log() { printf 'emulators: %s\n' "$*" >&2; }
 
@@ -155,6 +160,30 @@ start_one() { # name port command...
   wait_ready "$name" "$port"
 }
 
+# The LogHub emulator, built from this repository (a debug build, like the tests').
+start_loghub() {
+  if [ -f "$run/loghub.pid" ] && kill -0 "$(cat "$run/loghub.pid")" 2>/dev/null; then
+    log "loghub-emulator already running (pid $(cat "$run/loghub.pid"))"
+    return 0
+  fi
+  log "building loghub-emulator"
+  (cd "$root" && cargo build --quiet -p shardlease-loghub-emulator --bin loghub-emulator) >&2
+  "${CARGO_TARGET_DIR:-$root/target}/debug/loghub-emulator" --bind "127.0.0.1:$LOGHUB_PORT" \
+    >"$run/loghub.log" 2>&1 &
+  echo $! >"$run/loghub.pid"
+  local i
+  for i in $(seq 1 200); do
+    if curl -sf -o /dev/null "http://127.0.0.1:$LOGHUB_PORT/_emulator/ready" 2>/dev/null; then
+      log "loghub-emulator ready on 127.0.0.1:$LOGHUB_PORT"
+      return 0
+    fi
+    sleep 0.1
+  done
+  log "loghub-emulator did not answer on 127.0.0.1:$LOGHUB_PORT within 20 s; its log:"
+  cat "$run/loghub.log" >&2 || true
+  return 1
+}
+
 start() {
   install
   mkdir -p "$run"
@@ -170,6 +199,7 @@ start() {
     "$KINESIS_MOCK_PORT" node "$root/scripts/kinesis_mock.js" "$mock/main.js" 127.0.0.1
   start_redis
   start_redis_tls
+  start_loghub
 }
 
 stop() {

@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # The whole test suite: installs and starts the emulators (dynalite and moto for DynamoDB,
-# kinesalite and kinesis-mock for Kinesis, redis-server for the Redis store) on 127.0.0.1, runs every test with every feature (in-memory store,
+# kinesalite and kinesis-mock for Kinesis, redis-server for the Redis store, loghub-emulator for
+# LogHub) on 127.0.0.1, runs every test with every feature (in-memory store,
 # both DynamoDB emulators, the Kinesis consumer), and stops the emulators it started.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -18,12 +19,15 @@ if [ -z "${SHARDLEASE_DYNALITE_ENDPOINT:-}${SHARDLEASE_MOTO_ENDPOINT:-}${SHARDLE
   export SHARDLEASE_REDIS_URL="${SHARDLEASE_REDIS_URL:-redis://127.0.0.1:${REDIS_PORT:-6390}}"
   export SHARDLEASE_REDIS_TLS_URL="rediss://127.0.0.1:${REDIS_TLS_PORT:-6391}"
   export SHARDLEASE_REDIS_TLS_CA="$PWD/.emulators/tls/ca.pem"
+  # The LogHub emulator: a client's HTTP proxy (docs/TESTING.md, "The LogHub emulator").
+  export SHARDLEASE_LOGHUB_ENDPOINT="http://127.0.0.1:${LOGHUB_PORT:-4580}"
 fi
 
-# The library, the command line (cli/) and the simulator (sim/: its library's unit tests,
-# tests/simulate.rs, tests/campaign_holes.rs), in one build so that the library is built once,
-# with every feature (the demo, demo/, has no tests).
-packages=(-p shardlease -p shardlease-cli -p shardlease-sim)
+# The library, the command line (cli/), the simulator (sim/: its library's unit tests,
+# tests/simulate.rs, tests/campaign_holes.rs) and the LogHub emulator (loghub-emulator/: its
+# tests run the SDK against an emulator of their own), in one build so that the library is built
+# once, with every feature (the demo, demo/, has no tests).
+packages=(-p shardlease -p shardlease-cli -p shardlease-sim -p shardlease-loghub-emulator)
 # Tests and scripts that run example processes (example_sigterm, chaos.sh) or the command line
 # (demo_cli.sh) find them built with the same packages and features.
 cargo build --all-features "${packages[@]}" --bins --examples
