@@ -626,3 +626,60 @@ async fn a_lease_of_another_accounts_stream_is_never_read_from_a_namesake_in_thi
     );
     w2.shutdown().await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn several_streams_read_with_enhanced_fan_out_each_through_its_own_stream_consumer() {
+    let (client, counts) = kinesis::mock_client();
+    let names = [
+        kinesis::unique_stream("fan-a"),
+        kinesis::unique_stream("fan-b"),
+    ];
+    let mut producers = Vec::new();
+    for name in &names {
+        kinesis::create_stream(&client, name, 2).await;
+        let producer = Producer::new(client.clone(), name, 4);
+        producer.round().await;
+        producers.push(producer);
+    }
+    let fleet = Fleet::new("kinesis-multi-fan-out").await;
+    let set = StreamSet::new(names.iter().map(|n| StreamConfig::new(n).unwrap()));
+    let config = ConsumerConfig::default()
+        .initial_position(InitialPosition::TrimHorizon)
+        .retrieval(shardlease::kinesis::Retrieval::FanOut("multi-app".into()));
+    let consumer = fleet
+        .start("w1", &client, set, worker_config(), config)
+        .await;
+    for producer in &producers {
+        producer.round().await;
+    }
+    let total: u64 = producers.iter().map(Producer::total).sum();
+    until("every record of both streams pushed and processed", || {
+        fleet.ledger.lock().unwrap().distinct_per_shard_key() as u64 >= total
+    })
+    .await;
+    let ledger = fleet.ledger.lock().unwrap().clone();
+    assert!(ledger.violations.is_empty(), "{:#?}", ledger.violations);
+    for (name, producer) in names.iter().zip(&producers) {
+        assert_stream_complete(&ledger, name, producer);
+        let consumers = client
+            .list_stream_consumers()
+            .stream_arn(format!(
+                "arn:aws:kinesis:us-east-1:000000000000:stream/{name}"
+            ))
+            .send()
+            .await
+            .unwrap();
+        let registered: Vec<&str> = consumers
+            .consumers()
+            .iter()
+            .map(|c| c.consumer_name())
+            .collect();
+        assert_eq!(registered, ["multi-app"], "{name}'s stream consumer");
+    }
+    assert_eq!(
+        counts.reads.load(std::sync::atomic::Ordering::SeqCst),
+        0,
+        "no GetRecords with fan-out"
+    );
+    consumer.shutdown().await;
+}
