@@ -10,7 +10,8 @@
 //! - the DynamoDB store's: `table`, `operation` (the store call: `take`, `renew`, `beat`,
 //!   `scan`, ...), on requests also `request` (the DynamoDB API: `GetItem`, `PutItem`,
 //!   `UpdateItem`, `DeleteItem`, `Scan`) and `outcome`;
-//! - the Kinesis consumer's (feature `kinesis`): `stream`, and `shard` where per shard.
+//! - the Kinesis consumer's (feature `kinesis`): `stream` (the name; `account:name:epoch` for
+//!   a consumer of several streams), and `shard` (the shard id) where per shard.
 //!
 //! This file names no other module of the crate, so that the worker, the store and the
 //! consumer can all depend on it.
