@@ -95,6 +95,9 @@ pub mod admin;
 pub mod balance;
 pub mod clock;
 pub mod config;
+#[cfg(any(feature = "kinesis", feature = "loghub"))]
+#[cfg_attr(docsrs, doc(cfg(any(feature = "kinesis", feature = "loghub"))))]
+pub mod consumer;
 mod expiry;
 mod jitter;
 #[cfg(feature = "kinesis")]

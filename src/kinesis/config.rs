@@ -3,6 +3,7 @@
 use std::time::{Duration, SystemTime};
 
 use crate::config::ConfigError;
+pub use crate::consumer::FailureAction;
 
 /// Where a shard with no checkpoint and no parents starts.
 ///
@@ -80,29 +81,6 @@ const MAX_CONSUMER_NAME: usize = 128;
 /// The least `call_timeout` with enhanced fan-out: Kinesis sends a subscription's events at
 /// least every 5 s, so a shorter wait would end quiet subscriptions for nothing.
 const FAN_OUT_MIN_CALL_TIMEOUT: Duration = Duration::from_secs(6);
-
-/// What the record loop does with a batch that failed every attempt
-/// ([`ConsumerConfig::on_failure`]). In a configuration file: `"skip"` or `"stop"`.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
-#[cfg_attr(
-    feature = "serde",
-    derive(serde::Deserialize),
-    serde(rename_all = "snake_case")
-)]
-#[non_exhaustive]
-pub enum FailureAction {
-    /// Give the batch up: the processor's
-    /// [`dead_letter`](super::RecordProcessor::dead_letter) gets it (by default it is logged
-    /// and checkpointed past), then reading goes on.
-    Skip,
-    /// Process the shard no further: the lease stays held here, nothing more is read, the
-    /// worker reports it stalled ([`Stall::Halted`](crate::worker::Stall::Halted), which fails
-    /// a health probe), and the fleet's balance leaves it where it is
-    /// ([`LeaseGrant::halt`](crate::LeaseGrant::halt)), until the lease is asked to stop or
-    /// lost. Nothing is lost: the batch waits for an operator. The default.
-    #[default]
-    Stop,
-}
 
 /// How the record loops read: [`ConsumerConfig::default`], then a setter per field to change.
 /// Every default says where it comes from.

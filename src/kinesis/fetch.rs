@@ -21,7 +21,7 @@ use super::context::ReaderContext;
 use super::metrics::ShardMeters;
 use super::processor::{KinesisRecord, StartPosition};
 use super::{classify, describe, Failure};
-use crate::store::{Jitter, RetryPolicy};
+pub(super) use crate::consumer::Backoff;
 
 /// The least time a record loop measures over before it reports its lease's load.
 pub const LOAD_SAMPLE: Duration = Duration::from_secs(1);
@@ -60,34 +60,6 @@ impl Rate {
         };
         *self = Self::new(self.figure);
         Some(count as f64 / elapsed.as_secs_f64())
-    }
-}
-
-/// The record loop's backoff: doubling from `first` to `max` with equal jitter (never sooner
-/// than half the ceiling), and back to `first` after a success.
-pub(super) struct Backoff {
-    policy: RetryPolicy,
-    retries: u32,
-}
-
-impl Backoff {
-    pub(super) fn new(first: Duration, max: Duration) -> Self {
-        Self {
-            policy: RetryPolicy::default()
-                .base_delay(first)
-                .max_delay(max)
-                .jitter(Jitter::Equal),
-            retries: 0,
-        }
-    }
-
-    pub(super) fn wait(&mut self) -> Duration {
-        self.retries = self.retries.saturating_add(1);
-        self.policy.backoff(self.retries)
-    }
-
-    pub(super) fn reset(&mut self) {
-        self.retries = 0;
     }
 }
 
@@ -641,21 +613,5 @@ mod tests {
         let mut none = Rate::new(LoadFigure::None);
         tokio::time::advance(Duration::from_secs(2)).await;
         assert_eq!(none.read(30, 9_000), None);
-    }
-
-    #[test]
-    fn backoff_doubles_to_its_ceiling_with_jitter_and_resets() {
-        let mut backoff = Backoff::new(Duration::from_millis(200), Duration::from_secs(10));
-        let mut ceiling = Duration::from_millis(200);
-        for _ in 0..10 {
-            let wait = backoff.wait();
-            assert!(
-                wait >= ceiling / 2 && wait <= ceiling,
-                "{wait:?} vs {ceiling:?}"
-            );
-            ceiling = (ceiling * 2).min(Duration::from_secs(10));
-        }
-        backoff.reset();
-        assert!(backoff.wait() <= Duration::from_millis(200));
     }
 }

@@ -9,6 +9,7 @@ use async_trait::async_trait;
 
 use super::event::{ConsumerEvent, Observer};
 use super::streams::StreamId;
+pub use crate::consumer::{BatchFailure, BatchOutcome, ProcessError};
 use crate::lease::LeaseKey;
 use crate::worker::{CheckpointError, Checkpointer, StopReason};
 
@@ -51,51 +52,6 @@ pub enum StartPosition {
         /// The index in the aggregate of the last user record processed.
         sub_sequence_number: u64,
     },
-}
-
-/// What the record loop does after [`RecordProcessor::process_records`] returns.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
-#[non_exhaustive]
-pub enum BatchOutcome {
-    /// The batch is done: read on. The default.
-    #[default]
-    Continue,
-    /// Deliver the same batch again, after the failure policy's backoff. Counts as a failed
-    /// attempt, as an error does: after
-    /// [`batch_attempts`](super::ConsumerConfig::batch_attempts) of them the policy's
-    /// [`on_failure`](super::ConsumerConfig::on_failure) applies.
-    Retry,
-    /// Give the batch up now: it goes to [`RecordProcessor::dead_letter`], then reading goes
-    /// on.
-    Skip,
-    /// Process the shard no further: the lease stays held here, nothing more is read, and the
-    /// worker reports it stalled ([`Stall::Halted`](crate::worker::Stall::Halted)), until the
-    /// lease is asked to stop (a handoff, a shutdown) or lost.
-    Stop,
-}
-
-/// What [`RecordProcessor::process_records`] fails with: any error (`?` converts most).
-pub type ProcessError = Box<dyn std::error::Error + Send + Sync>;
-
-/// A batch given up, as [`RecordProcessor::dead_letter`] is told of it.
-#[derive(Debug)]
-#[non_exhaustive]
-pub struct BatchFailure {
-    /// How many times the batch was delivered.
-    pub attempts: u32,
-    /// The last attempt's error; `None` when the processor asked to skip
-    /// ([`BatchOutcome::Skip`]) or to retry ([`BatchOutcome::Retry`]) rather than failing.
-    pub error: Option<ProcessError>,
-}
-
-impl std::fmt::Display for BatchFailure {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        write!(f, "after {} attempt(s)", self.attempts)?;
-        match &self.error {
-            Some(error) => write!(f, ": {error}"),
-            None => f.write_str(", as the processor asked"),
-        }
-    }
 }
 
 /// What a processor learns when its shard starts.

@@ -16,13 +16,14 @@ use tokio::sync::mpsc;
 
 use super::config::{ConsumerConfig, InitialPosition};
 use super::context::ReaderContext;
-use super::delivery::{guarded, Delivered, Deliverer};
+use super::delivery::Deliverer;
 use super::event::ConsumerEvent;
 use super::fetch::{Fetched, Fetcher, Queue};
 use super::metrics::ShardMeters;
 use super::processor::{
     resume_after, RecordCheckpointer, RecordProcessor, ShardStart, StartPosition,
 };
+use crate::consumer::{guarded, Delivered};
 use crate::lease::{LeaseKey, RESERVED_PREFIX};
 use crate::worker::{LeaseGrant, StopReason};
 
