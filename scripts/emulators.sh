@@ -9,8 +9,9 @@
 #   scripts/emulators.sh stop      # stop what `start` started
 #
 # Ports can be changed with DYNALITE_PORT / MOTO_PORT / KINESALITE_PORT / KINESIS_MOCK_PORT
-# (plain HTTP; its TLS port, KINESIS_MOCK_TLS_PORT, uses the package's self-signed certificate) /
-# REDIS_PORT / LOGHUB_PORT. The pids
+# (plain HTTP; its TLS port, KINESIS_MOCK_TLS_PORT, uses the package's self-signed certificate;
+# it allows KINESIS_MOCK_SHARD_LIMIT shards an account, 1000 by default, since it keeps every
+# stream a suite creates) / REDIS_PORT / LOGHUB_PORT. The pids
 # live in .emulators/run/. redis-server comes from the distribution's packages (apt-get) and
 # listens on 127.0.0.1:6390 by default, not 6379, so that it never clashes with a system Redis;
 # it keeps nothing on disk (no RDB, no AOF). A second one speaks only TLS on 6391
@@ -195,7 +196,8 @@ start() {
     node "$root/scripts/kinesalite.js" "$KINESALITE_PORT" 127.0.0.1
   local mock="$dir/node/node_modules/kinesis-local"
   KINESIS_MOCK_PLAIN_PORT="$KINESIS_MOCK_PORT" KINESIS_MOCK_TLS_PORT="$KINESIS_MOCK_TLS_PORT" \
-    KINESIS_MOCK_CERT_PATH="$mock/server.json" LOG_LEVEL=WARN start_one kinesis-mock \
+    KINESIS_MOCK_CERT_PATH="$mock/server.json" LOG_LEVEL=WARN \
+    SHARD_LIMIT="${KINESIS_MOCK_SHARD_LIMIT:-1000}" start_one kinesis-mock \
     "$KINESIS_MOCK_PORT" node "$root/scripts/kinesis_mock.js" "$mock/main.js" 127.0.0.1
   start_redis
   start_redis_tls

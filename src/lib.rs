@@ -105,6 +105,9 @@ mod jitter;
 pub mod kinesis;
 pub mod lease;
 mod lifecycle;
+#[cfg(feature = "loghub")]
+#[cfg_attr(docsrs, doc(cfg(feature = "loghub")))]
+pub mod loghub;
 pub mod metrics;
 mod notice;
 pub mod source;

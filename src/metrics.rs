@@ -11,7 +11,9 @@
 //!   `scan`, ...), on requests also `request` (the DynamoDB API: `GetItem`, `PutItem`,
 //!   `UpdateItem`, `DeleteItem`, `Scan`) and `outcome`;
 //! - the Kinesis consumer's (feature `kinesis`): `stream` (the name; `account:name:epoch` for
-//!   a consumer of several streams), and `shard` (the shard id) where per shard.
+//!   a consumer of several streams), and `shard` (the shard id) where per shard;
+//! - the LogHub consumer's (feature `loghub`): `logstore` (`<project>/<logstore>`), and
+//!   `shard` (the shard id) where per shard.
 //!
 //! This file names no other module of the crate, so that the worker, the store and the
 //! consumer can all depend on it.
@@ -109,6 +111,16 @@ pub const KINESIS_UNEXPANDED: &str = "shardlease_kinesis_aggregates_not_expanded
 /// `skip`, it went to the dead-letter hook; `stop`, the shard was halted here). A batch the
 /// processor asked to skip or stop counts too.
 pub const KINESIS_BATCH_FAILURES: &str = "shardlease_kinesis_batch_failures_total";
+/// Counter: log groups the LogHub consumer handed to its processors (labels `logstore`
+/// (`<project>/<logstore>`), `shard`).
+pub const LOGHUB_LOG_GROUPS: &str = "shardlease_loghub_log_groups_total";
+/// Histogram: seconds one `PullLogs` call took, answered or not (label `logstore`).
+pub const LOGHUB_PULL_SECONDS: &str = "shardlease_loghub_pull_logs_seconds";
+/// Counter: LogHub calls refused for a quota (labels `logstore`, `shard`).
+pub const LOGHUB_THROTTLES: &str = "shardlease_loghub_throttles_total";
+/// Counter: failed deliveries of a batch to the LogHub processor, by what followed (labels
+/// `logstore`, `shard`, `then`: `retry`, `skip`, `stop`).
+pub const LOGHUB_BATCH_FAILURES: &str = "shardlease_loghub_batch_failures_total";
 
 /// What a metric measures.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -145,8 +157,9 @@ const fn metric(name: &'static str, kind: Kind, unit: Unit, help: &'static str) 
     }
 }
 
-/// Every metric of the crate: the worker's, the DynamoDB store's and the Kinesis consumer's.
-pub const ALL: [Description; 28] = [
+/// Every metric of the crate: the worker's, the DynamoDB store's, the Kinesis consumer's and
+/// the LogHub consumer's.
+pub const ALL: [Description; 32] = [
     metric(
         LEASES_HELD,
         Kind::Gauge,
@@ -314,6 +327,30 @@ pub const ALL: [Description; 28] = [
         Kind::Counter,
         Unit::Count,
         "failed deliveries of a batch to the Kinesis processor (labels stream, shard, then: retry, skip or stop)",
+    ),
+    metric(
+        LOGHUB_LOG_GROUPS,
+        Kind::Counter,
+        Unit::Count,
+        "log groups the LogHub consumer handed to its processors (labels logstore, shard)",
+    ),
+    metric(
+        LOGHUB_PULL_SECONDS,
+        Kind::Histogram,
+        Unit::Seconds,
+        "time one PullLogs call took, answered or not (label logstore)",
+    ),
+    metric(
+        LOGHUB_THROTTLES,
+        Kind::Counter,
+        Unit::Count,
+        "LogHub calls refused for a quota (labels logstore, shard)",
+    ),
+    metric(
+        LOGHUB_BATCH_FAILURES,
+        Kind::Counter,
+        Unit::Count,
+        "failed deliveries of a batch to the LogHub processor (labels logstore, shard, then: retry, skip or stop)",
     ),
 ];
 

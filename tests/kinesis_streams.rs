@@ -498,8 +498,9 @@ impl Intercept for Arns {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn streams_of_two_accounts_with_one_name_are_read_apart_each_call_naming_its_arn() {
-    // kinesis-mock serves the account whose 12-digit id signs the request.
-    let (home, other) = ("111111111111", "222222222222");
+    // kinesis-mock serves the account whose 12-digit id signs the request (accounts of this
+    // run alone: each account has kinesis-mock's limit of 50 shards).
+    let (home, other) = (&kinesis::fresh_account(), &kinesis::fresh_account());
     let home_client = kinesis::mock_client_of(home, None::<Arns>);
     let arns = Arns::default();
     let other_client = kinesis::mock_client_of(other, Some(arns.clone()));
@@ -536,7 +537,7 @@ async fn streams_of_two_accounts_with_one_name_are_read_apart_each_call_naming_i
     for p in &ledger_now.processed {
         let key = LeaseKey::new(p.shard.as_str()).unwrap();
         let (id, _) = StreamId::split_lease_key(&key).unwrap();
-        let expected = if id.account == home { "home" } else { "other" };
+        let expected = if id.account == *home { "home" } else { "other" };
         assert!(p.key.starts_with(expected), "{} read from {key}", p.key);
     }
     let accounts: HashSet<String> = consumer
@@ -572,7 +573,7 @@ async fn streams_of_two_accounts_with_one_name_are_read_apart_each_call_naming_i
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_lease_of_another_accounts_stream_is_never_read_from_a_namesake_in_this_account() {
-    let (home, other) = ("111111111111", "222222222222");
+    let (home, other) = (&kinesis::fresh_account(), &kinesis::fresh_account());
     let home_client = kinesis::mock_client_of(home, None::<Arns>);
     let other_client = kinesis::mock_client_of(other, None::<Arns>);
     let name = kinesis::unique_stream("namesake");
@@ -629,7 +630,9 @@ async fn a_lease_of_another_accounts_stream_is_never_read_from_a_namesake_in_thi
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn several_streams_read_with_enhanced_fan_out_each_through_its_own_stream_consumer() {
-    let (client, counts) = kinesis::mock_client();
+    let account = kinesis::fresh_account();
+    let counts = kinesis::InjectErrors::default();
+    let client = kinesis::mock_client_of(&account, Some(counts.clone()));
     let names = [
         kinesis::unique_stream("fan-a"),
         kinesis::unique_stream("fan-b"),
@@ -663,9 +666,7 @@ async fn several_streams_read_with_enhanced_fan_out_each_through_its_own_stream_
         assert_stream_complete(&ledger, name, producer);
         let consumers = client
             .list_stream_consumers()
-            .stream_arn(format!(
-                "arn:aws:kinesis:us-east-1:000000000000:stream/{name}"
-            ))
+            .stream_arn(format!("arn:aws:kinesis:us-east-1:{account}:stream/{name}"))
             .send()
             .await
             .unwrap();

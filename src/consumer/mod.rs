@@ -9,8 +9,10 @@
 //! halts the shard where it is ([`FailureAction::Stop`]).
 
 mod deliver;
+mod run;
 
 pub(crate) use deliver::{deliver, guarded, Attempt, Backoff, Call, Delivered, Policy};
+pub(crate) use run::Running;
 
 /// What the record loop does after the processor's batch call returns.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]

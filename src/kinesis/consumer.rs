@@ -4,13 +4,7 @@
 use std::future::Future;
 use std::sync::Arc;
 
-use std::collections::HashMap;
-
 use async_trait::async_trait;
-use tokio::task::JoinHandle;
-use tokio_util::sync::CancellationToken;
-use tokio_util::task::TaskTracker;
-use tracing::Instrument;
 
 use super::config::{ConsumerConfig, InitialPosition, Retrieval};
 use super::context::ReaderContext;
@@ -22,10 +16,11 @@ use super::registry::{Registry, SeveralStreams, StartError, Streams};
 use super::source::{KinesisShardSource, ShardRanges, StreamError};
 use super::streams::{InvalidStream, StreamConfig, StreamTracker};
 use crate::config::{ConfigError, WorkerConfig};
-use crate::lease::{LeaseKey, WorkerId};
+use crate::consumer::Running;
+use crate::lease::WorkerId;
 use crate::source::{Shard, ShardSource, SourceError};
 use crate::store::LeaseStore;
-use crate::worker::{LeaseEvent, LeaseEvents, ShutdownSignal, Worker, WorkerError};
+use crate::worker::{LeaseGrant, ShutdownSignal, Worker, WorkerError};
 
 /// Why a consumer could not start.
 #[derive(Debug, thiserror::Error)]
@@ -213,30 +208,30 @@ impl<F> KinesisConsumerBuilder<F> {
             .shutdown_signal(self.shutdown_signal)
             .start()
             .await?;
-        let readers = TaskTracker::new();
-        let readers_for_dispatch = readers.clone();
         let span = tracing::info_span!("shardlease", worker = %self.id, task = "consumer");
-        let dispatched = CancellationToken::new();
-        let done = dispatched.clone().drop_guard();
-        let dispatching = Dispatch {
-            streams: Arc::new(streams),
-            config: self.config,
-            observer: self.observer,
-            readers: readers_for_dispatch,
-        };
-        let dispatcher = tokio::spawn(
+        let streams = Arc::new(streams);
+        let (config, observer, factory) = (self.config, self.observer, self.factory);
+        let reported = Arc::clone(&observer);
+        let record_loop = move |grant: LeaseGrant| {
+            let key = grant.key().clone();
+            (observer)(ConsumerEvent::Acquired {
+                key: key.clone(),
+                checkpoint: grant.initial_checkpoint().map(str::to_owned),
+            });
+            let processor = factory.create(&key);
+            let (streams, config, observer) =
+                (Arc::clone(&streams), config.clone(), Arc::clone(&observer));
             async move {
-                let _done = done;
-                dispatching.run(events, self.factory).await;
+                match streams.context_for(&key).await {
+                    Ok((context, shard)) => reader::run(context, shard, grant, processor).await,
+                    Err(error) => reader::unreadable(&config, &observer, grant, error).await,
+                }
             }
-            .instrument(span),
-        );
-        Ok(KinesisConsumer {
-            worker: Some(worker),
-            dispatcher,
-            dispatched,
-            readers,
-        })
+        };
+        let running = Running::start(worker, events, span, record_loop, move |event| {
+            reported(ConsumerEvent::Lease(event));
+        });
+        Ok(KinesisConsumer { running })
     }
 }
 
@@ -302,20 +297,9 @@ async fn one_stream(
 /// A running consumer. [`shutdown`](Self::shutdown) leaves gracefully (every processor is
 /// asked to checkpoint, leases are released); dropping it is a crash for the lease table
 /// (its leases expire), while its processors are told their leases are lost.
+#[derive(Debug)]
 pub struct KinesisConsumer {
-    worker: Option<Worker>,
-    dispatcher: JoinHandle<()>,
-    /// Cancelled when the dispatcher ends (the worker's events ended).
-    dispatched: CancellationToken,
-    readers: TaskTracker,
-}
-
-impl std::fmt::Debug for KinesisConsumer {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("KinesisConsumer")
-            .field("worker", &self.worker)
-            .finish()
-    }
+    running: Running,
 }
 
 impl KinesisConsumer {
@@ -399,38 +383,24 @@ impl KinesisConsumer {
 
     /// The worker under the consumer (its id, held leases, monitor).
     pub fn worker(&self) -> &Worker {
-        self.worker.as_ref().expect("present until shutdown")
+        self.running.worker()
     }
 
     /// Leaves gracefully: every processor gets `stop_requested` (shutdown) and its lease is
     /// released once it returns; then the record loops end and the worker leaves the fleet.
-    pub async fn shutdown(mut self) {
-        if let Some(worker) = self.worker.take() {
-            worker.shutdown().await;
-        }
-        self.readers.close();
-        self.readers.wait().await;
-        let _ = (&mut self.dispatcher).await;
+    pub async fn shutdown(self) {
+        self.running.shutdown().await;
     }
 
     /// Resolves once the consumer has left gracefully and every record loop has ended: after
     /// the signal given to
     /// [`graceful_shutdown_on`](KinesisConsumerBuilder::graceful_shutdown_on), after
     /// [`shutdown`](Self::shutdown), or after an operator drained its worker
-    /// ([`admin`](crate::admin), `shardlease drain`). Pending until then.
+    /// ([`admin`](crate::admin), `shardlease drain`). Pending until then. (Dropping the
+    /// consumer is a crash for the lease table: its leases expire, and its processors are told
+    /// their leases are lost.)
     pub async fn stopped(&self) {
-        self.worker().stopped().await;
-        // The worker's events have ended: the dispatcher starts no record loop after this.
-        self.dispatched.cancelled().await;
-        self.readers.close();
-        self.readers.wait().await;
-    }
-}
-
-impl Drop for KinesisConsumer {
-    fn drop(&mut self) {
-        // The worker's own drop tells every grant its lease is lost; the record loops stop.
-        self.dispatcher.abort();
+        self.running.stopped().await;
     }
 }
 
@@ -450,64 +420,5 @@ impl ShardSource for StreamSource {
 
     fn skips_closed_ancestors(&self) -> bool {
         self.latest
-    }
-}
-
-/// What the dispatcher starts record loops with.
-struct Dispatch {
-    streams: Arc<Streams>,
-    config: ConsumerConfig,
-    observer: Observer,
-    readers: TaskTracker,
-}
-
-impl Dispatch {
-    /// Starts a record loop for every lease acquired. A lease lost and acquired again here
-    /// (a new tenure) while its previous loop is still inside a processor call waits for that
-    /// loop to end first, so one process never has two loops on one shard.
-    async fn run<F: ProcessorFactory>(self, mut events: LeaseEvents, factory: F) {
-        let mut running: HashMap<LeaseKey, JoinHandle<()>> = HashMap::new();
-        while let Some(event) = events.recv().await {
-            let observed = match event {
-                LeaseEvent::Acquired(grant) => {
-                    let key = grant.key().clone();
-                    let checkpoint = grant.initial_checkpoint().map(str::to_owned);
-                    (self.observer)(ConsumerEvent::Acquired {
-                        key: key.clone(),
-                        checkpoint,
-                    });
-                    running.retain(|_, previous| !previous.is_finished());
-                    let previous = running.remove(&key);
-                    let processor = factory.create(&key);
-                    let streams = Arc::clone(&self.streams);
-                    let config = self.config.clone();
-                    let observer = Arc::clone(&self.observer);
-                    let span = tracing::info_span!("record_loop", lease_key = %key);
-                    let record_loop = async move {
-                        if let Some(previous) = previous {
-                            tracing::info!(
-                                "waiting for the previous record loop of this shard to end"
-                            );
-                            let _ = previous.await;
-                        }
-                        match streams.context_for(grant.key()).await {
-                            Ok((context, shard)) => {
-                                reader::run(context, shard, grant, processor).await;
-                            }
-                            Err(error) => {
-                                reader::unreadable(&config, &observer, grant, error).await
-                            }
-                        }
-                    };
-                    running.insert(key, self.readers.spawn(record_loop.instrument(span)));
-                    continue;
-                }
-                // Everything else is reported as the worker reported it. (A record loop
-                // finishes its grant on every path: an abandonment means a loop's task ended
-                // some other way.)
-                event => ConsumerEvent::Lease(event),
-            };
-            (self.observer)(observed);
-        }
     }
 }

@@ -258,7 +258,7 @@ impl WorkerBuilder {
 
     /// [`graceful_shutdown_on`](Self::graceful_shutdown_on) with a signal already wrapped (the
     /// Kinesis consumer's builder passes its own on).
-    #[cfg(feature = "kinesis")]
+    #[cfg(any(feature = "kinesis", feature = "loghub"))]
     pub(crate) fn shutdown_signal(mut self, signal: Option<ShutdownSignal>) -> Self {
         self.shutdown_signal = signal;
         self

@@ -67,6 +67,13 @@ pub fn mock_client() -> (Client, InjectErrors) {
     (Client::from_conf(config.build()), counts)
 }
 
+/// A kinesis-mock account of this test alone: 12 random digits (kinesis-mock keeps every
+/// stream until it stops, and allows 50 shards an account).
+pub fn fresh_account() -> String {
+    let n = uuid::Uuid::new_v4().as_u128() % 1_000_000_000_000;
+    format!("{n:012}")
+}
+
 /// A client of kinesis-mock in `account` (kinesis-mock serves the account whose 12-digit id is
 /// the request's access key id), with `interceptor` if given.
 pub fn mock_client_of(account: &str, interceptor: Option<impl Intercept + 'static>) -> Client {

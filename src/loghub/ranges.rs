@@ -1,7 +1,7 @@
 //! LogHub shards as the library's [`Shard`]s: `readonly` is closed, and parents from splits
 //! and merges derived from the shards' hash-key ranges, since `ListShards` names no parents.
-//! Plain functions over plain data, unit-tested below without LogHub (examples/loghub_source.rs
-//! feeds them its listings).
+//! Plain functions over plain data, unit-tested below without LogHub (the shard source,
+//! `source.rs`, feeds them its listings).
 //!
 //! # The rule
 //!
@@ -37,8 +37,8 @@
 //!   padded with zeros). A key that is not, a range that is empty, or a status other than
 //!   `readwrite` and `readonly` fails the whole listing rather than guess.
 
-use shardlease::source::Shard;
-use shardlease::LeaseKey;
+use crate::lease::{InvalidId, LeaseKey};
+use crate::source::Shard;
 
 /// One shard as LogHub's `ListShards` describes it.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -90,7 +90,7 @@ pub enum RangeError {
         /// The shard's id.
         shard: i32,
         /// Why the key was refused.
-        source: shardlease::lease::InvalidId,
+        source: InvalidId,
     },
 }
 
