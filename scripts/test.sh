@@ -40,4 +40,7 @@ scripts/chaos.sh 60 7
 scripts/chaos.sh 60 7 --store redis
 # The command line on two lease_worker processes: status, drain, checkpoints, import-kcl.
 scripts/demo_cli.sh
+# The LogHub consumer end to end: loghub_consumer processes on redis-server against the LogHub
+# emulator through a kill -9, a join, a SIGTERM, a split and a merge (4 s leases, a 1 s hold).
+python3 scripts/loghub_e2e.py --lease-secs 4 --hold-secs 1
 echo "conformance targets run: in-memory (conformance_memory), dynalite (conformance_dynalite), moto (conformance_moto), redis (conformance_redis)"
