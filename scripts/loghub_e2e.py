@@ -23,7 +23,8 @@ rest. Then it checks, from the events logs:
   owner stopped.
 
 Prints one JSON line per run (times in seconds: the first spread after the start, the failover
-after the kill, the join's share, the leave's handover) and exits 1 if a run breaks any rule.
+after the kill, the join's share after its start, the leave's handover after the SIGTERM) and
+exits 1 if a run breaks any rule.
 """
 
 import argparse
@@ -173,11 +174,12 @@ class Run:
                          lambda: len(self.held().get("d", ())) >= self.args.shards // 3
                          and self.all_held_evenly())
         leaving = set(self.held()["b"])
+        asked = time.time()
         self.processes["b"].send_signal(signal.SIGTERM)
         self.processes["b"].wait(timeout=60)
-        leave = self.wait("b's shards handed over",
-                          lambda: leaving <= {s for n, h in self.held().items() if n != "b"
-                                              for s in h})
+        self.wait("b's shards handed over",
+                  lambda: leaving <= {s for n, h in self.held().items() if n != "b" for s in h})
+        leave = time.time() - asked
         listed = sorted(shards(self.project, self.logstore), key=lambda s: s["shardID"])
         parent = listed[0]
         middle = "%032x" % ((int(parent["inclusiveBeginKey"], 16)

@@ -149,8 +149,13 @@ pub struct WorkerConfig {
     /// handed over. Default: 250 ms (a handful of reads, only while a handoff is pending).
     #[cfg_attr(feature = "serde", serde(with = "humantime_serde"))]
     pub handoff_poll_interval: Duration,
-    /// A pause after every move before the new owner starts, for applications that back up
-    /// state elsewhere. Default: zero.
+    /// The hold after every move: a lease taken is given to the application this long after
+    /// its take began, whatever the take (a graceful handoff for balance, a leaving worker's
+    /// lease, a failover, a shard's first owner). For applications that keep a shard's state
+    /// elsewhere (Redis, a database) and back it up when they let the shard go: the old
+    /// owner saves the state when its application is asked to stop (and, after a crash, the
+    /// new owner finds what the last save left), and the new owner loads it only after the
+    /// hold. It adds to every failover and to every start. Default: zero.
     #[cfg_attr(feature = "serde", serde(with = "humantime_serde"))]
     pub quiet_period: Duration,
     /// How long `shutdown()` lets the application finish and checkpoint before it stops
