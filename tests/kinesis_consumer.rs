@@ -12,22 +12,12 @@ use std::collections::{BTreeSet, HashMap};
 use std::sync::{Arc, Mutex, OnceLock};
 use std::time::Duration;
 
-use kinesis::{until, worker_config, Ledger, Producer};
-use shardlease::kinesis::{
-    ConsumerConfig, ConsumerEvent, InitialPosition, KinesisConsumer, StartPosition,
-};
+use kinesis::{consumer_config, until, worker_config, Ledger, Producer};
+use shardlease::kinesis::{ConsumerEvent, InitialPosition, KinesisConsumer, StartPosition};
 use shardlease::store::dynamodb::DynamoConfig;
 use shardlease::store::LeaseStore;
 use shardlease::{LeaseEvent, WorkerId};
 use tokio::time::Instant;
-
-fn consumer_config() -> ConsumerConfig {
-    ConsumerConfig::default()
-        .initial_position(InitialPosition::TrimHorizon)
-        .max_records(50)
-        .min_call_interval(Duration::from_millis(100))
-        .idle_time_between_reads(Duration::from_millis(200))
-}
 
 async fn store(test: &str) -> Arc<dyn LeaseStore> {
     let emulator = dynamo::Emulator::dynalite();

@@ -15,7 +15,7 @@ use std::time::Duration;
 use aws_sdk_kinesis::config::interceptors::BeforeTransmitInterceptorContextRef;
 use aws_sdk_kinesis::config::{ConfigBag, Intercept, RuntimeComponents};
 use aws_sdk_kinesis::error::BoxError;
-use kinesis::{until, worker_config, Ledger, Producer};
+use kinesis::{consumer_config, until, worker_config, Ledger, Producer};
 use shardlease::kinesis::{
     ConsumerConfig, ConsumerEvent, InitialPosition, KinesisConsumer, StreamConfig, StreamId,
     StreamSet, StreamTracker,
@@ -25,14 +25,6 @@ use shardlease::store::LeaseStore;
 use shardlease::worker::StopReason;
 use shardlease::{LeaseKey, WorkerConfig, WorkerId};
 use tokio::time::Instant;
-
-fn consumer_config() -> ConsumerConfig {
-    ConsumerConfig::default()
-        .initial_position(InitialPosition::TrimHorizon)
-        .max_records(50)
-        .min_call_interval(Duration::from_millis(100))
-        .idle_time_between_reads(Duration::from_millis(200))
-}
 
 async fn store(test: &str) -> Arc<dyn LeaseStore> {
     let emulator = dynamo::Emulator::dynalite();
@@ -122,6 +114,17 @@ fn assert_stream_complete(ledger: &Ledger, stream: &str, producer: &Producer) {
             "records of {key} in {stream}, in first-processed order"
         );
     }
+}
+
+/// How many distinct records of `stream` were processed.
+fn processed_of(ledger: &Ledger, stream: &str) -> usize {
+    ledger
+        .processed
+        .iter()
+        .filter(|p| stream_of(&p.shard) == stream)
+        .map(|p| (&p.key, p.n))
+        .collect::<HashSet<_>>()
+        .len()
 }
 
 fn held_by_stream(consumer: &KinesisConsumer) -> BTreeMap<String, usize> {
@@ -285,14 +288,7 @@ async fn a_stream_added_at_run_time_is_read_and_a_removed_one_retires_its_leases
         .await
         .unwrap();
     until("every record of the added stream processed", || {
-        let ledger = ledger.lock().unwrap();
-        let seen: HashSet<(String, u64)> = ledger
-            .processed
-            .iter()
-            .filter(|p| stream_of(&p.shard) == later)
-            .map(|p| (p.key.clone(), p.n))
-            .collect();
-        seen.len() as u64 == later_producer.total()
+        processed_of(&ledger.lock().unwrap(), &later) as u64 == later_producer.total()
     })
     .await;
     assert!(added_at.elapsed() < Duration::from_secs(60));
@@ -410,14 +406,7 @@ async fn a_worker_whose_tracker_lacks_a_stream_reads_its_leases_with_its_own_cli
         .await
         .unwrap();
     until("every record of that stream processed", || {
-        let ledger = ledger.lock().unwrap();
-        let seen: HashSet<(String, u64)> = ledger
-            .processed
-            .iter()
-            .filter(|p| stream_of(&p.shard) == b)
-            .map(|p| (p.key.clone(), p.n))
-            .collect();
-        seen.len() as u64 == producer.total()
+        processed_of(&ledger.lock().unwrap(), &b) as u64 == producer.total()
     })
     .await;
     let ledger_now = ledger.lock().unwrap().clone();

@@ -168,6 +168,59 @@ pub(crate) async fn deliver(
     }
 }
 
+/// A processor's last calls on a stopped lease, and the reports around them, as the consumer
+/// has them ([`last_call`]).
+pub(crate) trait Stopping {
+    /// The lease was lost: no checkpoint is possible.
+    fn lease_lost(&mut self) -> Call<'_, ()>;
+    /// The last chance to checkpoint.
+    fn stop_requested<'a>(&'a mut self, reason: &'a StopReason) -> Call<'a, ()>;
+    /// `stop_requested` is about to be called.
+    fn requested(&self, reason: &StopReason);
+    /// The processor panicked in one of them (the panic's message).
+    fn panicked(&self, message: String);
+}
+
+/// The processor's last call on a stopped lease: `lease_lost` when it was lost, else
+/// `stop_requested`, cut off at the reason's deadline. A panic in either is caught.
+pub(crate) async fn last_call(reason: &StopReason, processor: &mut impl Stopping) {
+    let deadline = match reason {
+        StopReason::Handoff { deadline, .. }
+        | StopReason::Shutdown { deadline }
+        | StopReason::Retired { deadline } => *deadline,
+        StopReason::Lost => {
+            if let Err(message) = guarded(processor.lease_lost()).await {
+                tracing::error!(panic = %message, "the processor panicked in lease_lost");
+                processor.panicked(message);
+            }
+            return;
+        }
+    };
+    processor.requested(reason);
+    let asked = guarded(processor.stop_requested(reason));
+    let answered = tokio::time::timeout_at(deadline, asked).await;
+    match answered {
+        Ok(Ok(())) => {}
+        Ok(Err(message)) => {
+            tracing::error!(panic = %message, "the processor panicked in stop_requested");
+            processor.panicked(message);
+        }
+        Err(_) => {
+            tracing::warn!("the processor did not return from stop_requested before the deadline");
+        }
+    }
+}
+
+/// Holds a lease whose loop failed for `max_backoff` before it is released (at once if a stop
+/// comes first), so that a lease failing on every worker moves at most that often.
+pub(crate) async fn give_back(max_backoff: Duration, grant: &mut LeaseGrant) {
+    tokio::select! {
+        biased;
+        reason = grant.stopped() => tracing::info!(?reason, "stopped while backing off"),
+        _ = tokio::time::sleep(max_backoff) => {}
+    }
+}
+
 /// What follows a failed delivery, numbered `attempt`, that asked for `asked`: a retry while
 /// attempts are left, then the policy's action; a skip or stop asked for, at once.
 fn next_step(policy: &Policy, asked: BatchOutcome, attempt: u32) -> BatchOutcome {

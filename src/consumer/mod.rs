@@ -11,7 +11,9 @@
 mod deliver;
 mod run;
 
-pub(crate) use deliver::{deliver, guarded, Attempt, Backoff, Call, Delivered, Policy};
+pub(crate) use deliver::{
+    deliver, give_back, guarded, last_call, Attempt, Backoff, Call, Delivered, Policy, Stopping,
+};
 pub(crate) use run::Running;
 
 /// What the record loop does after the processor's batch call returns.

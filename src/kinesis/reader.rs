@@ -18,12 +18,13 @@ use super::config::{ConsumerConfig, InitialPosition};
 use super::context::ReaderContext;
 use super::delivery::Deliverer;
 use super::event::ConsumerEvent;
+use super::event::Observer;
 use super::fetch::{Fetched, Fetcher, Queue};
 use super::metrics::ShardMeters;
 use super::processor::{
     resume_after, RecordCheckpointer, RecordProcessor, ShardStart, StartPosition,
 };
-use crate::consumer::{guarded, Delivered};
+use crate::consumer::{self, guarded, Call, Delivered, Stopping};
 use crate::lease::{LeaseKey, RESERVED_PREFIX};
 use crate::worker::{LeaseGrant, StopReason};
 
@@ -146,7 +147,7 @@ pub(crate) async fn run<P: RecordProcessor>(
                 key: key.clone(),
                 message,
             });
-            give_back(&context.config, &mut grant).await;
+            consumer::give_back(context.config.max_backoff, &mut grant).await;
         }
         Exit::Refused(error) => {
             tracing::error!(%error, "Kinesis refuses to serve the shard; the lease is released after a backoff");
@@ -154,7 +155,7 @@ pub(crate) async fn run<P: RecordProcessor>(
                 key: key.clone(),
                 error,
             });
-            give_back(&context.config, &mut grant).await;
+            consumer::give_back(context.config.max_backoff, &mut grant).await;
         }
     }
     // Still active (a failure, not a stop): this releases the lease. After a stop request it
@@ -172,48 +173,44 @@ async fn stop<P: RecordProcessor>(
     checkpointer: &RecordCheckpointer,
     reason: StopReason,
 ) {
-    let deadline = match &reason {
-        StopReason::Handoff { deadline, .. }
-        | StopReason::Shutdown { deadline }
-        | StopReason::Retired { deadline } => *deadline,
-        StopReason::Lost => {
-            if let Err(message) = guarded(processor.lease_lost()).await {
-                tracing::error!(panic = %message, "the processor panicked in lease_lost");
-                (context.observer)(ConsumerEvent::ProcessorPanicked {
-                    key: key.clone(),
-                    message,
-                });
-            }
-            return;
-        }
+    let mut stopping = Stop {
+        processor,
+        checkpointer,
+        key,
+        observer: &context.observer,
     };
-    (context.observer)(ConsumerEvent::StopRequested {
-        key: key.clone(),
-        reason: reason.clone(),
-    });
-    let last_chance = guarded(processor.stop_requested(&reason, checkpointer));
-    match tokio::time::timeout_at(deadline, last_chance).await {
-        Ok(Ok(())) => {}
-        Ok(Err(message)) => {
-            tracing::error!(panic = %message, "the processor panicked in stop_requested");
-            (context.observer)(ConsumerEvent::ProcessorPanicked {
-                key: key.clone(),
-                message,
-            });
-        }
-        Err(_) => {
-            tracing::warn!("the processor did not return from stop_requested before the deadline");
-        }
-    }
+    consumer::last_call(&reason, &mut stopping).await;
 }
 
-/// Holds a lease whose loop failed for `max_backoff` before it is released (at once if a stop
-/// comes first), so that a lease failing on every worker moves at most that often.
-async fn give_back(config: &ConsumerConfig, grant: &mut LeaseGrant) {
-    tokio::select! {
-        biased;
-        reason = grant.stopped() => tracing::info!(?reason, "stopped while backing off"),
-        _ = tokio::time::sleep(config.max_backoff) => {}
+/// A processor at its last call.
+struct Stop<'a, P> {
+    processor: &'a mut P,
+    checkpointer: &'a RecordCheckpointer,
+    key: &'a LeaseKey,
+    observer: &'a Observer,
+}
+
+impl<P: RecordProcessor> Stopping for Stop<'_, P> {
+    fn lease_lost(&mut self) -> Call<'_, ()> {
+        self.processor.lease_lost()
+    }
+
+    fn stop_requested<'a>(&'a mut self, reason: &'a StopReason) -> Call<'a, ()> {
+        self.processor.stop_requested(reason, self.checkpointer)
+    }
+
+    fn requested(&self, reason: &StopReason) {
+        (self.observer)(ConsumerEvent::StopRequested {
+            key: self.key.clone(),
+            reason: reason.clone(),
+        });
+    }
+
+    fn panicked(&self, message: String) {
+        (self.observer)(ConsumerEvent::ProcessorPanicked {
+            key: self.key.clone(),
+            message,
+        });
     }
 }
 
@@ -222,7 +219,7 @@ async fn give_back(config: &ConsumerConfig, grant: &mut LeaseGrant) {
 /// released, as after a refusal, with no processor made for it.
 pub(crate) async fn unreadable(
     config: &ConsumerConfig,
-    observer: &super::event::Observer,
+    observer: &Observer,
     mut grant: LeaseGrant,
     error: String,
 ) {
@@ -232,7 +229,7 @@ pub(crate) async fn unreadable(
         key: key.clone(),
         error,
     });
-    give_back(config, &mut grant).await;
+    consumer::give_back(config.max_backoff, &mut grant).await;
     grant.finish();
     observer(ConsumerEvent::Stopped { key });
 }

@@ -28,7 +28,7 @@ use super::processor::{
 };
 use super::source::LogHubShardSource;
 use super::{classify, describe, Failure};
-use crate::consumer::{self, guarded, Attempt, Backoff, Call, Delivered};
+use crate::consumer::{self, guarded, Attempt, Backoff, Call, Delivered, Stopping};
 use crate::lease::LeaseKey;
 use crate::metrics::{
     LOGHUB_BATCH_FAILURES, LOGHUB_LOG_GROUPS, LOGHUB_PULL_SECONDS, LOGHUB_THROTTLES,
@@ -95,7 +95,7 @@ pub(crate) async fn run<P: LogGroupProcessor>(
     let Ok(shard_id) = key.as_str().parse::<i32>() else {
         let error = format!("the lease key {key} is not a LogHub shard id");
         report_refused(&context, &key, error);
-        give_back(&context.config, &mut grant).await;
+        consumer::give_back(context.config.max_backoff, &mut grant).await;
         grant.finish();
         (context.observer)(ConsumerEvent::Stopped { key });
         return;
@@ -149,11 +149,11 @@ pub(crate) async fn run<P: LogGroupProcessor>(
                 key: key.clone(),
                 message,
             });
-            give_back(&context.config, &mut grant).await;
+            consumer::give_back(context.config.max_backoff, &mut grant).await;
         }
         Exit::Refused(error) => {
             report_refused(&context, &key, error);
-            give_back(&context.config, &mut grant).await;
+            consumer::give_back(context.config.max_backoff, &mut grant).await;
         }
     }
     if let Some((mirror, task)) = mirror {
@@ -209,40 +209,44 @@ async fn stop<P: LogGroupProcessor>(
     checkpointer: &CursorCheckpointer,
     reason: StopReason,
 ) {
-    let deadline = match &reason {
-        StopReason::Handoff { deadline, .. }
-        | StopReason::Shutdown { deadline }
-        | StopReason::Retired { deadline } => *deadline,
-        StopReason::Lost => {
-            if let Err(message) = guarded(processor.lease_lost()).await {
-                tracing::error!(panic = %message, "the processor panicked in lease_lost");
-            }
-            return;
-        }
+    let mut stopping = Stop {
+        processor,
+        checkpointer,
+        key,
+        observer: &context.observer,
     };
-    (context.observer)(ConsumerEvent::StopRequested {
-        key: key.clone(),
-        reason: reason.clone(),
-    });
-    let last_chance = guarded(processor.stop_requested(&reason, checkpointer));
-    match tokio::time::timeout_at(deadline, last_chance).await {
-        Ok(Ok(())) => {}
-        Ok(Err(message)) => {
-            tracing::error!(panic = %message, "the processor panicked in stop_requested")
-        }
-        Err(_) => {
-            tracing::warn!("the processor did not return from stop_requested before the deadline")
-        }
-    }
+    consumer::last_call(&reason, &mut stopping).await;
 }
 
-/// Holds a lease whose loop failed for `max_backoff` before it is released (at once if a stop
-/// comes first), so that a lease failing on every worker moves at most that often.
-async fn give_back(config: &LogHubConfig, grant: &mut LeaseGrant) {
-    tokio::select! {
-        biased;
-        reason = grant.stopped() => tracing::info!(?reason, "stopped while backing off"),
-        _ = tokio::time::sleep(config.max_backoff) => {}
+/// A processor at its last call.
+struct Stop<'a, P> {
+    processor: &'a mut P,
+    checkpointer: &'a CursorCheckpointer,
+    key: &'a LeaseKey,
+    observer: &'a Observer,
+}
+
+impl<P: LogGroupProcessor> Stopping for Stop<'_, P> {
+    fn lease_lost(&mut self) -> Call<'_, ()> {
+        self.processor.lease_lost()
+    }
+
+    fn stop_requested<'a>(&'a mut self, reason: &'a StopReason) -> Call<'a, ()> {
+        self.processor.stop_requested(reason, self.checkpointer)
+    }
+
+    fn requested(&self, reason: &StopReason) {
+        (self.observer)(ConsumerEvent::StopRequested {
+            key: self.key.clone(),
+            reason: reason.clone(),
+        });
+    }
+
+    fn panicked(&self, message: String) {
+        (self.observer)(ConsumerEvent::ProcessorPanicked {
+            key: self.key.clone(),
+            message,
+        });
     }
 }
 

@@ -106,6 +106,16 @@ pub fn worker_config() -> WorkerConfig {
         .discovery_interval(Duration::from_millis(500))
 }
 
+/// The consumer configuration of the consumer tests: from the oldest record, small batches,
+/// quick polling.
+pub fn consumer_config() -> shardlease::kinesis::ConsumerConfig {
+    shardlease::kinesis::ConsumerConfig::default()
+        .initial_position(shardlease::kinesis::InitialPosition::TrimHorizon)
+        .max_records(50)
+        .min_call_interval(Duration::from_millis(100))
+        .idle_time_between_reads(Duration::from_millis(200))
+}
+
 /// A stream name no other test uses.
 pub fn unique_stream(test: &str) -> String {
     static SEQ: AtomicU64 = AtomicU64::new(0);
