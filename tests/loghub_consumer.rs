@@ -18,6 +18,7 @@ use std::time::Duration;
 use async_trait::async_trait;
 use emulator::{group, Case, CaseFuture, Ctx};
 use serde_json::json;
+use shardlease::lease::Lease;
 use shardlease::loghub::{
     BatchOutcome, ConsumerEvent, ConsumerGroup, CursorCheckpointer, FailureAction, LogBatch,
     LogGroupProcessor, LogHubConfig, LogHubConsumer, LogHubError, ProcessError, ShardStart,
@@ -308,13 +309,14 @@ impl Fleet {
     }
 
     async fn checkpoint_of(&self, key: &str) -> Option<String> {
+        self.lease(key).await.and_then(|l| l.checkpoint)
+    }
+
+    /// The lease named `key` as the table holds it now, `None` when there is none.
+    async fn lease(&self, key: &str) -> Option<Lease> {
         let deadline = Instant::now() + Duration::from_secs(5);
         let snapshot = self.store.snapshot(deadline).await.unwrap();
-        snapshot
-            .leases
-            .into_iter()
-            .find(|l| l.key.as_str() == key)
-            .and_then(|l| l.checkpoint)
+        snapshot.leases.into_iter().find(|l| l.key.as_str() == key)
     }
 }
 
@@ -506,7 +508,11 @@ fn split_and_merge(ctx: Ctx) -> CaseFuture {
                 }
             }
         }
-        assert_eq!(fleet.checkpoint_of("0").await.as_deref(), Some(SHARD_END));
+        // The parent's lease ends at SHARD_END; the discoverer deletes it once its children
+        // have started, so by now it may be gone, never left at an earlier checkpoint.
+        if let Some(parent) = fleet.lease("0").await {
+            assert_eq!(parent.checkpoint.as_deref(), Some(SHARD_END));
+        }
         a.shutdown().await;
     })
 }
