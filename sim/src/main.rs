@@ -23,6 +23,7 @@ use clap::{Args, CommandFactory, FromArgMatches, Parser, ValueEnum};
 
 use shardlease_sim::sim;
 use sim::campaign::schedule::{self, Fault};
+use sim::latency::LatencyModel;
 use sim::load::{self, LoadModel, Loads};
 use sim::net::{FaultRates, Latencies, Latency};
 use sim::report::table;
@@ -72,8 +73,9 @@ const CAMPAIGN: &str = "Fault campaign";
 #[command(next_help_heading = RUN)]
 struct RunArgs {
     /// What happens to the fleet: cold-start, join, crash, leave, rolling-restart, autoscale,
-    /// shards, pause, cut-off, crash-join (k crash, then k start); or `all` for every one in
-    /// turn
+    /// shards, pause, cut-off, crash-join (k crash, then k start), skew, hot-shard,
+    /// heterogeneous, drift, rest (nothing: the balanced fleet rests); or `all` for every
+    /// one in turn
     #[arg(long, value_name = "NAME", default_value = "join", value_parser = scenario_names(),
           hide_possible_values = true)]
     scenario: String,
@@ -90,9 +92,32 @@ struct RunArgs {
     /// The policies to run, side by side
     #[arg(long, value_name = "P", value_enum, default_value = "both")]
     policy: Policies,
-    /// Store latency in ms, log-normal, of every request
+    /// Store latency in ms, log-normal, of every request (under --latency-model heavy-tail,
+    /// the body below the tail)
     #[arg(long, value_name = "MED,P99", default_value = "5,25", value_parser = latency)]
     latency: Latency,
+    /// How latency is drawn: lognormal (by --latency), or heavy-tail: the log-normal body of
+    /// --latency for 99 % of requests, a Pareto tail from its p99 (25 ms) to 1 s at the
+    /// 99.9th percentile, the top 0.1 % log-uniform from 1 s to 2 s; and one 3 s stall per
+    /// worker in each simulated hour (at an instant drawn by the seed), during which every
+    /// request the worker starts waits until the stall ends before it is sent. It applies to
+    /// every policy, the KCL model included
+    #[arg(long, value_name = "MODEL", default_value = "lognormal", value_parser = LatencyModel::parse)]
+    latency_model: LatencyModel,
+    /// The library's lease duration in seconds, fractions allowed (1.5): the intervals the
+    /// library derives from it follow it as its defaults do (the beat every 45 %, a failed
+    /// taker round retried after a half, the drift allowance a twentieth); those it does not
+    /// derive keep their defaults (slow scan 50 s, store timeout 5 s, handoff poll 250 ms,
+    /// handoff and shutdown timeouts 30 s). A value WorkerConfig::validate refuses is
+    /// refused with its message. The KCL model (--policy kcl) does not follow it: it keeps
+    /// its own 10 s unless --kcl-lease-duration is given [default: 10]
+    #[arg(long, value_name = "SECS", value_parser = positive_seconds)]
+    lease_duration: Option<Duration>,
+    /// The KCL model's lease duration in seconds (its failoverTimeMillis, at least 0.1):
+    /// its renewals every lease / 3 - 25 ms and its taker every 2 x (lease + 25 ms) follow
+    /// it, as KCL derives them. --lease-duration does not change it [default: 10]
+    #[arg(long, value_name = "SECS", value_parser = kcl_lease_duration)]
+    kcl_lease_duration: Option<sim::kcl::Timing>,
     /// The latency of gets [default: --latency]
     #[arg(long, value_name = "MED,P99", value_parser = latency)]
     read_latency: Option<Latency>,
@@ -123,6 +148,12 @@ struct RunArgs {
     /// How long a pause or a cut-off lasts [default: 20 and 30]
     #[arg(long, value_name = "SECS", value_parser = seconds)]
     outage: Option<Duration>,
+    /// A crash (of crash and crash-join) comes at an instant drawn by the seed uniformly
+    /// within SECS after the fleet is balanced, so that seeds sample the phase of the
+    /// victims' beats the crash meets; failover is measured from the crash [default: at
+    /// once]
+    #[arg(long, value_name = "SECS", value_parser = positive_seconds)]
+    crash_within: Option<Duration>,
     /// Between the starts of workers that join together (0: one right after the other)
     #[arg(long, value_name = "SECS", default_value = "0", value_parser = seconds)]
     start_gap: Duration,
@@ -368,6 +399,20 @@ fn positive_seconds(value: &str) -> Result<Duration, String> {
         .ok_or_else(|| "seconds expected".into())
 }
 
+/// `--kcl-lease-duration`: a lease the KCL model can run with, and its intervals.
+fn kcl_lease_duration(value: &str) -> Result<sim::kcl::Timing, String> {
+    sim::kcl::Timing::of(positive_seconds(value)?)
+}
+
+/// `--lease-duration`, checked as the library checks it: `WorkerConfig::validate`'s message
+/// when it refuses the value.
+fn check_lease_duration(lease: Duration) -> Result<(), String> {
+    shardlease::WorkerConfig::default()
+        .lease_duration(lease)
+        .validate()
+        .map_err(|err| err.to_string())
+}
+
 /// `--max-skew`: a fraction, or a percentage.
 fn max_skew(value: &str) -> Result<f64, String> {
     let (number, scale) = match value.strip_suffix('%') {
@@ -513,6 +558,15 @@ fn main() -> ExitCode {
         return campaign(options);
     }
     let (args, seed) = (cli.run, cli.seed);
+    if let Some(lease) = args.lease_duration {
+        if let Err(message) = check_lease_duration(lease) {
+            eprintln!(
+                "simulate: --lease-duration {}: {message}",
+                lease.as_secs_f64()
+            );
+            return ExitCode::from(2);
+        }
+    }
     let scenarios: Vec<String> = if args.scenario == "all" {
         NAMES.iter().map(|s| s.to_string()).collect()
     } else {
@@ -593,6 +647,10 @@ fn main() -> ExitCode {
                 load: loads.clone(),
                 load_trace: args.load_trace.is_some(),
                 dump_start: args.dump_start.clone(),
+                lease_duration: args.lease_duration,
+                kcl: args.kcl_lease_duration.unwrap_or_default(),
+                latency_model: args.latency_model,
+                crash_within: args.crash_within,
             };
             let report = sim::simulate(settings);
             if let Some(path) = &args.load_trace {
@@ -616,4 +674,20 @@ fn main() -> ExitCode {
         return ExitCode::FAILURE;
     }
     ExitCode::SUCCESS
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_lease_duration_the_library_refuses_is_refused_with_its_message() {
+        let err = check_lease_duration(Duration::from_millis(50)).unwrap_err();
+        assert!(err.contains("lease_duration 50ms is too short"), "{err}");
+        check_lease_duration(Duration::from_millis(1500)).unwrap();
+        assert!(kcl_lease_duration("0.05")
+            .unwrap_err()
+            .contains("at least 100 ms"));
+        assert!(positive_seconds("0").is_err());
+    }
 }

@@ -33,6 +33,10 @@ fn settings(name: &str, workers: usize, leases: usize, policy: Policy) -> Settin
         load: Default::default(),
         load_trace: false,
         dump_start: None,
+        lease_duration: None,
+        kcl: Default::default(),
+        latency_model: Default::default(),
+        crash_within: None,
     }
 }
 
@@ -272,6 +276,90 @@ fn every_orphan_of_a_crash_is_taken_and_processed_again() {
     assert!(failover.processing.min >= failover.held.min);
     assert_eq!(report.double_holding, 0);
     assert!(report.balanced().is_some(), "{}", report.json());
+}
+
+/// `--lease-duration`: the beat follows the lease (45 %), so a 2 s lease fails over in about
+/// 2 s and beats five times as often as the default 10 s.
+#[test]
+fn a_shorter_lease_fails_over_sooner_and_beats_in_proportion() {
+    let lease = Duration::from_secs(2);
+    let mut run = settings("crash", 6, 120, Policy::Ours);
+    run.lease_duration = Some(lease);
+    run.rest = Duration::from_secs(600);
+    let report = simulate(run);
+    assert_eq!(report.lease_duration, 2.0);
+    let failover = report.failover().expect("a crash step");
+    assert_eq!(failover.processing.missing, 0);
+    // Crash to processing: a lease after the victim's last beat (at most a beat before the
+    // crash), plus a scan and a give.
+    let beat = lease.as_secs_f64() * 0.45;
+    assert!(failover.processing.min >= 2.0 - beat, "{failover:?}");
+    assert!(failover.processing.max <= 2.0 + 0.5, "{failover:?}");
+    // At rest: one beat per worker per 0.9 s, four workers left.
+    let beats = 4.0 * 600.0 / beat;
+    let writes = report.rest.usage.writes as f64;
+    assert!(
+        writes > beats * 0.98 && writes < beats * 1.02,
+        "{writes} writes, {beats} beats"
+    );
+    assert_eq!(report.double_holding, 0);
+    assert_eq!(report.healthy_leases_lost, Some(0), "{}", report.json());
+}
+
+/// The heavy-tail model stalls each worker 3 s once an hour. A 1.5 s lease cannot ride that out:
+/// a healthy worker's session lapses or is fenced and its leases are lost; the default 10 s
+/// lease (a beat every 4.5 s, valid 9.5 s) loses none.
+#[test]
+fn a_stall_longer_than_the_lease_loses_healthy_leases_and_the_default_lease_rides_it_out() {
+    let run = |lease: Option<Duration>| {
+        let mut run = settings("rest", 4, 40, Policy::Ours);
+        run.latency_model = sim::latency::LatencyModel::parse("heavy-tail").unwrap();
+        run.lease_duration = lease;
+        run.rest = Duration::from_secs(3600);
+        simulate(run)
+    };
+    let short = run(Some(Duration::from_millis(1500)));
+    assert!(short.rest.usage.stalled > 0, "{}", short.json());
+    assert!(short.healthy_leases_lost.unwrap() > 0, "{}", short.json());
+    assert_eq!(short.double_holding, 0);
+    let default = run(None);
+    assert!(default.rest.usage.stalled > 0, "{}", default.json());
+    assert_eq!(default.healthy_leases_lost, Some(0), "{}", default.json());
+}
+
+/// A crash's victim is not a healthy worker; request faults hit every worker, so under them no
+/// figure is given; KCL's steals lose leases of healthy workers (KCL tells their processors
+/// the lease is lost).
+#[test]
+fn leases_lost_by_healthy_workers_leave_out_the_faulted_ones() {
+    let crash = simulate(settings("crash", 6, 120, Policy::Ours));
+    assert_eq!(crash.healthy_leases_lost, Some(0), "{}", crash.json());
+    let mut throttled = settings("crash", 6, 120, Policy::Ours);
+    throttled.faults.throttle = 0.01;
+    assert_eq!(simulate(throttled).healthy_leases_lost, None);
+    let kcl = simulate(settings("join", 4, 40, Policy::Kcl));
+    assert!(kcl.healthy_leases_lost.unwrap() > 0, "{}", kcl.json());
+    let json: serde_json::Value = serde_json::from_str(&kcl.json()).unwrap();
+    assert_eq!(
+        json["healthy_leases_lost"],
+        kcl.healthy_leases_lost.unwrap()
+    );
+}
+
+/// `--kcl-lease-duration`: the model's renewals follow its lease (lease / 3 - 25 ms).
+#[test]
+fn the_kcl_model_renews_at_a_third_of_its_own_lease() {
+    let mut run = settings("rest", 3, 30, Policy::Kcl);
+    run.kcl = sim::kcl::Timing::of(Duration::from_secs(5)).unwrap();
+    run.rest = Duration::from_secs(600);
+    let report = simulate(run);
+    assert_eq!(report.lease_duration, 5.0);
+    let renewals = 30.0 * 600.0 / 1.641;
+    let writes = report.rest.usage.writes as f64;
+    assert!(
+        writes > renewals * 0.98 && writes < renewals * 1.02,
+        "{writes} for {renewals}"
+    );
 }
 
 #[test]

@@ -209,18 +209,21 @@ impl LeaseStore for InMemoryStore {
             Some(token) => Excluded(token.0.as_str()),
             None => Unbounded,
         };
-        let mut page = Page::default();
-        let mut last = None;
+        let mut page = Page {
+            leases: Vec::with_capacity(self.page_size.min(items.len())),
+            ..Page::default()
+        };
+        let mut last: Option<&str> = None;
         for (key, item) in items.range::<str, _>((start, Unbounded)) {
             if last.is_some() && page.leases.len() + page.members.len() == self.page_size {
-                page.next = last.map(PageToken);
+                page.next = last.map(|key| PageToken(key.to_owned()));
                 break;
             }
             match item {
                 Item::Lease(lease) => page.leases.push(lease.clone()),
                 Item::Member(member) => page.members.push(member.clone()),
             }
-            last = Some(key.clone());
+            last = Some(key);
         }
         Ok(page)
     }

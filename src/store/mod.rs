@@ -497,6 +497,9 @@ pub async fn snapshot_by_pages<S: LeaseStore + ?Sized>(
     deadline: Instant,
 ) -> StoreResult<Snapshot> {
     let mut snapshot = Snapshot::default();
+    // The pages' leases are moved into one vector of the right size at the end, not grown
+    // page by page (at 100,000 leases that copied them twice over).
+    let mut pages = Vec::new();
     let mut from = None;
     loop {
         let page = if eventually {
@@ -504,13 +507,17 @@ pub async fn snapshot_by_pages<S: LeaseStore + ?Sized>(
         } else {
             store.list_page(from, deadline).await?
         };
-        snapshot.leases.extend(page.leases);
+        pages.push(page.leases);
         snapshot.members.extend(page.members);
         snapshot.malformed += page.malformed;
         match page.next {
             Some(next) => from = Some(next),
             None => break,
         }
+    }
+    snapshot.leases = Vec::with_capacity(pages.iter().map(Vec::len).sum());
+    for leases in pages {
+        snapshot.leases.extend(leases);
     }
     snapshot.leases.sort_by(|a, b| a.key.cmp(&b.key));
     snapshot.members.sort_by(|a, b| a.worker.cmp(&b.worker));

@@ -1,6 +1,8 @@
 //! KCL 2.x's own lease coordination, modelled for the simulator's baseline (`Policy::Kcl`): not
 //! the library's worker, but what KCL's `DynamoDBLeaseCoordinator` does, over the same
-//! simulated table (every request billed and delayed like ours).
+//! simulated table (every request billed and delayed like ours). The intervals below are
+//! KCL's defaults, derived from its 10 s lease; [`Timing::of`] derives them from another
+//! (`--kcl-lease-duration`).
 //!
 //! - **Renewer** (KCL's `DynamoDBLeaseRenewer`): at a fixed rate of a lease duration / 3 -
 //!   epsilon (3.308 s; `REFERENCE.md` rounds it to 10/3 s), one conditional renewal per held
@@ -55,10 +57,57 @@ use super::Ledger;
 pub const LEASE_DURATION: Duration = Duration::from_secs(10);
 /// KCL's `epsilonMillis` default.
 pub const EPSILON: Duration = Duration::from_millis(25);
-/// The renewer's fixed rate: `leaseDurationMillis / 3 - epsilonMillis`.
+/// The renewer's fixed rate at the default lease: `leaseDurationMillis / 3 - epsilonMillis`.
 pub const RENEW_INTERVAL: Duration = Duration::from_millis(10_000 / 3 - 25);
-/// The taker's fixed delay: `(leaseDurationMillis + epsilonMillis) * 2`.
+/// The taker's fixed delay at the default lease: `(leaseDurationMillis + epsilonMillis) * 2`.
 pub const TAKER_INTERVAL: Duration = Duration::from_millis((10_000 + 25) * 2);
+
+/// The intervals of the KCL model, which KCL derives from its lease duration
+/// (`failoverTimeMillis`) and epsilon, in whole milliseconds as KCL computes them.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Timing {
+    /// How long a lease stays valid without a renewal (`failoverTimeMillis`).
+    pub lease_duration: Duration,
+    /// The renewer's fixed rate: `leaseDurationMillis / 3 - epsilonMillis`.
+    pub renew_interval: Duration,
+    /// The taker's fixed delay: `(leaseDurationMillis + epsilonMillis) * 2`.
+    pub taker_interval: Duration,
+}
+
+impl Default for Timing {
+    /// KCL's defaults: a 10 s lease, renewals every 3.308 s, a taker every 20.05 s.
+    fn default() -> Self {
+        Self {
+            lease_duration: LEASE_DURATION,
+            renew_interval: RENEW_INTERVAL,
+            taker_interval: TAKER_INTERVAL,
+        }
+    }
+}
+
+impl Timing {
+    /// The shortest lease the model takes: its renewals must come more than an epsilon
+    /// apart.
+    pub const SHORTEST: Duration = Duration::from_millis(100);
+
+    /// The intervals KCL derives from a lease of `lease` (rounded to the millisecond, as
+    /// KCL's configuration is); `Err` below [`Timing::SHORTEST`].
+    pub fn of(lease: Duration) -> Result<Self, String> {
+        if lease < Self::SHORTEST {
+            return Err(format!(
+                "the KCL model's lease duration {lease:?} is too short: at least 100 ms \
+                 (its renewals run every lease / 3 - {EPSILON:?})"
+            ));
+        }
+        let millis = lease.as_millis() as u64;
+        let epsilon = EPSILON.as_millis() as u64;
+        Ok(Self {
+            lease_duration: Duration::from_millis(millis),
+            renew_interval: Duration::from_millis(millis / 3 - epsilon),
+            taker_interval: Duration::from_millis((millis + epsilon) * 2),
+        })
+    }
+}
 /// The scheduler loop (`shardConsumerDispatchPollIntervalMillis`).
 pub const DISPATCH_INTERVAL: Duration = Duration::from_secs(1);
 /// The periodic shard sync.
@@ -86,6 +135,7 @@ struct Shared {
     store: Arc<dyn LeaseStore>,
     ledger: Arc<Mutex<Ledger>>,
     checkpoint_every: Option<Duration>,
+    timing: Timing,
     state: Mutex<State>,
 }
 
@@ -153,15 +203,16 @@ impl Shared {
 }
 
 impl KclWorker {
-    /// Starts worker `index` over `store`: the renewer's initial scan and renewals, then the
-    /// loops. With `source`, it also syncs shards.
+    /// Starts worker `index` (its id and process) over `store`, on the intervals of
+    /// `timing`: the renewer's initial scan and renewals, then the loops. With `source`, it
+    /// also syncs shards.
     pub(super) async fn start(
         index: usize,
-        id: WorkerId,
-        incarnation: Incarnation,
+        (id, incarnation): (WorkerId, Incarnation),
         store: Arc<dyn LeaseStore>,
         ledger: Arc<Mutex<Ledger>>,
         checkpoint_every: Option<Duration>,
+        timing: Timing,
         source: Option<StaticShardSource>,
     ) -> Self {
         let shared = Arc::new(Shared {
@@ -171,6 +222,7 @@ impl KclWorker {
             store,
             ledger,
             checkpoint_every,
+            timing,
             state: Mutex::default(),
         });
         initialize(&shared).await;
@@ -262,20 +314,20 @@ async fn initialize(shared: &Shared) {
     }
 }
 
-/// The renewer: every [`RENEW_INTERVAL`] (at a fixed rate), each held lease renewed.
+/// The renewer: every renew interval (at a fixed rate), each held lease renewed.
 async fn renew_loop(shared: Arc<Shared>) {
     let threads = Arc::new(Semaphore::new(RENEWAL_THREADS));
     let mut tick = Instant::now();
     loop {
         tokio::time::sleep_until(tick).await;
-        tick += RENEW_INTERVAL;
+        tick += shared.timing.renew_interval;
         let now = Instant::now();
         let leases: Vec<(LeaseKey, u64, u64, u64)> = {
             let mut state = shared.state();
             // An expired lease is not renewed: KCL counts it lost.
             state
                 .held
-                .retain(|_, h| now.duration_since(h.renewed) <= LEASE_DURATION);
+                .retain(|_, h| now.duration_since(h.renewed) <= shared.timing.lease_duration);
             state
                 .held
                 .iter()
@@ -331,7 +383,7 @@ fn dispatch(shared: &Arc<Shared>) {
     let current: BTreeMap<LeaseKey, ((u64, u64), u64)> = state
         .held
         .iter()
-        .filter(|(_, h)| now.duration_since(h.renewed) <= LEASE_DURATION)
+        .filter(|(_, h)| now.duration_since(h.renewed) <= shared.timing.lease_duration)
         .map(|(k, h)| (k.clone(), ((h.nonce, h.tenure), h.token)))
         .collect();
     let gone: Vec<LeaseKey> = state
@@ -344,7 +396,9 @@ fn dispatch(shared: &Arc<Shared>) {
         // The lease was lost: the application is told so, and cannot checkpoint.
         if let Some(app) = state.apps.remove(&key) {
             app.task.abort();
-            shared.ledger.lock().unwrap().stop(shared.index, &key);
+            let mut ledger = shared.ledger.lock().unwrap();
+            ledger.stop(shared.index, &key);
+            ledger.lost(shared.index);
         }
     }
     for (key, (tenure, token)) in current {
@@ -456,19 +510,27 @@ pub fn observe(
 }
 
 /// Whether a lease seen so has expired at `now`: its counter unchanged for more than a lease
-/// duration of this observer's clock.
-pub fn expired(seen: &Seen, now: Instant) -> bool {
+/// duration (`lease`) of this observer's clock.
+pub fn expired(seen: &Seen, now: Instant, lease: Duration) -> bool {
     seen.since
-        .is_none_or(|since| now.duration_since(since) > LEASE_DURATION)
+        .is_none_or(|since| now.duration_since(since) > lease)
 }
 
-/// The taker's view for `KclBalance`: unowned and expired leases are available, the others
-/// held by their owner (only owners of unexpired leases count as workers).
-pub fn view(scanned: &[Lease], seen: &BTreeMap<LeaseKey, Seen>, now: Instant) -> FleetView {
+/// The taker's view for `KclBalance`: unowned and expired leases (a lease `duration`) are
+/// available, the others held by their owner (only owners of unexpired leases count as
+/// workers).
+pub fn view(
+    scanned: &[Lease],
+    seen: &BTreeMap<LeaseKey, Seen>,
+    now: Instant,
+    duration: Duration,
+) -> FleetView {
     let leases = scanned
         .iter()
         .map(|lease| {
-            let gone = seen.get(&lease.key).is_none_or(|s| expired(s, now));
+            let gone = seen
+                .get(&lease.key)
+                .is_none_or(|s| expired(s, now, duration));
             let holder = match &lease.owner {
                 Some(owner) if !gone => Holder::Held(owner.clone()),
                 _ => Holder::Available,
@@ -487,7 +549,7 @@ pub fn view(scanned: &[Lease], seen: &BTreeMap<LeaseKey, Seen>, now: Instant) ->
     }
 }
 
-/// The taker: a round at start, then one [`TAKER_INTERVAL`] after each round ends.
+/// The taker: a round at start, then one taker interval after each round ends.
 async fn take_loop(shared: Arc<Shared>) {
     let mut seen = BTreeMap::new();
     loop {
@@ -497,7 +559,7 @@ async fn take_loop(shared: Arc<Shared>) {
             seen = observe(&seen, &leases, now);
             take_round(&shared, &leases, &seen, now).await;
         }
-        tokio::time::sleep(TAKER_INTERVAL).await;
+        tokio::time::sleep(shared.timing.taker_interval).await;
     }
 }
 
@@ -507,7 +569,7 @@ async fn take_round(
     seen: &BTreeMap<LeaseKey, Seen>,
     now: Instant,
 ) {
-    let view = view(leases, seen, now);
+    let view = view(leases, seen, now, shared.timing.lease_duration);
     shared.state().owners = view
         .leases
         .iter()
@@ -616,17 +678,29 @@ mod tests {
         let first = [lease("a", Some("w1"), 5), lease("b", None, 1)];
         let seen = observe(&BTreeMap::new(), &first, start);
         // Owned and first seen: renewed as of this scan. Unowned and new: never renewed.
-        assert!(!expired(&seen[&first[0].key], start));
-        assert!(expired(&seen[&first[1].key], start));
+        let d = LEASE_DURATION;
+        assert!(!expired(&seen[&first[0].key], start, d));
+        assert!(expired(&seen[&first[1].key], start, d));
         // Seen unchanged 10.05 s later: expired; changed: renewed as of that scan.
         let later = start + TAKER_INTERVAL / 2;
         let same = observe(&seen, &first, later);
-        assert!(expired(&same[&first[0].key], later));
+        assert!(expired(&same[&first[0].key], later, d));
         let renewed = [lease("a", Some("w1"), 6)];
         let moved = observe(&seen, &renewed, later);
-        assert!(!expired(&moved[&renewed[0].key], later));
+        assert!(!expired(&moved[&renewed[0].key], later, d));
         assert!(!moved.contains_key(&first[1].key), "gone from the table");
         // Exactly a lease duration is not yet expired (KCL: more than the duration).
-        assert!(!expired(&seen[&first[0].key], start + LEASE_DURATION));
+        assert!(!expired(&seen[&first[0].key], start + d, d));
+    }
+
+    #[test]
+    fn the_intervals_follow_the_lease_duration_as_kcl_derives_them() {
+        assert_eq!(Timing::of(LEASE_DURATION), Ok(Timing::default()));
+        let short = Timing::of(Duration::from_millis(1500)).unwrap();
+        assert_eq!(short.renew_interval, Duration::from_millis(475));
+        assert_eq!(short.taker_interval, Duration::from_millis(3050));
+        assert!(Timing::of(Duration::from_millis(99))
+            .unwrap_err()
+            .contains("at least 100 ms"));
     }
 }

@@ -14,6 +14,7 @@
 pub mod campaign;
 pub mod clock;
 pub mod kcl;
+pub mod latency;
 pub mod load;
 pub mod net;
 pub mod report;
@@ -25,7 +26,7 @@ use std::time::Duration;
 
 use rand::rngs::StdRng;
 use rand::seq::SliceRandom;
-use rand::SeedableRng;
+use rand::{Rng, SeedableRng};
 use shardlease::balance::Kcl3Balance;
 use shardlease::lease::Incarnation;
 use shardlease::lease::NewLease;
@@ -35,6 +36,7 @@ use shardlease::{Balance, LeaseKey, LeaseStore, WorkerConfig, WorkerId};
 use tokio::task::JoinHandle;
 use tokio::time::Instant;
 
+use self::latency::LatencyModel;
 use self::load::{Held, Loads, Meter};
 use self::net::{FaultRates, Latencies, Link, Net, SimStore};
 use self::report::{Dist, Failover, Report, StepReport};
@@ -44,12 +46,14 @@ use self::scenario::{Scenario, Step};
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Policy {
     /// The library's defaults: the session protocol, `CountBalance`, graceful handoffs, a
-    /// 10 s lease and a beat every 4.5 s.
+    /// 10 s lease and a beat every 4.5 s (with [`Settings::lease_duration`], that lease and
+    /// a beat at 45 % of it).
     Ours,
     /// KCL 2.x's own lease coordination ([`kcl`]), not the library's worker: every lease
     /// renewed every 3.308 s, a taker every 20.05 s that steals one lease a round
-    /// (`KclBalance`), a 10 s lease; a steal lets both workers process the lease until the
-    /// old owner's next renewal (its duplicates), and a shutdown releases nothing.
+    /// (`KclBalance`), a 10 s lease (with [`Settings::kcl`], another lease and the intervals
+    /// KCL derives from it); a steal lets both workers process the lease until the old
+    /// owner's next renewal (its duplicates), and a shutdown releases nothing.
     Kcl,
     /// Ours with `Balance::Load`: the applications report each lease's load every
     /// [`REPORT_EVERY`], each worker publishes its capacity as its weight.
@@ -83,19 +87,20 @@ impl Policy {
         matches!(self, Policy::Load | Policy::Kcl3)
     }
 
-    /// The library worker's configuration; `None` for the KCL model, which is not one.
-    pub fn config(self) -> Option<WorkerConfig> {
-        match self {
-            Policy::Ours | Policy::Kcl3 => Some(WorkerConfig::default()),
-            Policy::Load => Some(WorkerConfig::default().balance(Balance::Load)),
-            Policy::Kcl => None,
-        }
-    }
-
-    /// How long a worker that hears nothing from the table goes on processing its leases.
-    pub fn validity(self) -> Duration {
-        self.config()
-            .map_or(kcl::LEASE_DURATION, |config| config.validity())
+    /// The library worker's configuration, with a lease of `lease` (`None`: the default,
+    /// 10 s) and every interval the library derives from the lease following it (the renew
+    /// interval, the taker interval, the drift allowance: `WorkerConfig::lease_duration`);
+    /// `None` for the KCL model, which is not one.
+    pub fn config(self, lease: Option<Duration>) -> Option<WorkerConfig> {
+        let config = match self {
+            Policy::Ours | Policy::Kcl3 => WorkerConfig::default(),
+            Policy::Load => WorkerConfig::default().balance(Balance::Load),
+            Policy::Kcl => return None,
+        };
+        Some(match lease {
+            Some(lease) => config.lease_duration(lease),
+            None => config,
+        })
     }
 
     /// True for the policies that promise never to let two workers process one lease at the
@@ -132,6 +137,29 @@ pub struct Settings {
     pub load_trace: bool,
     /// Write the start of a settle from the table balanced by count here (`--dump-start`).
     pub dump_start: Option<std::path::PathBuf>,
+    /// The library's lease duration (`--lease-duration`; `None`: its default, 10 s), every
+    /// interval it derives from the lease following. The KCL model does not read it.
+    pub lease_duration: Option<Duration>,
+    /// The KCL model's lease and the intervals KCL derives from it (`--kcl-lease-duration`).
+    pub kcl: kcl::Timing,
+    /// How store latency is drawn (`--latency-model`).
+    pub latency_model: LatencyModel,
+    /// A crash step comes at an instant drawn by the seed within this long after the step
+    /// before it is over (`--crash-within`; `None`: at once).
+    pub crash_within: Option<Duration>,
+}
+
+impl Settings {
+    /// The library worker's configuration (see [`Policy::config`]); `None` for the KCL model.
+    pub fn config(&self) -> Option<WorkerConfig> {
+        self.policy.config(self.lease_duration)
+    }
+
+    /// How long a worker that hears nothing from the table goes on processing its leases.
+    pub fn validity(&self) -> Duration {
+        self.config()
+            .map_or(self.kcl.lease_duration, |config| config.validity())
+    }
 }
 
 /// Who processes what: the applications' view, where "two at once" is checked.
@@ -174,6 +202,11 @@ struct Ledger {
     /// During the rest: load imbalance.
     resting: bool,
     at_rest: Meter,
+    /// Leases each worker lost: its application was told `Lost` (under the KCL model, the
+    /// scheduler stopped it because the lease was taken or expired here).
+    lost: BTreeMap<usize, u64>,
+    /// The workers a fault was aimed at (crashed, paused, cut off): not healthy.
+    faulted: BTreeSet<usize>,
 }
 
 impl Ledger {
@@ -352,6 +385,26 @@ impl Ledger {
         }
     }
 
+    /// Worker `worker` lost a lease (its application was told so).
+    fn lost(&mut self, worker: usize) {
+        *self.lost.entry(worker).or_default() += 1;
+    }
+
+    /// A fault is aimed at worker `worker`: what it loses from now on is not counted as a
+    /// healthy worker's loss.
+    fn fault(&mut self, worker: usize) {
+        self.faulted.insert(worker);
+    }
+
+    /// The leases lost by workers no fault was aimed at.
+    fn healthy_lost(&self) -> u64 {
+        self.lost
+            .iter()
+            .filter(|(w, _)| !self.faulted.contains(w))
+            .map(|(_, n)| n)
+            .sum()
+    }
+
     /// A process died: it processes nothing from now on.
     fn crash(&mut self, worker: usize) {
         self.tick();
@@ -465,7 +518,12 @@ fn shard_key(index: usize) -> LeaseKey {
 
 impl Fleet {
     async fn new(settings: Settings) -> Self {
-        let net = Net::new(settings.seed, settings.latency, settings.faults);
+        let net = Net::with_model(
+            settings.seed,
+            settings.latency,
+            settings.latency_model,
+            settings.faults,
+        );
         let shards: Vec<LeaseKey> = (0..settings.leases).map(shard_key).collect();
         let source = settings
             .scenario
@@ -556,16 +614,17 @@ impl Fleet {
         let policy = self.settings.policy;
         let ledger = Arc::clone(&self.ledger);
         let checkpoint_every = self.settings.checkpoint_every;
-        let Some(mut config) = policy.config() else {
+        let kcl = self.settings.kcl;
+        let Some(mut config) = self.settings.config() else {
             let source = self.source.clone();
             return Box::pin(async move {
                 let worker = kcl::KclWorker::start(
                     index,
-                    worker_id(index),
-                    incarnation(index),
+                    (worker_id(index), incarnation(index)),
                     Arc::new(store),
                     ledger,
                     checkpoint_every,
+                    kcl,
                     source,
                 )
                 .await;
@@ -862,6 +921,12 @@ impl Fleet {
     }
 
     async fn apply(&mut self, step: &Step) -> StepReport {
+        if let (Step::Crash(_), Some(within)) = (step, self.settings.crash_within) {
+            // A crash at a moment drawn within `within`: at once, it comes at whatever phase
+            // of the victims' beats the fleet's balancing left (measured from the crash).
+            let wait = within.mul_f64(self.rng.gen::<f64>());
+            tokio::time::sleep(wait).await;
+        }
         let started = Instant::now();
         let idle = self.ledger.lock().unwrap().idle();
         let starts = self.starts();
@@ -887,6 +952,7 @@ impl Fleet {
                 orphans.sort();
                 self.watch(&orphans);
                 for v in victims {
+                    self.ledger.lock().unwrap().fault(v);
                     self.crash(v);
                 }
                 min
@@ -940,12 +1006,13 @@ impl Fleet {
                 let victims = self.pick(*n);
                 // Outlasting the leases' validity, the victims lose them: the others must take
                 // them, and give each victim its share back when it returns.
-                let min = if *span >= self.settings.policy.validity() {
+                let min = if *span >= self.settings.validity() {
                     self.minimum_moves(&victims, 0) + self.share() * victims.len() as u64
                 } else {
                     0
                 };
                 for v in &victims {
+                    self.ledger.lock().unwrap().fault(*v);
                     let link = &self.running[v].link;
                     match step {
                         Step::Pause(..) => link.pause_until(Instant::now() + *span),
@@ -1167,7 +1234,9 @@ async fn run_app(
                     }
                 }
             };
-            if reason != StopReason::Lost {
+            if reason == StopReason::Lost {
+                ledger.lock().unwrap().lost(index);
+            } else {
                 let _ = grant.checkpoint("done").await;
             }
             ledger.lock().unwrap().stop(index, &key);
@@ -1309,9 +1378,15 @@ pub async fn run(settings: Settings) -> Report {
         }
         eprintln!("counts {:?}", l.counts);
     }
-    let (violations, duplicates) = {
+    let (violations, duplicates, healthy_lost) = {
         let ledger = fleet.ledger.lock().unwrap();
-        (ledger.violations, ledger.duplicates)
+        // Request faults (throttles, transient failures, lost answers) hit every worker: then
+        // none is healthy, and the figure is not given.
+        let rates = settings.faults;
+        let every_worker_faulted =
+            rates.throttle > 0.0 || rates.transient > 0.0 || rates.ambiguous > 0.0;
+        let healthy_lost = (!every_worker_faulted).then(|| ledger.healthy_lost());
+        (ledger.violations, ledger.duplicates, healthy_lost)
     };
     let leases = fleet.shards.len();
     let simulated = begin.elapsed();
@@ -1337,6 +1412,7 @@ pub async fn run(settings: Settings) -> Report {
         spread,
         violations,
         duplicates,
+        healthy_lost,
         load,
         simulated.as_secs_f64(),
         wall.elapsed().as_secs_f64(),

@@ -20,6 +20,7 @@ use shardlease::{LeaseKey, WorkerId};
 use tokio::time::Instant;
 
 use super::clock::SimClock;
+use super::latency::{standard_normal, LatencyModel, Stalls};
 
 /// A latency distribution: log-normal, given by its median and 99th percentile.
 #[derive(Debug, Clone, Copy, PartialEq)]
@@ -35,13 +36,13 @@ impl Latency {
         p99: Duration::ZERO,
     };
 
-    fn sample(&self, rng: &mut StdRng) -> Duration {
+    /// One request's latency, drawn from `rng` (capped at a minute).
+    pub fn sample(&self, rng: &mut StdRng) -> Duration {
         if self.median.is_zero() {
             return Duration::ZERO;
         }
         // Box-Muller: a standard normal from two uniforms; z(0.99) = 2.326.
-        let (u1, u2): (f64, f64) = (rng.gen_range(f64::EPSILON..1.0), rng.gen());
-        let z = (-2.0 * u1.ln()).sqrt() * (std::f64::consts::TAU * u2).cos();
+        let z = standard_normal(rng);
         let sigma = (self.p99.as_secs_f64() / self.median.as_secs_f64())
             .ln()
             .max(0.0)
@@ -100,6 +101,8 @@ pub struct Usage {
     pub throttled: u64,
     /// Requests that failed (injected transient errors and cut-offs) or whose answer was lost.
     pub failed: u64,
+    /// Requests held by a stall of the heavy-tail latency model.
+    pub stalled: u64,
 }
 
 impl Usage {
@@ -111,6 +114,7 @@ impl Usage {
             wcu: self.wcu - earlier.wcu,
             throttled: self.throttled - earlier.throttled,
             failed: self.failed - earlier.failed,
+            stalled: self.stalled - earlier.stalled,
         }
     }
 }
@@ -134,6 +138,10 @@ pub struct Net {
     pub ownership: Mutex<Ownership>,
     /// The fault campaign's faults, switched on by [`ChaosNet::set`] (off in scenarios).
     pub chaos: ChaosNet,
+    /// How each request's latency is drawn.
+    pub model: LatencyModel,
+    /// When the network was made: the heavy tail's stalls are counted from it.
+    epoch: Instant,
     seed: u64,
 }
 
@@ -144,7 +152,18 @@ pub struct Net {
 pub const SCAN_PAGE_ITEMS: usize = 5_000;
 
 impl Net {
+    /// A network with log-normal latency.
     pub fn new(seed: u64, latency: Latencies, faults: FaultRates) -> Arc<Self> {
+        Self::with_model(seed, latency, LatencyModel::LogNormal, faults)
+    }
+
+    /// A network whose latency `model` draws from the body `latency`.
+    pub fn with_model(
+        seed: u64,
+        latency: Latencies,
+        model: LatencyModel,
+        faults: FaultRates,
+    ) -> Arc<Self> {
         Arc::new(Self {
             table: InMemoryStore::new().with_page_size(SCAN_PAGE_ITEMS),
             latency,
@@ -152,6 +171,8 @@ impl Net {
             usage: Mutex::default(),
             ownership: Mutex::default(),
             chaos: ChaosNet::default(),
+            model,
+            epoch: Instant::now(),
             seed,
         })
     }
@@ -225,7 +246,12 @@ pub struct SimStore {
     process: u64,
     /// The process's clock, when it is not tokio's: the deadlines it is given are on it.
     clock: Option<SimClock>,
+    /// Its stalls, under the heavy-tail latency model.
+    stalls: Option<Stalls>,
 }
+
+/// The stream of the stalls' draws, apart from the latency and fault draws.
+const STALL_STREAM: u64 = 0x5354_414c_4c53_0001;
 
 impl SimStore {
     /// One page of a scan, strongly consistent (`Kind::Scan`) or not (`Kind::StaleScan`: each
@@ -268,6 +294,12 @@ impl SimStore {
     pub fn new(net: Arc<Net>, index: u64) -> (Self, Link) {
         let link = Link::default();
         let seed = net.seed ^ (index.wrapping_add(1)).wrapping_mul(0x9E37_79B9_7F4A_7C15);
+        let stalls = match net.model {
+            LatencyModel::HeavyTail(tail) => {
+                Some(Stalls::new(tail, net.epoch, seed ^ STALL_STREAM))
+            }
+            LatencyModel::LogNormal => None,
+        };
         (
             Self {
                 net,
@@ -276,6 +308,7 @@ impl SimStore {
                 retry: RetryPolicy::default(),
                 process: index,
                 clock: None,
+                stalls,
             },
             link,
         )
@@ -291,7 +324,19 @@ impl SimStore {
             Kind::Scan | Kind::StaleScan => self.net.latency.scan,
             Kind::Write => self.net.latency.write,
         };
-        latency.sample(&mut self.rng.lock().unwrap())
+        self.net
+            .model
+            .sample(&latency, &mut self.rng.lock().unwrap())
+    }
+
+    /// Waits out a stall of this worker in progress (heavy-tail latency), counting the
+    /// request it holds.
+    async fn through_stall(&self) {
+        let Some(until) = self.stalls.as_ref().and_then(|s| s.until(Instant::now())) else {
+            return;
+        };
+        self.net.count(|u| u.stalled += 1);
+        tokio::time::sleep_until(until).await;
     }
 
     /// Waits for an answer due at `at`, held while the worker is paused; `false` when the
@@ -332,6 +377,8 @@ impl SimStore {
                 if let Some(until) = stalled.filter(|u| *u > Instant::now()) {
                     tokio::time::sleep_until(until).await;
                 }
+                // Nor while its connection stalls (the heavy-tail latency model).
+                self.through_stall().await;
                 let sent = Instant::now();
                 let latency = self.latency(kind);
                 let half = latency / 2;

@@ -164,6 +164,10 @@ pub struct Report {
     pub workers: usize,
     pub leases: usize,
     pub seed: u64,
+    /// The policy's lease duration, in seconds.
+    pub lease_duration: f64,
+    /// The latency model's name (`lognormal`, `heavy-tail`).
+    pub latency_model: &'static str,
     pub setup: Option<f64>,
     pub steps: Vec<StepReport>,
     pub rest: Rest,
@@ -172,6 +176,11 @@ pub struct Report {
     pub double_holding: u64,
     /// Every overlap, violation or not (KCL's steals make them by design).
     pub duplicates: Duplicates,
+    /// Leases lost (the application told `Lost`: taken, or the session fenced or expired)
+    /// over the whole run by workers no fault was aimed at (not crashed, paused or cut off);
+    /// `None` when request faults (`--throttle`, `--transient`, `--ambiguous`) hit every
+    /// worker. Latency, of either model, is not a fault.
+    pub healthy_leases_lost: Option<u64>,
     pub load: LoadReport,
     pub simulated: f64,
     pub wall: f64,
@@ -187,6 +196,7 @@ impl Report {
         spread: usize,
         double_holding: u64,
         duplicates: Duplicates,
+        healthy_leases_lost: Option<u64>,
         load: LoadReport,
         simulated: f64,
         wall: f64,
@@ -197,12 +207,18 @@ impl Report {
             workers: settings.workers,
             leases: settings.leases,
             seed: settings.seed,
+            lease_duration: settings
+                .config()
+                .map_or(settings.kcl.lease_duration, |c| c.lease_duration)
+                .as_secs_f64(),
+            latency_model: settings.latency_model.name(),
             setup,
             steps,
             rest,
             spread,
             double_holding,
             duplicates,
+            healthy_leases_lost,
             load,
             simulated,
             wall,
@@ -263,6 +279,10 @@ impl Report {
     fn rows(&self) -> Vec<(String, String)> {
         let secs = |v: Option<f64>| v.map_or("never".into(), |v| format!("{v:.2}"));
         let mut rows = vec![
+            (
+                "lease duration (s)".into(),
+                format!("{}", self.lease_duration),
+            ),
             ("time to balanced (s)".into(), secs(self.balanced())),
             ("taker rounds to balanced".into(), self.rounds().to_string()),
             ("lease moves".into(), self.moves().to_string()),
@@ -366,6 +386,11 @@ impl Report {
                 ),
             ),
             (
+                "leases lost by healthy workers".into(),
+                self.healthy_leases_lost
+                    .map_or("-".into(), |n| n.to_string()),
+            ),
+            (
                 "reads per lease-hour at rest".into(),
                 format!("{:.1}", self.per_lease_hour(usage.reads as f64)),
             ),
@@ -417,6 +442,8 @@ impl Report {
             "workers": self.workers,
             "leases": self.leases,
             "seed": self.seed,
+            "lease_duration_s": num(self.lease_duration),
+            "latency_model": self.latency_model,
             "setup_s": opt(self.setup),
             "balanced_s": opt(self.balanced()),
             "rounds": self.rounds(),
@@ -448,6 +475,7 @@ impl Report {
                 "lease_s": num(self.duplicates.lease_seconds),
                 "longest_s": num(self.duplicates.longest),
             },
+            "healthy_leases_lost": self.healthy_leases_lost,
             "per_lease_hour": {
                 "reads": num(self.per_lease_hour(u.reads as f64)),
                 "writes": num(self.per_lease_hour(u.writes as f64)),
@@ -456,6 +484,7 @@ impl Report {
             },
             "throttled": u.throttled,
             "failed": u.failed,
+            "stalled": u.stalled,
             "simulated_s": num(self.simulated),
             "wall_s": num(self.wall),
         })
@@ -490,8 +519,8 @@ pub fn table(reports: &[Report]) -> String {
     };
     let columns: Vec<Vec<(String, String)>> = reports.iter().map(Report::rows).collect();
     let mut out = format!(
-        "scenario {} | {} workers | {} leases | seed {}\n",
-        first.scenario, first.workers, first.leases, first.seed
+        "scenario {} | {} workers | {} leases | seed {} | latency {}\n",
+        first.scenario, first.workers, first.leases, first.seed, first.latency_model
     );
     let width = columns[0].iter().map(|(n, _)| n.len()).max().unwrap_or(10);
     let _ = write!(out, "{:width$}", "");

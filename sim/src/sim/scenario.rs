@@ -71,6 +71,7 @@ pub const NAMES: &[&str] = &[
     "hot-shard",
     "heterogeneous",
     "drift",
+    "rest",
 ];
 
 /// The load model a scenario runs with unless `--load` says otherwise.
@@ -177,6 +178,9 @@ pub fn scenario(
         // capacities 1, 2 and 4 (`heterogeneous`), or under skewed loads riding a diurnal
         // wave in three regions (`drift`): the policy settles it.
         "skew" | "hot-shard" | "heterogeneous" | "drift" => plain(workers, vec![Step::Settle]),
+        // Nothing happens: the fleet, started and balanced, rests (cost and losses at rest
+        // of exactly `workers`).
+        "rest" => plain(workers, Vec::new()),
         other => {
             return Err(format!(
                 "unknown scenario {other:?}; one of: {}",

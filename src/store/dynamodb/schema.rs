@@ -295,12 +295,14 @@ fn integer_size(mut value: u64) -> usize {
     while value >= 10 && value.is_multiple_of(10) {
         value /= 10;
     }
-    let mut digits: usize = 1;
-    while value >= 10 {
-        value /= 10;
-        digits += 1;
-    }
+    // Digits counted without a division per digit (a nonce has 19 or 20).
+    let digits = value.checked_ilog10().map_or(1, |log| log as usize + 1);
     digits.div_ceil(2) + 1
+}
+
+/// The length of [`member_key`] of `worker`, without formatting it.
+fn member_key_len(worker: &WorkerId) -> usize {
+    RESERVED_PREFIX.len() + "member#".len() + worker.as_str().len()
 }
 
 /// The size DynamoDB bills for the lease's item, in bytes (attribute names plus values, by
@@ -353,11 +355,11 @@ pub fn lease_item_size(lease: &Lease) -> usize {
 /// The size DynamoDB bills for `member`'s membership record, in bytes.
 pub fn member_item_size(member: &Member) -> usize {
     let mut size = KEY.len()
-        + member_key(&member.worker).len()
+        + member_key_len(&member.worker)
         + WORKER.len()
         + member.worker.as_str().len()
         + HEARTBEAT.len()
-        + number_size(&member.heartbeat.to_string())
+        + integer_size(member.heartbeat)
         + LAST_OP.len()
         + OP_TOKEN_LEN
         + UPDATED_AT.len()
@@ -369,7 +371,7 @@ pub fn member_item_size(member: &Member) -> usize {
         size += MEMBER_LOAD.len() + number_size(&load.to_string());
     }
     if let Some(capacity) = member.capacity {
-        size += CAPACITY.len() + number_size(&capacity.to_string());
+        size += CAPACITY.len() + integer_size(u64::from(capacity));
     }
     if let Some(weight) = member.weight {
         size += WEIGHT.len() + number_size(&weight.to_string());
@@ -675,7 +677,20 @@ mod tests {
                 "{lease:?}"
             );
         }
-        for value in [0u64, 7, 10, 100, 12_345, 1_234_567, 1_000_001, u64::MAX] {
+        for value in [
+            0u64,
+            7,
+            9,
+            10,
+            99,
+            100,
+            12_345,
+            1_234_567,
+            1_000_001,
+            10_000_000_000_000_000_000,
+            12_345_678_901_234_567_891,
+            u64::MAX,
+        ] {
             assert_eq!(
                 integer_size(value),
                 number_size(&value.to_string()),
@@ -715,6 +730,10 @@ mod tests {
             + MEMBER_PROTOCOL.len()
             + SESSIONS.len();
         assert_eq!(member_item_size(&member), expected);
+        assert_eq!(
+            member_key_len(&member.worker),
+            member_key(&member.worker).len()
+        );
         let report = LoadReport {
             weight: 1.5,
             utilisation: Some(0.25),
