@@ -273,13 +273,26 @@ impl Loads {
         first || halted || jumped || (changed && waited) || refresh
     }
 
-    /// `report` was written at `now`. Whether it differs from the report published before (a
-    /// refresh sends the same one again, and tells the fleet nothing new).
+    /// `report` was written at `now`. Whether it may change the fleet's assignment: under
+    /// balance by load, when it differs from the report published before (a refresh sends the
+    /// same one again, and tells the fleet nothing new); under balance by count, only when its
+    /// halted leases differ, since figures place nothing there. The beat rescans the table on
+    /// news, so a figure that keeps moving (a shard gone idle, whose long average decays by
+    /// more than a tenth every three beats) must not bring a scan to a fleet that balances by
+    /// count: it did, every 13.5 s per worker at the default lease
+    /// (`new_figures_are_no_news_to_a_fleet_that_balances_by_count` below).
     pub fn published(&self, report: LoadReport, now: Instant) -> bool {
         let mut state = self.lock();
-        let changed = state.published.as_ref().map(|(last, _)| last) != Some(&report);
+        let last = state.published.as_ref().map(|(last, _)| last);
+        let news = if self.eager {
+            last != Some(&report)
+        } else {
+            last.map_or(!report.halted.is_empty(), |last| {
+                last.halted != report.halted
+            })
+        };
         state.published = Some((report, now));
-        changed
+        news
     }
 
     /// The record was written afresh (a session opened, which writes no load report): nothing
@@ -304,13 +317,48 @@ mod tests {
         loads.due(|| held.to_vec(), BTreeSet::new(), now)
     }
 
+    fn config() -> WorkerConfig {
+        WorkerConfig::default()
+            .load_short_window(Duration::from_secs(10))
+            .load_long_window(Duration::from_secs(100))
+            .load_publish_interval(Duration::from_secs(5))
+    }
+
+    /// The loads of a worker of a fleet that balances by load.
     fn loads() -> Loads {
-        Loads::new(
-            &WorkerConfig::default()
-                .load_short_window(Duration::from_secs(10))
-                .load_long_window(Duration::from_secs(100))
-                .load_publish_interval(Duration::from_secs(5)),
-        )
+        Loads::new(&config().balance(crate::config::Balance::Load))
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn new_figures_are_no_news_to_a_fleet_that_balances_by_count() {
+        let (loads, start) = (Loads::new(&config()), Instant::now());
+        let a = key("a");
+        let held = [a.clone()];
+        loads.record(&a, 1000.0, start);
+        let t = start + Duration::from_secs(5);
+        let first = due(&loads, &held, t).expect("a figure to publish");
+        assert!(!loads.published(first, t), "figures place nothing here");
+        // The shard went idle: its long average decays by more than a tenth each interval, and
+        // each report goes out, but none of them is news.
+        let mut t = t;
+        for _ in 0..5 {
+            t += Duration::from_secs(12);
+            loads.record(&a, 0.0, t);
+            let report = due(&loads, &held, t).expect("the figure moved by more than a tenth");
+            assert!(!loads.published(report, t), "figures place nothing here");
+        }
+        // A lease halted is news under every policy: the balance leaves it out.
+        t += Duration::from_secs(1);
+        let halted: BTreeSet<LeaseKey> = held.iter().cloned().collect();
+        let report = loads
+            .due(|| held.to_vec(), halted.clone(), t)
+            .expect("a halt goes out at once");
+        assert!(loads.published(report, t), "a halt is news");
+        t += Duration::from_secs(1);
+        let report = loads
+            .due(|| held.to_vec(), BTreeSet::new(), t)
+            .expect("going again goes out at once");
+        assert!(loads.published(report, t), "going again is news");
     }
 
     #[tokio::test(start_paused = true)]
