@@ -108,7 +108,11 @@ pub enum Balance {
 #[non_exhaustive]
 pub struct WorkerConfig {
     /// How long a lease stays valid without a renewal: the failover time after a crash.
-    /// Default: 10 s (KCL's `failoverTimeMillis`).
+    /// Default: 10 s (KCL's `failoverTimeMillis`). A session rides out a stall of its store
+    /// round trips shorter than 55 % of it (5.5 s at 10 s); shorter leases fail over faster
+    /// and write more (one beat per 45 %), and at 6 s and under the simulator's heavy-tail
+    /// model (one 3 s stall per worker-hour) moved healthy workers' leases
+    /// (`docs/ARCHITECTURE.md`, "Choosing the lease").
     #[cfg_attr(feature = "serde", serde(with = "humantime_serde"))]
     pub lease_duration: Duration,
     /// How often the worker's session (its membership record) is beaten: every lease it holds
