@@ -39,6 +39,13 @@ pub const FAN_OUT_STREAM_ACTIONS: &[&str] = &["kinesis:RegisterStreamConsumer"];
 pub const FAN_OUT_CONSUMER_ACTIONS: &[&str] =
     &["kinesis:DescribeStreamConsumer", "kinesis:SubscribeToShard"];
 
+/// What `shardlease bench` also sends, on the throw-away tables it makes: each deleted after
+/// its run.
+pub const BENCH_ACTIONS: &[&str] = &["dynamodb:DeleteTable"];
+
+/// The tables `shardlease bench` makes, by their default name.
+pub const BENCH_TABLES: &str = "shardlease-bench-*";
+
 /// What the consumer reads.
 #[derive(Debug, Clone, Copy, Default)]
 pub struct Reading<'a> {
@@ -48,6 +55,8 @@ pub struct Reading<'a> {
     pub fan_out: bool,
     /// As a consumer of several streams (implied by more than one).
     pub multi_stream: bool,
+    /// Also what `shardlease bench` needs, on its own tables.
+    pub bench: bool,
 }
 
 /// The policy for the lease table `table` and what the consumer reads, in `region` and
@@ -104,6 +113,16 @@ pub fn policy(
                 "Resource": one_or_many(consumers),
             }));
         }
+    }
+    if reading.bench {
+        let mut actions = DYNAMODB_ACTIONS.to_vec();
+        actions.extend(BENCH_ACTIONS);
+        statements.push(json!({
+            "Sid": "ShardleaseBench",
+            "Effect": "Allow",
+            "Action": actions,
+            "Resource": format!("arn:aws:dynamodb:{region}:{account}:table/{BENCH_TABLES}"),
+        }));
     }
     json!({
         "Version": "2012-10-17",

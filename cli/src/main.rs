@@ -15,6 +15,7 @@
 //! one JSON document for scripts. Errors print one line and exit with status 1 (2 for a
 //! command line that does not parse).
 
+mod bench;
 mod connect;
 mod iam;
 mod kcl;
@@ -129,12 +130,36 @@ enum Command {
         /// The consumer is a consumer of several streams (implied by more than one --stream)
         #[arg(long, requires = "stream")]
         multi_stream: bool,
+        /// Also what `shardlease bench` needs, on the tables it makes (shardlease-bench-*)
+        #[arg(long)]
+        bench: bool,
         /// The AWS region of the resources [default: any]
         #[arg(long)]
         region: Option<String>,
         /// The AWS account id of the resources [default: any]
         #[arg(long)]
         account: Option<String>,
+    },
+    /// Measure the library on this DynamoDB endpoint: a small fleet in this process on a
+    /// table made for the run (--table, or a fresh name) and deleted after it balances,
+    /// rests, loses a worker to a crash and lets one leave; prints the failover, the handover,
+    /// the items processed twice and the requests per lease-hour (docs/OPERATIONS.md)
+    Bench {
+        /// Workers in the fleet (at least 3: one crashes, one leaves)
+        #[arg(long, default_value_t = 3)]
+        workers: usize,
+        /// Leases (at least one per worker)
+        #[arg(long, default_value_t = 12)]
+        leases: usize,
+        /// The lease duration (WorkerConfig::lease_duration; the intervals follow it)
+        #[arg(long, default_value = "10s", value_parser = humantime::parse_duration)]
+        lease: Duration,
+        /// How long the balanced fleet rests while its requests are counted
+        #[arg(long, default_value = "60s", value_parser = humantime::parse_duration)]
+        rest: Duration,
+        /// Keep the table after the run
+        #[arg(long)]
+        keep_table: bool,
     },
     /// Copy the checkpoints of a KCL 2.x/3.x lease table into a shardlease table (a dry run
     /// unless --apply)
@@ -317,6 +342,25 @@ async fn run(cli: Cli) -> Result<(), Error> {
             target.dynamodb_only("describe-table", "`status` shows what a Redis table holds")?;
             connect::describe_table(&target, json).await
         }
+        Command::Bench {
+            workers,
+            leases,
+            lease,
+            rest,
+            keep_table,
+        } => {
+            target.dynamodb_only("bench", "it measures the library on DynamoDB")?;
+            let run = bench::Bench {
+                endpoint: target.endpoint.clone(),
+                table: target.table.clone(),
+                workers,
+                leases,
+                lease,
+                rest,
+                keep_table,
+            };
+            bench::run(run, json).await
+        }
         Command::ImportKcl { from, to, apply } => {
             target.dynamodb_only("import-kcl", "it copies into a DynamoDB table")?;
             kcl::run(&target, &from, &to, apply, json).await
@@ -325,6 +369,7 @@ async fn run(cli: Cli) -> Result<(), Error> {
             stream,
             fan_out,
             multi_stream,
+            bench,
             region,
             account,
         } => {
@@ -334,6 +379,7 @@ async fn run(cli: Cli) -> Result<(), Error> {
                 streams: &stream,
                 fan_out,
                 multi_stream,
+                bench,
             };
             let policy = iam::policy(table, reading, region.as_deref(), account.as_deref());
             println!("{}", serde_json::to_string_pretty(&policy)?);

@@ -229,6 +229,7 @@ async fn help_lists_every_command() {
         "describe-table",
         "iam-policy",
         "import-kcl",
+        "bench",
     ] {
         assert!(help.contains(command), "--help lacks {command}:\n{help}");
     }
@@ -254,6 +255,81 @@ async fn create_table_then_describe_it() {
         "{}",
         stderr(&missing)
     );
+}
+
+/// `bench` on dynalite: a fleet of three on a table of its own, a crash and a leave, the
+/// figures it prints, and the table gone after it. Its times are not checked here (machines
+/// here are shared): BENCHMARKS.md reports them.
+#[tokio::test]
+async fn bench_runs_a_fleet_on_a_table_of_its_own_and_deletes_it() {
+    let table = Table::dynamo("cli-bench");
+    let report = json(
+        &cli(
+            &table,
+            &[
+                "--json",
+                "bench",
+                "--workers",
+                "3",
+                "--leases",
+                "6",
+                "--lease",
+                "2s",
+                "--rest",
+                "3s",
+            ],
+        )
+        .await,
+    );
+    assert_eq!(report["command"], "bench");
+    assert_eq!(report["table"], table.name.as_str());
+    assert_eq!(report["table_deleted"], true);
+    assert_eq!(report["overlaps"], 0, "{report}");
+    assert_eq!(report["leave"]["duplicates"], 0, "{report}");
+    // The crashed worker held two of six leases; each is processed again from its last
+    // checkpoint, at most one checkpoint interval of ten items.
+    let crash = &report["crash"];
+    assert_eq!(crash["failover"]["n"], 2, "{report}");
+    assert_eq!(crash["failover"]["missing"], 0, "{report}");
+    assert!(crash["duplicates"].as_u64().unwrap() <= 2 * 10, "{report}");
+    assert!(
+        report["leave"]["handover"]["n"].as_u64().unwrap() >= 2,
+        "{report}"
+    );
+    // One worker is left, holding all six; the new one takes its share, three, by graceful
+    // handoffs.
+    assert_eq!(report["join"]["minimum_moves"], 3, "{report}");
+    assert_eq!(report["join"]["moves"], 3, "{report}");
+    assert_eq!(report["join"]["duplicates"], 0, "{report}");
+    let rest = &report["at_rest"];
+    // Three workers beat: every beat is a write, and no checkpoint is counted at rest.
+    assert!(
+        rest["requests_per_minute"]["UpdateItem"].as_f64().unwrap() > 0.0,
+        "{report}"
+    );
+    assert!(
+        rest["writes_per_lease_hour"].as_f64().unwrap() > 0.0,
+        "{report}"
+    );
+    // The table is gone.
+    let gone = cli(&table, &["describe-table"]).await;
+    assert!(!gone.status.success(), "{}", stdout(&gone));
+
+    // A table that exists is never used, nor deleted.
+    let existing = Table::dynamo("cli-bench-existing");
+    ok(&cli(&existing, &["create-table"]).await);
+    let refused = cli(&existing, &["bench"]).await;
+    assert!(!refused.status.success());
+    assert!(stderr(&refused).contains("exists"), "{}", stderr(&refused));
+    ok(&cli(&existing, &["describe-table"]).await);
+    // A fleet the run cannot measure is refused before anything is made.
+    let small = cli(
+        &Table::dynamo("cli-bench-small"),
+        &["bench", "--workers", "2"],
+    )
+    .await;
+    assert!(!small.status.success());
+    assert!(stderr(&small).contains("at least 3"), "{}", stderr(&small));
 }
 
 #[tokio::test]
@@ -503,6 +579,7 @@ async fn the_iam_policy_allows_exactly_the_operations_the_code_sends() {
                 "--stream",
                 "orders",
                 "--fan-out",
+                "--bench",
                 "--region",
                 "eu-west-1",
             ],
@@ -532,7 +609,8 @@ async fn the_iam_policy_allows_exactly_the_operations_the_code_sends() {
         [
             "arn:aws:dynamodb:eu-west-1:*:table/orders-leases",
             "arn:aws:kinesis:eu-west-1:*:stream/orders",
-            "arn:aws:kinesis:eu-west-1:*:stream/orders/consumer/*"
+            "arn:aws:kinesis:eu-west-1:*:stream/orders/consumer/*",
+            "arn:aws:dynamodb:eu-west-1:*:table/shardlease-bench-*"
         ]
     );
 }
