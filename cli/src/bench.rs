@@ -30,6 +30,7 @@ use shardlease::WorkerConfig;
 use tokio::task::AbortHandle;
 use tokio::time::Instant;
 
+use crate::connect::{table_exists, Target};
 use crate::{text, Error};
 
 /// How often an application processes an item.
@@ -42,10 +43,8 @@ const LOOK: Duration = Duration::from_millis(50);
 /// process again what came after its lease's last checkpoint.
 const SETTLE: Duration = Duration::from_secs(2);
 
-/// The run, from the command line.
+/// The run, from the command line (the endpoint and the table's name come from `Target`).
 pub struct Bench {
-    pub endpoint: Option<String>,
-    pub table: Option<String>,
     pub workers: usize,
     pub leases: usize,
     pub lease: Duration,
@@ -59,7 +58,7 @@ struct Requests(Arc<Mutex<BTreeMap<String, u64>>>);
 
 impl Requests {
     fn counts(&self) -> BTreeMap<String, u64> {
-        self.0.lock().unwrap_or_else(|e| e.into_inner()).clone()
+        lock(&self.0).clone()
     }
 }
 
@@ -82,12 +81,7 @@ impl Intercept for Requests {
             .and_then(|target| target.rsplit('.').next())
             .unwrap_or("other")
             .to_owned();
-        *self
-            .0
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .entry(operation)
-            .or_default() += 1;
+        *lock(&self.0).entry(operation).or_default() += 1;
         Ok(())
     }
 }
@@ -280,11 +274,11 @@ async fn until(
     limit: Duration,
     ledger: &Mutex<Ledger>,
     mut done: impl FnMut(&Ledger) -> bool,
-) -> Result<Duration, Error> {
+) -> Result<(), Error> {
     let start = Instant::now();
     loop {
         if done(&lock(ledger)) {
-            return Ok(start.elapsed());
+            return Ok(());
         }
         if start.elapsed() > limit {
             return Err(format!("{what} within {}", humantime::format_duration(limit)).into());
@@ -350,29 +344,19 @@ async fn interrupted() -> &'static str {
 }
 
 /// `bench`.
-pub async fn run(bench: Bench, json_out: bool) -> Result<(), Error> {
+pub async fn run(target: &Target, bench: Bench, json_out: bool) -> Result<(), Error> {
     let config = WorkerConfig::default().lease_duration(bench.lease);
     check(&bench, &config)?;
-    let table = bench.table.clone().unwrap_or_else(|| {
+    let table = target.table.clone().unwrap_or_else(|| {
         let secs = std::time::SystemTime::now()
             .duration_since(std::time::UNIX_EPOCH)
             .map_or(0, |d| d.as_secs());
         format!("shardlease-bench-{secs}-{}", std::process::id())
     });
     let requests = Requests::default();
-    let aws = aws_config::load_from_env().await;
-    let mut dynamo = aws_sdk_dynamodb::config::Builder::from(&aws).interceptor(requests.clone());
-    if let Some(endpoint) = &bench.endpoint {
-        dynamo = dynamo.endpoint_url(endpoint);
-    }
+    let dynamo = target.client_config().await.interceptor(requests.clone());
     let client = Client::from_conf(dynamo.build());
-    if client
-        .describe_table()
-        .table_name(&table)
-        .send()
-        .await
-        .is_ok()
-    {
+    if table_exists(&client, &table).await {
         return Err(format!(
             "table {table:?} exists: bench makes a table of its own and deletes it after the \
              run; name a table that does not exist with --table, or leave --table out"
@@ -513,8 +497,7 @@ impl<'a> Fleet<'a> {
             &self.ledger,
             |l| l.balanced(&running, leases),
         )
-        .await?;
-        Ok(())
+        .await
     }
 
     /// Waits until each of `keys` was started by another worker than `from` since `since`;

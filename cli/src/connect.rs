@@ -80,12 +80,18 @@ impl Target {
 
     /// A DynamoDB client from the standard AWS environment, at `--endpoint` if given.
     pub async fn client(&self) -> Client {
+        Client::from_conf(self.client_config().await.build())
+    }
+
+    /// The configuration `client` builds from (the AWS environment, `--endpoint`), for a
+    /// command that adds to it (`bench` counts requests with an interceptor).
+    pub async fn client_config(&self) -> aws_sdk_dynamodb::config::Builder {
         let aws = aws_config::load_from_env().await;
         let mut dynamo = aws_sdk_dynamodb::config::Builder::from(&aws);
         if let Some(endpoint) = &self.endpoint {
             dynamo = dynamo.endpoint_url(endpoint);
         }
-        Client::from_conf(dynamo.build())
+        dynamo
     }
 
     /// The store over the table; created if missing only with `create`.
@@ -128,12 +134,7 @@ pub async fn create_table(
         Some(units) => parse_provisioned(units)?,
     };
     let client = target.client().await;
-    let existed = client
-        .describe_table()
-        .table_name(table)
-        .send()
-        .await
-        .is_ok();
+    let existed = table_exists(&client, table).await;
     target.store_named(table, true, Some(billing)).await?;
     if json {
         println!(
@@ -146,6 +147,16 @@ pub async fn create_table(
         println!("table {table} created; it is ACTIVE");
     }
     Ok(())
+}
+
+/// Whether `table` can be described at the client's endpoint and region.
+pub async fn table_exists(client: &Client, table: &str) -> bool {
+    client
+        .describe_table()
+        .table_name(table)
+        .send()
+        .await
+        .is_ok()
 }
 
 fn parse_provisioned(units: &str) -> Result<Billing, Error> {

@@ -351,15 +351,13 @@ async fn run(cli: Cli) -> Result<(), Error> {
         } => {
             target.dynamodb_only("bench", "it measures the library on DynamoDB")?;
             let run = bench::Bench {
-                endpoint: target.endpoint.clone(),
-                table: target.table.clone(),
                 workers,
                 leases,
                 lease,
                 rest,
                 keep_table,
             };
-            bench::run(run, json).await
+            bench::run(&target, run, json).await
         }
         Command::ImportKcl { from, to, apply } => {
             target.dynamodb_only("import-kcl", "it copies into a DynamoDB table")?;

@@ -351,7 +351,7 @@ mod tests {
         t += Duration::from_secs(1);
         let halted: BTreeSet<LeaseKey> = held.iter().cloned().collect();
         let report = loads
-            .due(|| held.to_vec(), halted.clone(), t)
+            .due(|| held.to_vec(), halted, t)
             .expect("a halt goes out at once");
         assert!(loads.published(report, t), "a halt is news");
         t += Duration::from_secs(1);
