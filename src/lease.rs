@@ -8,6 +8,8 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::fmt;
 use std::sync::Arc;
 
+use crate::fasthash::FastMap;
+
 /// Prefix reserved for the library's own items in the lease table (membership records).
 /// Lease keys and worker ids may not start with it.
 pub const RESERVED_PREFIX: &str = "shardlease#";
@@ -493,6 +495,9 @@ pub struct Snapshot {
     /// Items that could not be decoded and were skipped.
     pub malformed: usize,
 }
+
+/// The leases of one scan by key (a round looks up every lease's parents and takes in it).
+pub(crate) type ByKey<'a> = FastMap<&'a LeaseKey, &'a Lease>;
 
 #[cfg(test)]
 mod tests {

@@ -99,6 +99,7 @@ pub mod config;
 #[cfg_attr(docsrs, doc(cfg(any(feature = "kinesis", feature = "loghub"))))]
 pub mod consumer;
 mod expiry;
+mod fasthash;
 mod jitter;
 #[cfg(feature = "kinesis")]
 #[cfg_attr(docsrs, doc(cfg(feature = "kinesis")))]

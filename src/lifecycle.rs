@@ -19,7 +19,7 @@ use std::time::Duration;
 
 use tokio::time::Instant;
 
-use crate::lease::{Lease, LeaseKey, NewLease};
+use crate::lease::{ByKey, Lease, LeaseKey, NewLease};
 use crate::source::Shard;
 
 /// Where a lease is in the shard lifecycle; see the module documentation.
@@ -57,7 +57,7 @@ pub fn statuses(leases: &[Lease]) -> Vec<LeaseStatus> {
     if leases.iter().all(|l| l.parents.is_empty()) {
         return leases.iter().map(|lease| status(lease, |_| None)).collect();
     }
-    let by_key: HashMap<&LeaseKey, &Lease> = leases.iter().map(|l| (&l.key, l)).collect();
+    let by_key: ByKey<'_> = leases.iter().map(|l| (&l.key, l)).collect();
     leases
         .iter()
         .map(|lease| status(lease, |k| by_key.get(k).copied()))

@@ -16,6 +16,7 @@ use std::collections::HashMap;
 pub use self::kcl::KclBalance;
 pub use self::kcl3::Kcl3Balance;
 pub use self::load::LoadBalance;
+use crate::fasthash::FastMap;
 use crate::lease::{LeaseKey, WorkerId};
 
 /// Who has a lease, as the observer judges it.
@@ -171,28 +172,43 @@ impl Assignment {
         let mut workers: Vec<&WorkerView> = view.workers.iter().collect();
         workers.sort_by(|a, b| a.id.cmp(&b.id));
         workers.dedup_by(|a, b| a.id == b.id);
-        let live: HashMap<&WorkerId, &WorkerView> = workers.iter().map(|w| (&w.id, *w)).collect();
-
-        let mut counts: HashMap<WorkerId, u32> =
-            workers.iter().map(|w| (w.id.clone(), 0)).collect();
+        // Each live worker's place in `workers`: the loop over every lease counts by it.
+        let index: FastMap<&WorkerId, usize> = workers
+            .iter()
+            .enumerate()
+            .map(|(i, w)| (&w.id, i))
+            .collect();
+        let mut counted_by = vec![0u32; workers.len()];
+        let mut held_by: Vec<Vec<&LeaseKey>> = vec![Vec::new(); workers.len()];
         let mut available = Vec::new();
-        let mut held: HashMap<&WorkerId, Vec<&LeaseKey>> = HashMap::new();
         for lease in &view.leases {
             let counted = match &lease.holder {
-                Holder::Moving { to, .. } if live.contains_key(to) => Some(to),
-                Holder::Moving { from, .. } | Holder::Held(from) if live.contains_key(from) => {
-                    if matches!(lease.holder, Holder::Held(_)) {
-                        held.entry(from).or_default().push(&lease.key);
+                Holder::Moving { from, to } => index.get(to).or_else(|| index.get(from)).copied(),
+                Holder::Held(from) => {
+                    let at = index.get(from).copied();
+                    if let Some(at) = at {
+                        held_by[at].push(&lease.key);
                     }
-                    Some(from)
+                    at
                 }
-                _ => None,
+                Holder::Available => None,
             };
             match counted {
-                Some(worker) => *counts.get_mut(worker).expect("live worker") += 1,
+                Some(at) => counted_by[at] += 1,
                 None => available.push(&lease.key),
             }
         }
+        let counts: HashMap<WorkerId, u32> = workers
+            .iter()
+            .zip(&counted_by)
+            .map(|(w, count)| (w.id.clone(), *count))
+            .collect();
+        let held: HashMap<&WorkerId, Vec<&LeaseKey>> = workers
+            .iter()
+            .zip(held_by)
+            .filter(|(_, keys)| !keys.is_empty())
+            .map(|(w, keys)| (&w.id, keys))
+            .collect();
 
         // Sticky order: workers that hold more keep the larger targets.
         let mut order: Vec<&WorkerView> = workers.clone();

@@ -18,7 +18,7 @@ use std::time::Duration;
 
 use tokio::time::Instant;
 
-use crate::lease::{Incarnation, Lease, LeaseKey, WorkerId};
+use crate::lease::{ByKey, Incarnation, Lease, LeaseKey, WorkerId};
 
 /// Who owns a lease, as seen from this process.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -124,7 +124,7 @@ impl Identity {
     /// (had the take landed and stayed ours, the lease would show as ours, and its next take
     /// answers it). A take of an item the view does not show (deleted, or not listed yet) is
     /// forgotten once it is `horizon` old.
-    pub fn settle(&mut self, by_key: &HashMap<&LeaseKey, &Lease>, now: Instant, horizon: Duration) {
+    pub fn settle(&mut self, by_key: &ByKey<'_>, now: Instant, horizon: Duration) {
         let ours = |lease: &Lease| self.ownership(lease) == Ownership::Ours;
         let settled: Vec<LeaseKey> = self
             .unanswered
@@ -274,7 +274,7 @@ mod tests {
         ours.owner = Some(me());
         ours.owner_incarnation = Some(MINE);
         let view = [moved, ours.clone()];
-        let view: HashMap<&LeaseKey, &Lease> = view.iter().map(|l| (&l.key, l)).collect();
+        let view: ByKey<'_> = view.iter().map(|l| (&l.key, l)).collect();
         id.settle(&view, t0 + second, horizon);
         assert_eq!(id.unanswered_since(&taken_away.key, taken_away.nonce), None);
         assert_eq!(

@@ -25,7 +25,7 @@ use super::parts::{Base, EventSink, Receiver, Receivers};
 use super::stop::{Finished, LetGo, StopReason};
 use crate::clock::Clock;
 use crate::config::WorkerConfig;
-use crate::lease::{Incarnation, Lease, LeaseKey, WorkerId, SHARD_END};
+use crate::lease::{ByKey, Incarnation, Lease, LeaseKey, WorkerId, SHARD_END};
 use crate::store::LeaseStore;
 
 /// Why a lease held here is processed by nobody; see
@@ -484,7 +484,7 @@ impl Holder {
     /// `horizon` old, those of leases neither held nor being taken here (a take is decided on
     /// a view at most a round old). So `took` holds no more than the leases in the table and
     /// those taken within the horizon, however many keys come and go.
-    pub fn forget_takes(&self, by_key: &HashMap<&LeaseKey, &Lease>, horizon: Duration) {
+    pub fn forget_takes(&self, by_key: &ByKey<'_>, horizon: Duration) {
         let now = self.now();
         let mut state = self.lock();
         let State {

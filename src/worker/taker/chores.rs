@@ -7,6 +7,7 @@ use std::sync::atomic::Ordering;
 
 use tokio::time::Instant;
 
+use super::decide::Live;
 use super::decide::{self, Looked, Told};
 use super::{incarnations, Taker};
 use crate::balance::{FleetView, Move};
@@ -56,7 +57,7 @@ impl Taker {
         &self,
         snapshot: &Snapshot,
         statuses: &[LeaseStatus],
-        live: &HashMap<WorkerId, Option<u32>>,
+        live: &Live,
         expiry: &[Instant],
         now: Instant,
     ) {
@@ -114,12 +115,7 @@ impl Taker {
     /// Names the session this worker watches (the next live id after its own,
     /// around), tells a new predecessor that this worker joined next to it, and keeps the
     /// receivers of released leases.
-    pub(super) async fn ring(
-        &mut self,
-        snapshot: &Snapshot,
-        live: &HashMap<WorkerId, Option<u32>>,
-        view: &FleetView,
-    ) {
+    pub(super) async fn ring(&mut self, snapshot: &Snapshot, live: &Live, view: &FleetView) {
         let (successor, predecessor) = decide::neighbours(live, &self.shared.id);
         let renamed = self.parts.ring.watch_done.swap(false, Ordering::SeqCst);
         self.parts.ring.successor.send_if_modified(|current| {
@@ -168,11 +164,7 @@ impl Taker {
     /// periodic rounds, a worker that became it must be told to look. So must it when a
     /// session was fenced here (or replaced): its process may have died between giving a
     /// lease and telling the receiver, and only the chores tell again.
-    async fn tell_chores(
-        &mut self,
-        live: &HashMap<WorkerId, Option<u32>>,
-        incarnations: &HashMap<&WorkerId, Incarnation>,
-    ) {
+    async fn tell_chores(&mut self, live: &Live, incarnations: &HashMap<&WorkerId, Incarnation>) {
         let me = &self.shared.id;
         let chores = decide::chores_worker(live);
         let fenced = self.fenced().added();

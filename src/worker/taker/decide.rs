@@ -11,12 +11,16 @@ use tokio::time::Instant;
 use super::alive;
 use crate::balance::{FleetView, Holder, LeaseView, Move, WorkerView};
 use crate::config::WorkerConfig;
-use crate::lease::{Incarnation, Lease, LeaseKey, Member, Snapshot, WorkerId};
+use crate::fasthash::FastMap;
+use crate::lease::{ByKey, Incarnation, Lease, LeaseKey, Member, Snapshot, WorkerId};
 use crate::lifecycle::LeaseStatus;
 use crate::worker::identity::{Identity, Ownership};
 use crate::worker::parts::Receiver;
 use crate::worker::state::Pending;
 use crate::worker::take::{Job, Report};
+
+/// The live workers of a round and their capacities (`None`: no limit of their own).
+pub(crate) type Live = FastMap<WorkerId, Option<u32>>;
 
 /// What the taker does with one lease of the snapshot before planning.
 #[derive(Debug, Clone, PartialEq)]
@@ -238,7 +242,7 @@ pub(crate) fn action_jobs(
 pub(crate) fn move_jobs(
     judge: &Judge<'_>,
     moves: Vec<Move>,
-    by_key: &HashMap<&LeaseKey, &Lease>,
+    by_key: &ByKey<'_>,
     acted: &HashSet<LeaseKey>,
 ) -> Vec<Job> {
     let mut jobs = Vec::new();
@@ -301,14 +305,14 @@ pub(crate) struct Figures<'a> {
 pub(crate) fn fleet_view(
     snapshot: &Snapshot,
     statuses: &[LeaseStatus],
-    live: &HashMap<WorkerId, Option<u32>>,
+    live: &Live,
     expiry: &[Instant],
     figures: &Figures<'_>,
     now: Instant,
 ) -> FleetView {
     let mut members: Vec<&Member> = snapshot.members.iter().collect();
     members.sort_by(|a, b| a.worker.cmp(&b.worker));
-    let reported: HashMap<&WorkerId, &Member> = members.iter().map(|m| (&m.worker, *m)).collect();
+    let reported: FastMap<&WorkerId, &Member> = members.iter().map(|m| (&m.worker, *m)).collect();
     let loads = Loads::read(&members, &reported, figures, now);
     let leases = snapshot
         .leases
@@ -372,9 +376,9 @@ pub(crate) fn fleet_view(
 
 /// The load figures published in the members' records.
 struct Loads<'a> {
-    reported: &'a HashMap<&'a WorkerId, &'a Member>,
+    reported: &'a FastMap<&'a WorkerId, &'a Member>,
     /// Each lease's figure in the first record (by worker id) that publishes one.
-    anyone: HashMap<&'a LeaseKey, f64>,
+    anyone: FastMap<&'a LeaseKey, f64>,
     figures: &'a Figures<'a>,
     now: Instant,
 }
@@ -382,11 +386,11 @@ struct Loads<'a> {
 impl<'a> Loads<'a> {
     fn read(
         members: &[&'a Member],
-        reported: &'a HashMap<&'a WorkerId, &'a Member>,
+        reported: &'a FastMap<&'a WorkerId, &'a Member>,
         figures: &'a Figures<'a>,
         now: Instant,
     ) -> Self {
-        let mut anyone: HashMap<&LeaseKey, f64> = HashMap::new();
+        let mut anyone: FastMap<&LeaseKey, f64> = FastMap::default();
         for member in members {
             for (key, load) in &member.lease_loads {
                 anyone.entry(key).or_insert(*load);
@@ -598,10 +602,7 @@ pub(crate) fn look_for_waiting(
 
 /// The worker after `me` and the one before it in id order among the `live` ones, around
 /// (none while `me` is alone).
-pub(crate) fn neighbours(
-    live: &HashMap<WorkerId, Option<u32>>,
-    me: &WorkerId,
-) -> (Option<WorkerId>, Option<WorkerId>) {
+pub(crate) fn neighbours(live: &Live, me: &WorkerId) -> (Option<WorkerId>, Option<WorkerId>) {
     let mut ids: Vec<&WorkerId> = live.keys().collect();
     ids.sort();
     let position = ids.iter().position(|w| *w == me).unwrap_or(0);
@@ -611,7 +612,7 @@ pub(crate) fn neighbours(
 }
 
 /// The worker that does the fleet's chores: the smallest live id not leaving.
-pub(crate) fn chores_worker(live: &HashMap<WorkerId, Option<u32>>) -> Option<WorkerId> {
+pub(crate) fn chores_worker(live: &Live) -> Option<WorkerId> {
     live.iter()
         .filter(|(_, capacity)| **capacity != Some(0))
         .map(|(w, _)| w)
@@ -622,7 +623,7 @@ pub(crate) fn chores_worker(live: &HashMap<WorkerId, Option<u32>>) -> Option<Wor
 /// The live sessions other than `me` that a lease released here may go to (not leaving),
 /// with how many leases each holds in `view` (a lease on its way counts as its receiver's).
 pub(crate) fn receivers(
-    live: &HashMap<WorkerId, Option<u32>>,
+    live: &Live,
     view: &FleetView,
     incarnations: &HashMap<&WorkerId, Incarnation>,
     me: &WorkerId,
@@ -833,7 +834,7 @@ mod tests {
     fn a_take_of_a_live_owners_lease_is_asked_as_a_handoff() {
         let round = Round::new();
         let theirs = lease("k", Some(("b", Some(THEIRS))));
-        let by_key = HashMap::from([(&theirs.key, &theirs)]);
+        let by_key: ByKey<'_> = [(&theirs.key, &theirs)].into_iter().collect();
         let moves = vec![Move::Take(key("k"))];
         let jobs = move_jobs(&round.judge(), moves, &by_key, &HashSet::new());
         assert!(matches!(&jobs[..], [Job::Request { from, .. }] if *from == id("b")));
@@ -844,7 +845,7 @@ mod tests {
         let mut round = Round::new();
         round.expiry.insert(key("k"), round.now);
         let theirs = lease("k", Some(("b", Some(THEIRS))));
-        let by_key = HashMap::from([(&theirs.key, &theirs)]);
+        let by_key: ByKey<'_> = [(&theirs.key, &theirs)].into_iter().collect();
         let moves = vec![Move::Take(key("k"))];
         let jobs = move_jobs(&round.judge(), moves, &by_key, &HashSet::new());
         let quiet = Report::Quiet;
@@ -855,7 +856,7 @@ mod tests {
     fn a_handoff_of_a_lease_given_and_not_yet_taken_is_not_asked() {
         let round = Round::new();
         let given = lease("k", Some(("b", None)));
-        let by_key = HashMap::from([(&given.key, &given)]);
+        let by_key: ByKey<'_> = [(&given.key, &given)].into_iter().collect();
         let moves = vec![Move::RequestHandoff {
             key: key("k"),
             from: id("b"),
@@ -886,7 +887,9 @@ mod tests {
             vec![member("b", THEIRS), member("c", Incarnation::new(9))],
         );
         let statuses = crate::lifecycle::statuses(&snapshot.leases);
-        let live = HashMap::from([(id("a"), None), (id("b"), None), (id("c"), None)]);
+        let live: Live = [(id("a"), None), (id("b"), None), (id("c"), None)]
+            .into_iter()
+            .collect();
         let now = Instant::now();
         let far = now + Duration::from_secs(3600);
         let unmeasured = HashMap::new();
@@ -913,7 +916,7 @@ mod tests {
         b.halted = BTreeSet::from([key("h")]);
         let snapshot = snapshot(leases, vec![b]);
         let statuses = crate::lifecycle::statuses(&snapshot.leases);
-        let live = HashMap::from([(id("a"), None), (id("b"), None)]);
+        let live: Live = [(id("a"), None), (id("b"), None)].into_iter().collect();
         let now = Instant::now();
         let unmeasured = HashMap::new();
         let figures = Figures {
@@ -997,13 +1000,15 @@ mod tests {
 
     #[test]
     fn neighbours_go_around_in_id_order() {
-        let live = HashMap::from([(id("a"), None), (id("b"), None), (id("c"), Some(0))]);
+        let live: Live = [(id("a"), None), (id("b"), None), (id("c"), Some(0))]
+            .into_iter()
+            .collect();
         assert_eq!(neighbours(&live, &id("a")), (Some(id("b")), Some(id("c"))));
         assert_eq!(neighbours(&live, &id("c")), (Some(id("a")), Some(id("b"))));
-        let alone = HashMap::from([(id("a"), None)]);
+        let alone: Live = [(id("a"), None)].into_iter().collect();
         assert_eq!(neighbours(&alone, &id("a")), (None, None));
         // A worker leaving (capacity 0) does no chores.
-        let leaving = HashMap::from([(id("a"), Some(0)), (id("b"), None)]);
+        let leaving: Live = [(id("a"), Some(0)), (id("b"), None)].into_iter().collect();
         assert_eq!(chores_worker(&leaving), Some(id("b")));
     }
 }

@@ -31,9 +31,10 @@ use super::state::{revoke_notice, Holder, TableView};
 use super::take::{Job, Unacknowledged};
 use crate::balance::{BalancePolicy, Move};
 use crate::expiry::ExpiryTracker;
-use crate::lease::{Incarnation, Lease, LeaseKey, Member, Snapshot, WorkerId};
+use crate::lease::{ByKey, Incarnation, Lease, LeaseKey, Member, Snapshot, WorkerId};
 use crate::lifecycle;
 use crate::store::StoreError;
+use decide::Live;
 
 mod chores;
 mod decide;
@@ -194,8 +195,7 @@ impl Taker {
         // Observed at the end of the scan: every value read was written before now, so no
         // owner's validity (counted from before its write) can outlast now + lease duration.
         let now = self.shared.now();
-        let by_key: HashMap<&LeaseKey, &Lease> =
-            snapshot.leases.iter().map(|l| (&l.key, l)).collect();
+        let by_key: ByKey<'_> = snapshot.leases.iter().map(|l| (&l.key, l)).collect();
         self.begin_round(&by_key, now);
         tracing::debug!(
             leases = snapshot.leases.len(),
@@ -260,7 +260,7 @@ impl Taker {
 
     /// Follows this process's session (a new one must announce itself to its predecessor
     /// again) and forgets the takes the table no longer needs remembered.
-    fn begin_round(&mut self, by_key: &HashMap<&LeaseKey, &Lease>, now: Instant) {
+    fn begin_round(&mut self, by_key: &ByKey<'_>, now: Instant) {
         let incarnation = self.shared.incarnation();
         if self.identity.ownership_incarnation() != incarnation {
             // A new session: its predecessor must hear of it again.
@@ -274,7 +274,7 @@ impl Taker {
 
     /// Whether the live workers changed since the last round, and whether this round only
     /// gathers (see [`Taker::gathering`]).
-    fn see_fleet(&mut self, live: &HashMap<WorkerId, Option<u32>>, now: Instant) -> (bool, bool) {
+    fn see_fleet(&mut self, live: &Live, now: Instant) -> (bool, bool) {
         let mut fleet: Vec<WorkerId> = live.keys().cloned().collect();
         fleet.sort();
         let fleet_changed = fleet != self.last_fleet;

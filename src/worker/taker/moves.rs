@@ -9,10 +9,11 @@ use tokio::task::JoinSet;
 use tokio::time::Instant;
 use tracing::Instrument;
 
+use super::decide::Live;
 use super::decide::{self, Action, Figures, Judge};
 use super::{Taker, FIGURE_WAIT};
 use crate::balance::{FleetView, Holder, Move};
-use crate::lease::{Lease, LeaseKey, Snapshot, WorkerId};
+use crate::lease::{ByKey, LeaseKey, Snapshot};
 use crate::lifecycle::LeaseStatus;
 use crate::worker::take::{Answer, Job};
 
@@ -77,7 +78,7 @@ impl Taker {
         &self,
         snapshot: &Snapshot,
         statuses: &[LeaseStatus],
-        live: &HashMap<WorkerId, Option<u32>>,
+        live: &Live,
         expiry: &[Instant],
         now: Instant,
     ) -> FleetView {
@@ -94,7 +95,7 @@ impl Taker {
         &mut self,
         actions: Vec<Action>,
         moves: Vec<Move>,
-        by_key: &HashMap<&LeaseKey, &Lease>,
+        by_key: &ByKey<'_>,
         now: Instant,
     ) {
         // Too slow to hold leases (see `health.rs`): whatever it took now it would lose again,

@@ -10,9 +10,11 @@ use tokio::task::JoinSet;
 use tokio::time::Instant;
 use tracing::Instrument;
 
+use super::decide::Live;
 use super::{alive, incarnations, Taker, NO_RECORD};
 use crate::balance::{Assignment, Move};
-use crate::lease::{Incarnation, Lease, LeaseKey, Snapshot, WorkerId};
+use crate::fasthash::FastMap;
+use crate::lease::{ByKey, Incarnation, LeaseKey, Snapshot, WorkerId};
 use crate::store::Outcome;
 use crate::worker::fenced::{Fenced, SessionId};
 use crate::worker::metrics;
@@ -123,7 +125,7 @@ impl Taker {
     /// When each lease of the snapshot may be started by others, as the scan shows its
     /// owner's session (before the sessions without a record are read again).
     fn first_expiry(&mut self, snapshot: &Snapshot, fenced: &Fenced, now: Instant) -> Judged {
-        let records: HashMap<&WorkerId, Option<Incarnation>> = snapshot
+        let records: FastMap<&WorkerId, Option<Incarnation>> = snapshot
             .members
             .iter()
             .map(|m| (&m.worker, m.incarnation))
@@ -276,13 +278,9 @@ impl Taker {
 
     /// The live workers are the members whose session is open and has not
     /// been seen unchanged for a lease duration, and this worker.
-    pub(super) fn live_sessions(
-        &self,
-        snapshot: &Snapshot,
-        now: Instant,
-    ) -> HashMap<WorkerId, Option<u32>> {
+    pub(super) fn live_sessions(&self, snapshot: &Snapshot, now: Instant) -> Live {
         let fenced = self.fenced().clone();
-        let mut live: HashMap<WorkerId, Option<u32>> = snapshot
+        let mut live: Live = snapshot
             .members
             .iter()
             .filter(|m| !self.members.is_expired(&m.worker, now))
@@ -304,7 +302,7 @@ impl Taker {
         &mut self,
         snapshot: &Snapshot,
         assignment: &Assignment,
-        by_key: &HashMap<&LeaseKey, &Lease>,
+        by_key: &ByKey<'_>,
         gathering: bool,
         now: Instant,
     ) {
@@ -362,7 +360,7 @@ impl Taker {
         &self,
         snapshot: &Snapshot,
         assignment: &Assignment,
-        by_key: &HashMap<&LeaseKey, &Lease>,
+        by_key: &ByKey<'_>,
         incarnations: &HashMap<&WorkerId, Incarnation>,
         gathering: bool,
         now: Instant,
@@ -422,7 +420,7 @@ impl Taker {
     pub(super) fn next_session_round(
         &self,
         snapshot: &Snapshot,
-        live: &HashMap<WorkerId, Option<u32>>,
+        live: &Live,
         expiry: &[Instant],
         moved: bool,
         now: Instant,
@@ -464,13 +462,13 @@ impl Taker {
     /// (membership clean-up, discovery).
     /// This worker's rank by id among the live workers that are not leaving (a leaving
     /// worker publishes capacity 0 and has stopped its taker and discoverer).
-    pub(super) fn rank(&self, live: &HashMap<WorkerId, Option<u32>>) -> usize {
+    pub(super) fn rank(&self, live: &Live) -> usize {
         live.iter()
             .filter(|(id, capacity)| **id < self.shared.id && **capacity != Some(0))
             .count()
     }
 
-    pub(super) fn is_smallest(&self, live: &HashMap<WorkerId, Option<u32>>) -> bool {
+    pub(super) fn is_smallest(&self, live: &Live) -> bool {
         self.rank(live) == 0
     }
 
@@ -478,21 +476,27 @@ impl Taker {
     pub(super) fn publish(
         &self,
         snapshot: Snapshot,
-        live: &HashMap<WorkerId, Option<u32>>,
+        live: &Live,
         expiry: &[Instant],
         now: Instant,
     ) {
         let Some(published) = &self.parts.view else {
             return;
         };
-        let owner_alive = snapshot
-            .leases
-            .iter()
-            .zip(expiry)
-            .filter(|(l, at)| alive(l, **at, now))
-            .map(|(l, _)| l.key.clone())
-            .collect();
         let rank = self.rank(live);
+        // Only the discoverer and its standby plan with it (see `discoverer.rs`): the others
+        // would build a set of every lease each round for nothing.
+        let owner_alive = if rank <= 1 {
+            snapshot
+                .leases
+                .iter()
+                .zip(expiry)
+                .filter(|(l, at)| alive(l, **at, now))
+                .map(|(l, _)| l.key.clone())
+                .collect()
+        } else {
+            HashSet::new()
+        };
         let view = TableView {
             leases: snapshot.leases,
             owner_alive,
