@@ -259,7 +259,8 @@ impl Finish {
 #[derive(Debug, Default)]
 pub(crate) struct TableView {
     pub leases: Vec<Lease>,
-    /// Leases whose owner this worker judges alive.
+    /// Leases whose owner this worker judges alive; empty unless `discoverer` or `standby`
+    /// (nobody else lists the source).
     pub owner_alive: HashSet<LeaseKey>,
     pub malformed: usize,
     /// This worker has the smallest id among the live workers: it runs discovery.
