@@ -203,12 +203,6 @@ impl Assignment {
             .zip(&counted_by)
             .map(|(w, count)| (w.id.clone(), *count))
             .collect();
-        let held: HashMap<&WorkerId, Vec<&LeaseKey>> = workers
-            .iter()
-            .zip(held_by)
-            .filter(|(_, keys)| !keys.is_empty())
-            .map(|(w, keys)| (&w.id, keys))
-            .collect();
 
         // Sticky order: workers that hold more keep the larger targets.
         let mut order: Vec<&WorkerView> = workers.clone();
@@ -220,12 +214,11 @@ impl Assignment {
         let mut pool: Vec<(&LeaseKey, Option<&WorkerId>)> = Vec::new();
         available.sort_by_cached_key(|k| (stable_hash(k.as_str().as_bytes()), *k));
         pool.extend(available.into_iter().map(|k| (k, None)));
-        for worker in &workers {
+        for (worker, mut keys) in workers.iter().zip(held_by) {
             let surplus = counts[&worker.id].saturating_sub(targets[&worker.id]) as usize;
             if surplus == 0 {
                 continue;
             }
-            let mut keys = held.get(&worker.id).cloned().unwrap_or_default();
             keys.sort_by_cached_key(|k| (stable_hash(k.as_str().as_bytes()), *k));
             pool.extend(
                 keys.into_iter()

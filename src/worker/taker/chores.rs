@@ -7,8 +7,7 @@ use std::sync::atomic::Ordering;
 
 use tokio::time::Instant;
 
-use super::decide::Live;
-use super::decide::{self, Looked, Told};
+use super::decide::{self, Live, Looked, Told};
 use super::{incarnations, Taker};
 use crate::balance::{FleetView, Move};
 use crate::lease::{Incarnation, Lease, LeaseKey, Snapshot, WorkerId};

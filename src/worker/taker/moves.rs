@@ -9,8 +9,7 @@ use tokio::task::JoinSet;
 use tokio::time::Instant;
 use tracing::Instrument;
 
-use super::decide::Live;
-use super::decide::{self, Action, Figures, Judge};
+use super::decide::{self, Action, Figures, Judge, Live};
 use super::{Taker, FIGURE_WAIT};
 use crate::balance::{FleetView, Holder, Move};
 use crate::lease::{ByKey, LeaseKey, Snapshot};
