@@ -452,6 +452,34 @@ fn sessions_fail_over_within_a_lease_and_a_beat_and_move_the_minimum() {
     assert_eq!(report.rest.moves, 0);
 }
 
+/// Two workers crash at once. A session was watched by one worker only, its predecessor in id
+/// order: when that predecessor died with it, nobody watched it until the predecessor's own
+/// watcher had fenced the predecessor and been told to watch the next one, which then waited a
+/// lease from its first sight of it. Its leases failed over in one and a half leases (seeds 1,
+/// 4 and 9 below: 16.1, 16.1 and 15.0 s). Each session is now watched by the two workers
+/// before it.
+#[test]
+fn sessions_fail_over_within_a_lease_and_a_beat_when_neighbours_crash_together() {
+    let mut slow = Vec::new();
+    for seed in 1..=12 {
+        let mut crash = settings("crash", 6, 60, Policy::Ours);
+        crash.seed = seed;
+        crash.crash_within = Some(Duration::from_secs(10));
+        let report = simulate(crash);
+        let failover = report.failover().expect("a crash step");
+        assert_eq!(failover.processing.missing, 0, "{}", report.json());
+        assert_eq!(failover.held.n, 20, "two victims of 10 leases each");
+        assert_eq!(report.double_holding, 0);
+        if failover.processing.max >= 13.0 {
+            slow.push((seed, failover.processing.max));
+        }
+    }
+    assert!(
+        slow.is_empty(),
+        "failed over past a lease and a beat: {slow:?}"
+    );
+}
+
 /// A worker cut off for three lease durations comes back: its session was fenced, but its
 /// beats went unanswered, not refused, so it still thought it open. Its taker ran a round as
 /// the cut ended, before its next beat learned of the fence, and asked for its share; the
@@ -511,10 +539,11 @@ fn workers_starting_together_move_each_lease_once() {
     }
 }
 
-/// At rest a worker writes one beat per renew interval (4.5 s) and reads its neighbour's
-/// record once per beat; one worker scans the table every 50 s. Nothing grows with the leases.
+/// At rest a worker writes one beat per renew interval (4.5 s) and reads the records of the
+/// two workers after it once per beat each; one worker scans the table every 50 s. Nothing
+/// grows with the leases.
 #[test]
-fn sessions_at_rest_cost_one_beat_and_one_read_per_worker() {
+fn sessions_at_rest_cost_one_beat_and_two_reads_per_worker() {
     let mut at_rest = settings("join", 6, 600, Policy::Ours);
     at_rest.rest = Duration::from_secs(3600);
     let report = simulate(at_rest);
@@ -527,9 +556,9 @@ fn sessions_at_rest_cost_one_beat_and_one_read_per_worker() {
         "writes {} for {beats} beats",
         usage.writes
     );
-    // One read per beat, and 72 scans of two pages at most.
+    // Two reads per beat, and 72 scans of two pages at most.
     assert!(
-        (usage.reads as f64) < beats * 1.05 + 150.0,
+        (usage.reads as f64) < beats * 2.05 + 150.0,
         "reads {} for {beats} beats",
         usage.reads
     );

@@ -4,8 +4,8 @@
 //!
 //! - [`Base`]: who the worker is, its settings, its clock and its store; read by every loop,
 //!   changed by none;
-//! - [`Ring`]: the session the watcher watches and what it saw, between the taker (which names
-//!   it) and the watcher (which reads it and reports a suspect);
+//! - [`Ring`]: the sessions the watcher watches and what it saw, between the taker (which
+//!   names them) and the watcher (which reads them and reports suspects);
 //! - [`EventSink`]: the sending end of the application's event stream;
 //! - [`Receivers`]: where a lease released here goes, written by the taker's rounds, read by
 //!   the releases;
@@ -101,36 +101,36 @@ impl Base {
 /// One state of a session record: the incarnation that wrote it and its heartbeat.
 pub(crate) type SessionVersion = (Option<Incarnation>, u64);
 
-/// Between the taker and the watcher: which session to watch, and what was seen of it.
+/// Between the taker and the watcher: which sessions to watch, and what was seen of them.
 #[derive(Default)]
 pub(crate) struct Ring {
-    /// The worker whose session this one watches (the next live id), as the last placement
-    /// round saw the fleet. Written by the taker.
-    pub successor: watch::Sender<Option<WorkerId>>,
-    /// The watcher is done with the session it was named (fenced or gone) and waits to be
-    /// named one, even the same worker again (restarted under a new session). Set by the
-    /// watcher, taken by the taker.
+    /// The workers whose sessions this one watches (the next live ids, nearest first), as the
+    /// last placement round saw the fleet. Written by the taker.
+    pub watched: watch::Sender<Vec<WorkerId>>,
+    /// The watcher is done with a session it was named (fenced or gone) and waits to be
+    /// named it again or another, even the same worker again (restarted under a new session).
+    /// Set by the watcher, taken by the taker.
     pub watch_done: AtomicBool,
-    /// A watched session that looks dead (not fenced yet), for the next placement round to
-    /// warn the workers its leases would go to. Set by the watcher, taken by the taker.
-    pub suspect: Mutex<Option<(WorkerId, Incarnation)>>,
+    /// Watched sessions that look dead (not fenced yet), for the next placement round to
+    /// warn the workers their leases would go to. Set by the watcher, taken by the taker.
+    pub suspects: Mutex<Vec<(WorkerId, Incarnation)>>,
     /// When this worker first saw each member's current (incarnation, heartbeat), as its
     /// placement rounds read them; the watcher starts from there. Written by the taker.
     pub members_seen: Mutex<HashMap<WorkerId, (SessionVersion, Instant)>>,
 }
 
 impl Ring {
-    /// The session the watcher suspects, taken.
-    pub fn take_suspect(&self) -> Option<(WorkerId, Incarnation)> {
-        self.suspect
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .take()
+    /// The sessions the watcher suspects, taken.
+    pub fn take_suspects(&self) -> Vec<(WorkerId, Incarnation)> {
+        std::mem::take(&mut *self.suspects.lock().unwrap_or_else(|e| e.into_inner()))
     }
 
     /// Reports `suspect` to the next placement round.
     pub fn suspect(&self, suspect: (WorkerId, Incarnation)) {
-        *self.suspect.lock().unwrap_or_else(|e| e.into_inner()) = Some(suspect);
+        let mut suspects = self.suspects.lock().unwrap_or_else(|e| e.into_inner());
+        if !suspects.contains(&suspect) {
+            suspects.push(suspect);
+        }
     }
 
     /// The member records first seen here, by worker.

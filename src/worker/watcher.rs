@@ -1,30 +1,40 @@
-//! The neighbour watch: each
-//! worker watches the session of one other, its successor in id order among the live workers
-//! (`Ring::successor`, set by each placement round), so that every session is watched by one
-//! worker and a dead one is noticed one lease duration after its last beat.
+//! The neighbour watch: each worker watches the sessions of the next two live workers in id
+//! order (`Ring::watched`, set by each placement round), so that every session is watched by
+//! the two workers before it and a dead one is noticed one lease duration after its last beat,
+//! even when the worker before it died with it. (Watched by one worker only, a session whose
+//! watcher crashed with it waited until that watcher was fenced and the next one named it,
+//! then a lease from that first sight: one and a half to two leases;
+//! `sessions_fail_over_within_a_lease_and_a_beat_when_neighbours_crash_together` in
+//! `sim/tests/simulate.rs`.)
 //!
 //! Expiry is judged as everywhere else: the (incarnation, heartbeat) first seen at an instant
 //! of this worker's clock, unchanged for a lease duration. Then the watcher **fences** the
 //! session (`end_session` conditioned on that heartbeat): a beat sent before the end that lands
 //! later would otherwise revive it while its leases are being taken. Once the fence landed the
-//! session's leases may be started at once; a placement round gives them out.
+//! session's leases may be started at once; a placement round gives them out. The farther
+//! watcher leaves the warning and the fence to the nearer one while that one beats: it warns
+//! only once the sessions between them look dead here too, and fences a quarter of a beat
+//! interval after the nearer one would (a crash costs one fence, not two).
 //!
 //! The reads are eventually consistent (half the cost; a stale value only delays the
 //! judgement, and the fence is conditioned on what was read) and timed to land just after the
-//! successor's beats, which come every `renew_interval` on its clock. It first reads every eighth
-//! of an interval until a change shows when they land, then keeps a window (`lo`, `hi`] in which
-//! the last new value landed and reads next in the middle of the next one, halving it each beat,
-//! until it is narrower than a sixteenth of the interval; then it reads once per beat at the end
-//! of the window. So the last value of a session that dies is first seen within that sixteenth,
-//! for about one read per beat.
+//! watched session's beats, which come every `renew_interval` on its clock. A watch first reads
+//! every eighth of an interval until a change shows when they land, then keeps a window (`lo`,
+//! `hi`] in which the last new value landed and reads next in the middle of the next one,
+//! halving it each beat, until it is narrower than a sixteenth of the interval; then it reads
+//! once per beat at the end of the window. So the last value of a session that dies is first
+//! seen within that sixteenth, for about one read per watched session per beat.
 
+use std::collections::{HashMap, HashSet};
 use std::sync::atomic::Ordering;
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use tokio::sync::Notify;
+use tokio::task::{AbortHandle, JoinSet};
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
+use tracing::Instrument;
 
 use super::fenced::Fences;
 use super::metrics;
@@ -40,36 +50,86 @@ pub(crate) struct WatcherParts {
     pub rescan: Arc<Notify>,
 }
 
+/// What the watches of one watcher share: its parts, and the watched sessions that look dead
+/// here (warned of or fenced, no beat seen since).
+struct Watches {
+    parts: WatcherParts,
+    silent: Mutex<HashSet<WorkerId>>,
+}
+
+impl Watches {
+    fn silent(&self) -> std::sync::MutexGuard<'_, HashSet<WorkerId>> {
+        self.silent.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// Whether the watch of `target` is the nearest live one: `target` is named first, or
+    /// every session named before it looks dead here.
+    fn nearest(&self, target: &WorkerId) -> bool {
+        let named = self.parts.ring.watched.borrow();
+        let silent = self.silent();
+        named
+            .iter()
+            .take_while(|w| *w != target)
+            .all(|w| silent.contains(w))
+    }
+}
+
 pub(crate) async fn run(parts: WatcherParts, cancel: CancellationToken) {
-    let mut successor = parts.ring.successor.subscribe();
+    let watches = Arc::new(Watches {
+        parts,
+        silent: Mutex::new(HashSet::new()),
+    });
+    let mut named = watches.parts.ring.watched.subscribe();
+    // The watch of each session named: running, or done with it (fenced or gone) until the
+    // next placement round names it again.
+    let mut running: HashMap<WorkerId, Option<AbortHandle>> = HashMap::new();
+    let mut tasks: JoinSet<WorkerId> = JoinSet::new();
     loop {
-        let target = successor.borrow_and_update().clone();
-        match target {
-            Some(target) => {
-                tokio::select! {
-                    biased;
-                    _ = cancel.cancelled() => return,
-                    changed = successor.changed() => if changed.is_err() { return },
-                    _ = watch(&parts, &target) => {
-                        // Fenced or gone: wait for the next placement round to name the
-                        // session to watch, another or this worker's next one (a worker
-                        // restarted and crashed again, and the round naming it again woke
-                        // nothing; its leases waited for the slow scan:
-                        // `sessions_watch_a_restarted_worker_again` in `sim/tests/simulate.rs`).
-                        parts.ring.watch_done.store(true, Ordering::SeqCst);
-                        tokio::select! {
-                            biased;
-                            _ = cancel.cancelled() => return,
-                            changed = successor.changed() => if changed.is_err() { return },
+        let targets = named.borrow_and_update().clone();
+        running.retain(|worker, task| {
+            let keep = targets.contains(worker) && task.is_some();
+            if !keep {
+                if let Some(task) = task {
+                    task.abort();
+                }
+            }
+            keep
+        });
+        watches.silent().retain(|w| targets.contains(w));
+        for target in targets {
+            if let std::collections::hash_map::Entry::Vacant(entry) = running.entry(target) {
+                let target = entry.key().clone();
+                let task = tasks.spawn(
+                    watch(Arc::clone(&watches), target).instrument(tracing::Span::current()),
+                );
+                entry.insert(Some(task));
+            }
+        }
+        loop {
+            tokio::select! {
+                biased;
+                _ = cancel.cancelled() => return,
+                changed = named.changed() => {
+                    if changed.is_err() {
+                        return;
+                    }
+                    break;
+                }
+                Some(done) = tasks.join_next_with_id(), if !tasks.is_empty() => {
+                    let Ok((id, target)) = done else { continue };
+                    // Fenced or gone: wait for the next placement round to name the sessions
+                    // to watch, this one again or this worker's next one (a worker restarted
+                    // and crashed again, and the round naming it again woke nothing; its
+                    // leases waited for the slow scan: `sessions_watch_a_restarted_worker_again`
+                    // in `sim/tests/simulate.rs`).
+                    if let Some(task) = running.get_mut(&target) {
+                        if task.as_ref().is_some_and(|t| t.id() == id) {
+                            *task = None;
+                            watches.parts.ring.watch_done.store(true, Ordering::SeqCst);
                         }
                     }
                 }
             }
-            None => tokio::select! {
-                biased;
-                _ = cancel.cancelled() => return,
-                changed = successor.changed() => if changed.is_err() { return },
-            },
         }
     }
 }
@@ -90,8 +150,9 @@ struct Beats {
     synced: bool,
 }
 
-/// Watches `target` until its session is fenced here or its record is gone.
-async fn watch(parts: &WatcherParts, target: &WorkerId) {
+/// Watches `target` until its session is fenced here or its record is gone; returns it.
+async fn watch(watches: Arc<Watches>, target: WorkerId) -> WorkerId {
+    let parts = &watches.parts;
     let interval = parts.base.config.effective_renew_interval();
     let lease = parts.base.config.lease_duration;
     let mut beats: Option<Beats> = None;
@@ -99,7 +160,7 @@ async fn watch(parts: &WatcherParts, target: &WorkerId) {
     loop {
         parts.base.clock.sleep_until(next).await;
         let deadline = parts.base.now() + parts.base.config.store_timeout;
-        let read = parts.base.store.get_member(target, false, deadline).await;
+        let read = parts.base.store.get_member(&target, false, deadline).await;
         let now = parts.base.now();
         let member = match read {
             Ok(Some(member)) => member,
@@ -108,7 +169,7 @@ async fn watch(parts: &WatcherParts, target: &WorkerId) {
                 // and names the next session to watch.
                 tracing::info!(worker = %target, "the watched session's record is gone");
                 parts.rescan.notify_one();
-                return;
+                return target;
             }
             Err(err) => {
                 tracing::debug!(worker = %target, error = %err, "could not read the watched session");
@@ -119,18 +180,29 @@ async fn watch(parts: &WatcherParts, target: &WorkerId) {
         let value = (member.incarnation, member.heartbeat);
         match &mut beats {
             Some(b) if b.value == value => {
-                if now >= b.hi + lease {
+                let nearest = watches.nearest(&target);
+                // The farther watcher fences a little after the nearer one would.
+                let due = b.hi
+                    + lease
+                    + if nearest {
+                        Duration::ZERO
+                    } else {
+                        interval / 4
+                    };
+                if now >= due {
+                    watches.silent().insert(target.clone());
                     let (incarnation, heartbeat) = value;
-                    if fence(parts, target, incarnation, heartbeat, deadline).await {
-                        return;
+                    if fence(parts, &target, incarnation, heartbeat, deadline).await {
+                        return target;
                     }
                     next = parts.base.now();
                     continue;
                 }
-                next = missed(parts, target, b, member.incarnation, now);
+                next = missed(&watches, &target, b, member.incarnation, now, nearest).min(due);
             }
             _ => {
-                let (b, at) = changed(parts, target, beats.as_ref(), value, now);
+                watches.silent().remove(&target);
+                let (b, at) = changed(parts, &target, beats.as_ref(), value, now);
                 beats = Some(b);
                 next = at;
             }
@@ -139,14 +211,17 @@ async fn watch(parts: &WatcherParts, target: &WorkerId) {
 }
 
 /// The watched record showed no new beat at `now` (its expiry here still ahead): warns those
-/// its leases would go to when it is close, and returns when to read it next.
+/// its leases would go to when it is close (the nearest watch only), and returns when to read
+/// it next.
 fn missed(
-    parts: &WatcherParts,
+    watches: &Watches,
     target: &WorkerId,
     b: &mut Beats,
     incarnation: Option<Incarnation>,
     now: Instant,
+    nearest: bool,
 ) -> Instant {
+    let parts = &watches.parts;
     let (interval, lease) = (
         parts.base.config.effective_renew_interval(),
         parts.base.config.lease_duration,
@@ -156,6 +231,9 @@ fn missed(
     // the moment they are given.
     let lead = warn_lead(interval, lease);
     if !b.warned && now + lead >= b.hi + lease {
+        watches.silent().insert(target.clone());
+    }
+    if !b.warned && nearest && now + lead >= b.hi + lease {
         b.warned = true;
         if let Some(incarnation) = incarnation {
             parts.ring.suspect((target.clone(), incarnation));

@@ -49,8 +49,8 @@ impl Taker {
         }
     }
 
-    /// When the session this worker watches looks dead (see the watcher),
-    /// warns the workers its leases would go to if it were, so that they read their own
+    /// When sessions this worker watches look dead (see the watcher),
+    /// warns the workers their leases would go to if they were, so that they read their own
     /// records often until the leases come (see `EXPECT_NOTICE`).
     pub(super) async fn warn(
         &self,
@@ -60,15 +60,19 @@ impl Taker {
         expiry: &[Instant],
         now: Instant,
     ) {
-        let suspect = self.parts.ring.take_suspect();
-        let Some((victim, incarnation)) = suspect else {
-            return;
-        };
-        if self.fenced().contains(&victim, incarnation) {
+        let mut victims = self.parts.ring.take_suspects();
+        {
+            let fenced = self.fenced();
+            victims.retain(|(victim, incarnation)| !fenced.contains(victim, *incarnation));
+        }
+        if victims.is_empty() {
             return;
         }
         let of_victim = |lease: &Lease| {
-            lease.owner.as_ref() == Some(&victim) && lease.owner_incarnation == Some(incarnation)
+            victims.iter().any(|(victim, incarnation)| {
+                lease.owner.as_ref() == Some(victim)
+                    && lease.owner_incarnation == Some(*incarnation)
+            })
         };
         let keys: HashSet<&LeaseKey> = snapshot
             .leases
@@ -83,7 +87,9 @@ impl Taker {
             .map(|(l, at)| if of_victim(l) { now } else { *at })
             .collect();
         let mut survivors = live.clone();
-        survivors.remove(&victim);
+        for (victim, _) in &victims {
+            survivors.remove(victim);
+        }
         let view = self.view(snapshot, statuses, &survivors, &if_dead, now);
         let assignment = self.policy.assign(&view);
         let incarnations = incarnations(snapshot);
@@ -100,7 +106,12 @@ impl Taker {
             .filter(|w| **w != self.shared.id)
             .collect();
         receivers.sort();
-        tracing::info!(suspect = %victim, receivers = receivers.len(), "a watched session looks dead: warning where its leases would go");
+        let suspects: Vec<&str> = victims.iter().map(|(w, _)| w.as_str()).collect();
+        tracing::info!(
+            ?suspects,
+            receivers = receivers.len(),
+            "watched sessions look dead: warning where their leases would go"
+        );
         for worker in receivers {
             if let Some(incarnation) = incarnations.get(worker).copied() {
                 let notice = [EXPECT_NOTICE.to_owned()];
@@ -111,18 +122,19 @@ impl Taker {
         }
     }
 
-    /// Names the session this worker watches (the next live id after its own,
+    /// Names the sessions this worker watches (the next live ids after its own,
     /// around), tells a new predecessor that this worker joined next to it, and keeps the
     /// receivers of released leases.
     pub(super) async fn ring(&mut self, snapshot: &Snapshot, live: &Live, view: &FleetView) {
-        let (successor, predecessor) = decide::neighbours(live, &self.shared.id);
+        let (watched, predecessor) = decide::neighbours(live, &self.shared.id);
         let renamed = self.parts.ring.watch_done.swap(false, Ordering::SeqCst);
-        self.parts.ring.successor.send_if_modified(|current| {
-            if *current == successor {
+        self.parts.ring.watched.send_if_modified(|current| {
+            if *current == watched {
                 renamed
             } else {
-                tracing::info!(successor = ?successor.as_ref().map(|w| w.as_str()), "watching the next session in id order");
-                *current = successor.clone();
+                let names: Vec<&str> = watched.iter().map(|w| w.as_str()).collect();
+                tracing::info!(watched = ?names, "watching the next sessions in id order");
+                *current = watched.clone();
                 true
             }
         });

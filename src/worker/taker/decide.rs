@@ -600,15 +600,22 @@ pub(crate) fn look_for_waiting(
     waiting
 }
 
-/// The worker after `me` and the one before it in id order among the `live` ones, around
-/// (none while `me` is alone).
-pub(crate) fn neighbours(live: &Live, me: &WorkerId) -> (Option<WorkerId>, Option<WorkerId>) {
+/// How many sessions each worker watches: the next ones in id order. Two, so that a session
+/// is still watched when the worker before it dies with it.
+pub(crate) const WATCHED: usize = 2;
+
+/// The [`WATCHED`] workers after `me` in id order among the `live` ones, nearest first, and
+/// the one before it, around (fewer in a smaller fleet; none while `me` is alone).
+pub(crate) fn neighbours(live: &Live, me: &WorkerId) -> (Vec<WorkerId>, Option<WorkerId>) {
     let mut ids: Vec<&WorkerId> = live.keys().collect();
     ids.sort();
+    let n = ids.len();
     let position = ids.iter().position(|w| *w == me).unwrap_or(0);
-    let successor = (ids.len() > 1).then(|| ids[(position + 1) % ids.len()].clone());
-    let predecessor = (ids.len() > 1).then(|| ids[(position + ids.len() - 1) % ids.len()].clone());
-    (successor, predecessor)
+    let successors = (1..n.min(WATCHED + 1))
+        .map(|i| ids[(position + i) % n].clone())
+        .collect();
+    let predecessor = (n > 1).then(|| ids[(position + n - 1) % n].clone());
+    (successors, predecessor)
 }
 
 /// The worker that does the fleet's chores: the smallest live id not leaving.
@@ -1003,10 +1010,23 @@ mod tests {
         let live: Live = [(id("a"), None), (id("b"), None), (id("c"), Some(0))]
             .into_iter()
             .collect();
-        assert_eq!(neighbours(&live, &id("a")), (Some(id("b")), Some(id("c"))));
-        assert_eq!(neighbours(&live, &id("c")), (Some(id("a")), Some(id("b"))));
+        assert_eq!(
+            neighbours(&live, &id("a")),
+            (vec![id("b"), id("c")], Some(id("c")))
+        );
+        assert_eq!(
+            neighbours(&live, &id("c")),
+            (vec![id("a"), id("b")], Some(id("b")))
+        );
+        let four: Live = ["a", "b", "c", "d"].iter().map(|w| (id(w), None)).collect();
+        assert_eq!(
+            neighbours(&four, &id("c")),
+            (vec![id("d"), id("a")], Some(id("b")))
+        );
+        let two: Live = [(id("a"), None), (id("b"), None)].into_iter().collect();
+        assert_eq!(neighbours(&two, &id("b")), (vec![id("a")], Some(id("a"))));
         let alone: Live = [(id("a"), None)].into_iter().collect();
-        assert_eq!(neighbours(&alone, &id("a")), (None, None));
+        assert_eq!(neighbours(&alone, &id("a")), (vec![], None));
         // A worker leaving (capacity 0) does no chores.
         let leaving: Live = [(id("a"), Some(0)), (id("b"), None)].into_iter().collect();
         assert_eq!(chores_worker(&leaving), Some(id("b")));
