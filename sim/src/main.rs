@@ -77,7 +77,8 @@ const CAMPAIGN: &str = "Fault campaign";
 #[command(next_help_heading = RUN)]
 struct RunArgs {
     /// What happens to the fleet: cold-start, join, crash, leave, rolling-restart, autoscale,
-    /// shards, pause, cut-off, crash-join (k crash, then k start), skew, hot-shard,
+    /// shards, pause, cut-off, crash-join (k crash, then k start), crash-restart (k crash
+    /// and start again with their ids after --outage, default 5 s), skew, hot-shard,
     /// heterogeneous, drift, rest (nothing: the balanced fleet rests); or `all` for every
     /// one in turn
     #[arg(long, value_name = "NAME", default_value = "join", value_parser = scenario_names(),
@@ -149,10 +150,11 @@ struct RunArgs {
     /// The applications checkpoint this often, at least 0.1 s [default: only on stop]
     #[arg(long, value_name = "SECS", value_parser = checkpoint_every)]
     checkpoint_every: Option<Duration>,
-    /// How long a pause or a cut-off lasts [default: 20 and 30]
+    /// How long a pause or a cut-off lasts, or a crashed process of crash-restart stays down
+    /// [default: 20, 30 and 5]
     #[arg(long, value_name = "SECS", value_parser = seconds)]
     outage: Option<Duration>,
-    /// A crash (of crash and crash-join) comes at an instant drawn by the seed uniformly
+    /// A crash (of crash, crash-join and crash-restart) comes at an instant drawn by the seed uniformly
     /// within SECS after the fleet is balanced, so that seeds sample the phase of the
     /// victims' beats the crash meets; failover is measured from the crash [default: at
     /// once]

@@ -335,15 +335,28 @@ fn the_heal_ends_the_faults_of_leaving_processes_too() {
     assert_replays_clean(seed, faults);
 }
 
-/// Open (liveness): processes of w00006 fight over its record; the heal kills the older
-/// twin, and the lease it held waits 22.6 s for a new owner where the campaign's bound is 21.2
-/// s. Peers wait a lease duration after the consistent read that showed the record replaced
-/// (see the twin overlap above; passes when that wait is taken away), and the peer that fenced
-/// the old session assigned the lease to the new twin, which placement skips until it is seen
-/// to beat.
+/// Processes of w00006 fight over its record; the heal kills the older twin, and the lease
+/// it held waited 22.6 s for a new owner where the campaign's bound is 21.2 s: peers waited a
+/// lease duration after the consistent read that showed the record replaced (see the twin
+/// overlap above), and the peer that fenced the old session assigned the lease to the new
+/// twin, which placement skipped until it was seen to beat. It passes since each session is
+/// watched by two workers (and still with the watchers ending a session replaced by an
+/// opening one heartbeat on); the extra reads also change the schedule's requests, so which
+/// of the two made the difference is not established.
 #[test]
-#[ignore = "open: a lease of a twin killed at the heal waits 1.4 s past the campaign's bound"]
 fn a_lease_of_a_twin_killed_at_the_heal_is_taken_within_the_bound() {
     let (seed, faults) = (14977622348881825600, "all");
+    assert_replays_clean(seed, faults);
+}
+
+/// A session fenced at heartbeat 3 and its process's successor opening a fresh record (1, then
+/// 2): the watcher read the new record at 2, then a stale read showed the old one at 3, which
+/// looked like the new session replaced by an opening one heartbeat on, and the watcher took
+/// the live session for over (`overlap at 29.200 s: shard-0000004 started by p0 while p5
+/// processes it`, 36 overlaps). A replacement is now believed only once a consistent read
+/// shows the record still of the session that replaced.
+#[test]
+fn a_stale_read_of_an_older_record_is_not_taken_for_a_restart() {
+    let (seed, faults) = (6176811619522188020, "all");
     assert_replays_clean(seed, faults);
 }

@@ -117,6 +117,10 @@ pub(crate) struct Ring {
     /// When this worker first saw each member's current (incarnation, heartbeat), as its
     /// placement rounds read them; the watcher starts from there. Written by the taker.
     pub members_seen: Mutex<HashMap<WorkerId, (SessionVersion, Instant)>>,
+    /// Sessions the watcher saw open in place of the one it watched (a restart): their
+    /// record was written while it watched, so the process is known to live although it has
+    /// not beaten yet (see `Taker::proven`). Set by the watcher, read and pruned by the taker.
+    pub appeared: Mutex<HashMap<WorkerId, Incarnation>>,
 }
 
 impl Ring {
@@ -131,6 +135,11 @@ impl Ring {
         if !suspects.contains(&suspect) {
             suspects.push(suspect);
         }
+    }
+
+    /// The sessions the watcher saw open in place of the one it watched, by worker.
+    pub fn appeared(&self) -> std::sync::MutexGuard<'_, HashMap<WorkerId, Incarnation>> {
+        self.appeared.lock().unwrap_or_else(|e| e.into_inner())
     }
 
     /// The member records first seen here, by worker.

@@ -493,6 +493,9 @@ struct Fleet {
     source: Option<StaticShardSource>,
     next_shard: usize,
     rng: StdRng,
+    /// How many times each index's process crashed and started again (`Step::CrashRestart`):
+    /// each run is a new process, with an incarnation of its own.
+    restarts: HashMap<usize, u64>,
 }
 
 /// Between the starts of the scenario's first workers: 1,000 start within 10 s (a rolling
@@ -506,8 +509,10 @@ fn worker_id(index: usize) -> WorkerId {
     WorkerId::new(format!("w{index:05}")).expect("valid id")
 }
 
-/// The process of worker `index`. The simulator runs at most one process per index: a crashed
-/// index never starts again, and a restarted one finds its previous run's leases released.
+/// The process of worker `index`. The simulator runs at most one process per index at a
+/// time: a gracefully restarted one finds its previous run's leases released and runs under
+/// the same incarnation; one that crashed and started again is a new process (see
+/// [`Fleet::incarnation_of`]).
 fn incarnation(index: usize) -> Incarnation {
     Incarnation::new(index as u64)
 }
@@ -587,6 +592,7 @@ impl Fleet {
         ledger.lock().unwrap().set_shards(&shards);
         Self {
             rng: StdRng::seed_from_u64(settings.seed),
+            restarts: HashMap::new(),
             next_shard: settings.leases,
             settings,
             net,
@@ -597,6 +603,13 @@ impl Fleet {
             shards,
             source,
         }
+    }
+
+    /// The incarnation of worker `index`'s current process: [`incarnation`], and after each
+    /// crash and restart another.
+    fn incarnation_of(&self, index: usize) -> Incarnation {
+        let restarts = self.restarts.get(&index).copied().unwrap_or(0);
+        Incarnation::new(index as u64 + (restarts << 32))
     }
 
     async fn start(&mut self, index: usize) {
@@ -615,12 +628,13 @@ impl Fleet {
         let ledger = Arc::clone(&self.ledger);
         let checkpoint_every = self.settings.checkpoint_every;
         let kcl = self.settings.kcl;
+        let incarnation = self.incarnation_of(index);
         let Some(mut config) = self.settings.config() else {
             let source = self.source.clone();
             return Box::pin(async move {
                 let worker = kcl::KclWorker::start(
                     index,
-                    (worker_id(index), incarnation(index)),
+                    (worker_id(index), incarnation),
                     Arc::new(store),
                     ledger,
                     checkpoint_every,
@@ -636,7 +650,7 @@ impl Fleet {
             config = config.weight(load::capacity(&self.settings.load.capacities, index));
         }
         let mut builder = Worker::builder(Arc::new(store), worker_id(index))
-            .incarnation(incarnation(index))
+            .incarnation(incarnation)
             .config(config);
         if policy == Policy::Kcl3 {
             builder = builder.policy(Kcl3Balance::default());
@@ -921,7 +935,9 @@ impl Fleet {
     }
 
     async fn apply(&mut self, step: &Step) -> StepReport {
-        if let (Step::Crash(_), Some(within)) = (step, self.settings.crash_within) {
+        if let (Step::Crash(_) | Step::CrashRestart(..), Some(within)) =
+            (step, self.settings.crash_within)
+        {
             // A crash at a moment drawn within `within`: at once, it comes at whatever phase
             // of the victims' beats the fleet's balancing left (measured from the crash).
             let wait = within.mul_f64(self.rng.gen::<f64>());
@@ -938,22 +954,31 @@ impl Fleet {
                 self.start_new(*n, self.settings.start_gap).await;
                 min
             }
-            Step::Crash(n) => {
+            Step::Crash(n) | Step::CrashRestart(n, _) => {
                 let victims = self.pick(*n);
                 let min = self.minimum_moves(&victims, 0);
-                let table = self.net.ownership.lock().unwrap();
-                orphans = table
+                orphans = self
+                    .net
+                    .ownership
+                    .lock()
+                    .unwrap()
                     .owner
                     .iter()
                     .filter(|(_, (w, _))| victims.iter().any(|v| worker_id(*v) == *w))
                     .map(|(k, _)| k.clone())
                     .collect();
-                drop(table);
                 orphans.sort();
                 self.watch(&orphans);
-                for v in victims {
-                    self.ledger.lock().unwrap().fault(v);
-                    self.crash(v);
+                for v in &victims {
+                    self.ledger.lock().unwrap().fault(*v);
+                    self.crash(*v);
+                }
+                if let Step::CrashRestart(_, down) = step {
+                    tokio::time::sleep(*down).await;
+                    for v in victims {
+                        *self.restarts.entry(v).or_default() += 1;
+                        self.start(v).await;
+                    }
                 }
                 min
             }

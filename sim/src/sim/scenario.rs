@@ -10,6 +10,10 @@ pub enum Step {
     Start(usize),
     /// `n` workers die without a goodbye (process killed).
     Crash(usize),
+    /// `n` workers die without a goodbye, and each starts again with the same id (a new
+    /// process, a new incarnation) after the span, finding its session's record as the
+    /// crash left it (a supervisor restarting a killed process).
+    CrashRestart(usize, Duration),
     /// `n` workers shut down gracefully at the same moment.
     Leave(usize),
     /// Worker number `i` shuts down gracefully and starts again with the same id after
@@ -33,6 +37,7 @@ impl Step {
         match self {
             Step::Start(n) => format!("{n} start"),
             Step::Crash(n) => format!("{n} crash"),
+            Step::CrashRestart(n, d) => format!("{n} crash, back after {} s", d.as_secs()),
             Step::Leave(n) => format!("{n} leave"),
             Step::Restart(i) => format!("restart #{i}"),
             Step::AddShards(n) => format!("{n} shards added"),
@@ -67,6 +72,7 @@ pub const NAMES: &[&str] = &[
     "pause",
     "cut-off",
     "crash-join",
+    "crash-restart",
     "skew",
     "hot-shard",
     "heterogeneous",
@@ -117,10 +123,13 @@ pub const HOT_AFTER: Duration = Duration::from_secs(300);
 pub const PAUSE: Duration = Duration::from_secs(20);
 /// How long a cut-off lasts unless told: three lease durations.
 pub const CUT_OFF: Duration = Duration::from_secs(30);
+/// How long a crashed process of `crash-restart` stays down unless told: half a lease.
+pub const BACK_AFTER: Duration = Duration::from_secs(5);
 
 /// The scenario `name` for a fleet of `workers` over `leases`; `k` is how many workers a
-/// join, crash, leave, pause or cut-off concerns; `outage` how long a pause or cut-off lasts
-/// (default [`PAUSE`], [`CUT_OFF`]).
+/// join, crash, leave, pause or cut-off concerns; `outage` how long a pause or cut-off lasts,
+/// or a crashed process of `crash-restart` stays down (default [`PAUSE`], [`CUT_OFF`],
+/// [`BACK_AFTER`]).
 pub fn scenario(
     name: &str,
     workers: usize,
@@ -168,6 +177,14 @@ pub fn scenario(
         }
         "pause" => plain(workers, vec![Step::Pause(k, outage.unwrap_or(PAUSE))]),
         "cut-off" => plain(workers, vec![Step::CutOff(k, outage.unwrap_or(CUT_OFF))]),
+        // A crash, and the same workers back (new processes) a moment later.
+        "crash-restart" => plain(
+            workers,
+            vec![Step::CrashRestart(
+                k.min(workers - 1),
+                outage.unwrap_or(BACK_AFTER),
+            )],
+        ),
         // A crash, and once its orphans are placed, as many new workers (a replacement).
         "crash-join" => {
             let k = k.min(workers - 1);

@@ -381,6 +381,10 @@ impl Taker {
             still.insert(member.worker.clone(), first);
         }
         self.first_beats = still;
+        self.parts
+            .ring
+            .appeared()
+            .retain(|w, _| self.first_beats.contains_key(w));
     }
 
     /// Whether `member`'s session is known to live: its heartbeat moved since this worker first
@@ -390,13 +394,18 @@ impl Taker {
     /// a lease duration later (12 leases unprocessed for 8 s after the fleet had settled:
     /// `leases_are_not_placed_with_a_worker_never_seen_to_beat` in `sim/tests/campaign_holes.rs`).
     /// A worker that joins takes its share by itself meanwhile; others place leases with it
-    /// once it has beaten.
+    /// once it has beaten, or once the watcher saw its session open in place of the one it
+    /// watched (a restart: the record was written while it watched).
     fn proven(&self, member: &Member) -> bool {
-        self.first_beats
+        let beaten = self
+            .first_beats
             .get(&member.worker)
             .is_some_and(|(incarnation, first)| {
                 *incarnation == member.incarnation && member.heartbeat > *first
-            })
+            });
+        beaten
+            || member.incarnation.is_some()
+                && self.parts.ring.appeared().get(&member.worker).copied() == member.incarnation
     }
 
     /// Whether this round only gathers, because it saw workers join (`joined`)
