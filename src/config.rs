@@ -117,8 +117,9 @@ pub struct WorkerConfig {
     pub lease_duration: Duration,
     /// How often the worker's session (its membership record) is beaten: every lease it holds
     /// is valid as long as the session. Default: 45 % of `lease_duration` (4.5 s of 10 s). At
-    /// rest a worker then sends two requests per beat (its beat and one read of its
-    /// neighbour's record): two workers send 55 a minute. A failed beat is retried every
+    /// rest a worker then sends three requests per beat (its beat and one read of the record
+    /// of each of the two workers it watches; two in a fleet of two): two workers send 55 a
+    /// minute, three 121. A failed beat is retried every
     /// quarter of an interval, so a session survives four failed attempts in a row. A crashed
     /// worker's leases are started elsewhere a lease duration after its last beat whatever
     /// the interval, but notices wait for their receiver's next beat: a shorter beat (at most

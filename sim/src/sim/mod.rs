@@ -1313,6 +1313,10 @@ pub async fn run(settings: Settings) -> Report {
     } else {
         Some(Duration::ZERO)
     };
+    if std::env::var_os("SIM_DEBUG").is_some() {
+        let scans: u64 = fleet.scans().values().sum();
+        eprintln!("setup: {scans} taker rounds' scans by the running workers");
+    }
     let mut steps = Vec::new();
     fleet.ledger.lock().unwrap().set_measuring(true);
     let wave = settings.load.wave.map(|period| {
