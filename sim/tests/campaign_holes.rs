@@ -360,3 +360,30 @@ fn a_stale_read_of_an_older_record_is_not_taken_for_a_restart() {
     let (seed, faults) = (6176811619522188020, "all");
     assert_replays_clean(seed, faults);
 }
+
+/// Open (liveness): two processes of w00000 and of w00003 (twins), balance by load; after the
+/// heal every worker's placement saw its counts at its targets (10, 5, 10 and 5 leases), which
+/// the campaign's band around the mean of 7.5 does not accept, and nothing moved until the slow
+/// scan 53 s later (`not balanced 60 s after the heal`). Found by `--campaign 10000 --seed 40`
+/// once each session had two watchers; the build before passes it, but its extra reads change
+/// every draw of the schedule after the first, so which rule lets the placement settle there is
+/// not established.
+#[test]
+#[ignore = "open: a fleet with twins under balance by load settles outside the campaign's band until the slow scan"]
+fn a_fleet_with_twins_balanced_by_load_settles_within_the_band() {
+    let (seed, faults) = (662122359471125749, "all");
+    assert_replays_clean(seed, faults);
+}
+
+/// Open (liveness): a twin of w00003 replaces its session's record; the lease that session had
+/// just taken is given to w00000 by a peer, which does not take it; it is given on and taken
+/// 21.1 s after the heal, and not processed within the campaign's bound of 21.2 s (`1 of 8
+/// leases not processed within 21.2 s of the heal`). Found by `--campaign
+/// 10000 --seed 41` once each session had two watchers; as above, the build before passes it
+/// on a schedule whose draws differ.
+#[test]
+#[ignore = "open: a lease of a session replaced by a twin is processed past the campaign's bound"]
+fn a_lease_of_a_session_replaced_by_a_twin_is_started_within_the_bound() {
+    let (seed, faults) = (213588933958268644, "all");
+    assert_replays_clean(seed, faults);
+}
