@@ -314,14 +314,15 @@ fn missed(
     // Beats missed: warn those its leases would go to, so that they are ready to start them
     // the moment they are given.
     let lead = warn_lead(interval, lease);
-    if !b.warned && now + lead >= b.hi + lease {
+    let warn_at = (b.hi + lease).checked_sub(lead).unwrap_or(now);
+    if !b.warned && now >= warn_at {
         watches.silent().insert(target.clone());
-    }
-    if !b.warned && nearest && now + lead >= b.hi + lease {
-        b.warned = true;
-        if let Some(incarnation) = incarnation {
-            parts.ring.suspect((target.clone(), incarnation));
-            parts.rescan.notify_one();
+        if nearest {
+            b.warned = true;
+            if let Some(incarnation) = incarnation {
+                parts.ring.suspect((target.clone(), incarnation));
+                parts.rescan.notify_one();
+            }
         }
     }
     // Not yet in step with its beats: every eighth of an interval until a change shows when
@@ -333,7 +334,6 @@ fn missed(
     } else {
         now + interval / 8
     };
-    let warn_at = (b.hi + lease).checked_sub(lead).unwrap_or(now);
     let mut next = retry.min(b.hi + lease);
     if !b.warned && warn_at > now {
         next = next.min(warn_at);
