@@ -11,7 +11,7 @@ use tokio::time::Instant;
 use tracing::Instrument;
 
 use super::decide::Live;
-use super::{alive, incarnations, Taker, NO_RECORD};
+use super::{alive, incarnations, Taker, FIGURE_WAIT, NO_RECORD};
 use crate::balance::{Assignment, Move};
 use crate::fasthash::FastMap;
 use crate::lease::{ByKey, Incarnation, LeaseKey, Snapshot, WorkerId};
@@ -434,6 +434,17 @@ impl Taker {
             // a placement round gives it on).
             for (what, since) in self.waiting.values() {
                 let due = *since + what.patience(config);
+                if due > now {
+                    next = next.min(due);
+                }
+            }
+            // A held lease waiting for its first figure holds a load policy's moves back
+            // (see `FIGURE_WAIT`), and its holder's publication brings no round of its own if
+            // its figures did not change to it (a twin's beats overwrote them between): look
+            // again when the wait ends and the lease counts as settled.
+            let wait = config.load_publish_interval * FIGURE_WAIT;
+            for since in self.unmeasured.values() {
+                let due = *since + wait;
                 if due > now {
                     next = next.min(due);
                 }
