@@ -74,6 +74,7 @@ pub enum Balance {
 ///   [`drift_allowance`](Self::drift_allowance);
 /// - handoffs and departures: [`handoff_timeout`](Self::handoff_timeout),
 ///   [`handoff_poll_interval`](Self::handoff_poll_interval),
+///   [`notice_poll_interval`](Self::notice_poll_interval),
 ///   [`quiet_period`](Self::quiet_period), [`shutdown_timeout`](Self::shutdown_timeout);
 /// - limits: [`max_leases_per_worker`](Self::max_leases_per_worker),
 ///   [`max_concurrent_writes`](Self::max_concurrent_writes),
@@ -117,14 +118,14 @@ pub struct WorkerConfig {
     pub lease_duration: Duration,
     /// How often the worker's session (its membership record) is beaten: every lease it holds
     /// is valid as long as the session. Default: 45 % of `lease_duration` (4.5 s of 10 s). At
-    /// rest a worker then sends three requests per beat (its beat and one read of the record
-    /// of each of the two workers it watches; two in a fleet of two): two workers send 55 a
-    /// minute, three 121. A failed beat is retried every
+    /// rest a worker then sends five requests per beat: its beat, one read of the record of
+    /// each of the two workers it watches (one in a fleet of two) and two reads of its own
+    /// record between beats (see [`notice_poll_interval`](Self::notice_poll_interval)): two
+    /// workers send 108 a minute, three 201. A failed beat is retried every
     /// quarter of an interval, so a session survives four failed attempts in a row. A crashed
     /// worker's leases are started elsewhere a lease duration after its last beat whatever
-    /// the interval, but notices wait for their receiver's next beat: a shorter beat (at most
-    /// half the lease duration) makes joins and handoffs faster (a join at lease / 4: 2.6 s
-    /// instead of 4.7 s in the simulator) and costs more requests at rest. `None` (unset)
+    /// the interval; notices wait for their receiver's next read of its record. A shorter
+    /// beat (at most half the lease duration) costs more writes at rest. `None` (unset)
     /// follows `lease_duration`; [`effective_renew_interval`](Self::effective_renew_interval)
     /// is the value the worker uses.
     #[cfg_attr(feature = "serde", serde(with = "humantime_serde"))]
@@ -154,6 +155,16 @@ pub struct WorkerConfig {
     /// handed over. Default: 250 ms (a handful of reads, only while a handoff is pending).
     #[cfg_attr(feature = "serde", serde(with = "humantime_serde"))]
     pub handoff_poll_interval: Duration,
+    /// How often, between its beats, the worker reads its own membership record for notices
+    /// (a handoff a joining worker asks of it, a lease given to it), and beats at once when
+    /// one came: a notice waits this long at most, not a whole beat. Default: a third of the
+    /// beat interval (1.5 s of 4.5 s): two eventually consistent reads per beat, half a read
+    /// unit each, against a join that waited for the holder's next beat (up to 4.5 s). A value
+    /// of the beat interval or more turns the reads off. `None` (unset) follows
+    /// `renew_interval`; [`effective_notice_poll_interval`](Self::effective_notice_poll_interval)
+    /// is the value the worker uses.
+    #[cfg_attr(feature = "serde", serde(with = "humantime_serde"))]
+    pub notice_poll_interval: Option<Duration>,
     /// The hold after every move: a lease taken is given to the application this long after
     /// its take began, whatever the take (a graceful handoff for balance, a leaving worker's
     /// lease, a failover, a shard's first owner). For applications that keep a shard's state
@@ -242,6 +253,7 @@ impl Default for WorkerConfig {
             drift_allowance: None,
             handoff_timeout: Duration::from_secs(30),
             handoff_poll_interval: Duration::from_millis(250),
+            notice_poll_interval: None,
             quiet_period: Duration::ZERO,
             shutdown_timeout: Duration::from_secs(30),
             max_leases_per_worker: u32::MAX,
@@ -265,6 +277,15 @@ impl WorkerConfig {
     /// else 45 % of `lease_duration`.
     pub fn effective_renew_interval(&self) -> Duration {
         self.renew_interval.unwrap_or(self.lease_duration * 9 / 20)
+    }
+
+    /// How often the worker reads its own record between beats:
+    /// [`notice_poll_interval`](Self::notice_poll_interval) if set, else a third of the beat
+    /// interval; `None` when that is the beat interval or more (no reads between beats).
+    pub fn effective_notice_poll_interval(&self) -> Option<Duration> {
+        let beat = self.effective_renew_interval();
+        let poll = self.notice_poll_interval.unwrap_or(beat / 3);
+        (poll < beat).then_some(poll)
     }
 
     /// The retry delay after a failed taker round: [`taker_interval`](Self::taker_interval)
@@ -334,6 +355,13 @@ impl WorkerConfig {
     #[must_use]
     pub fn drift_allowance(mut self, value: Duration) -> Self {
         self.drift_allowance = Some(value);
+        self
+    }
+
+    /// Sets [`notice_poll_interval`](Self::notice_poll_interval).
+    #[must_use]
+    pub fn notice_poll_interval(mut self, value: Duration) -> Self {
+        self.notice_poll_interval = Some(value);
         self
     }
 
@@ -480,6 +508,14 @@ impl WorkerConfig {
                 return fail(name, format!("{name} must be non-zero"));
             }
         }
+        if self.notice_poll_interval.is_some_and(|poll| poll.is_zero()) {
+            return fail(
+                "notice_poll_interval",
+                "notice_poll_interval must be non-zero (the beat interval or more turns the \
+                 reads between beats off)"
+                    .into(),
+            );
+        }
         if self.progress_window.is_some_and(|window| window.is_zero()) {
             return fail(
                 "progress_window",
@@ -588,6 +624,25 @@ mod tests {
         let err = config.validate().unwrap_err();
         assert_eq!(err.field(), "renew_interval", "{err}");
         assert!(err.reason().contains("half of lease_duration"), "{err}");
+    }
+
+    #[test]
+    fn the_reads_between_beats_follow_the_beat_and_a_beat_or_more_turns_them_off() {
+        let config = WorkerConfig::default();
+        assert_eq!(
+            config.effective_notice_poll_interval(),
+            Some(Duration::from_millis(1500))
+        );
+        let slower = WorkerConfig::default().lease_duration(Duration::from_secs(20));
+        assert_eq!(
+            slower.effective_notice_poll_interval(),
+            Some(Duration::from_secs(3))
+        );
+        let off = WorkerConfig::default().notice_poll_interval(Duration::from_millis(4500));
+        assert_eq!(off.effective_notice_poll_interval(), None);
+        let zero = WorkerConfig::default().notice_poll_interval(Duration::ZERO);
+        let err = zero.validate().unwrap_err();
+        assert_eq!(err.field(), "notice_poll_interval", "{err}");
     }
 
     #[test]

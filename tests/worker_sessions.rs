@@ -446,3 +446,40 @@ async fn a_lease_whose_figure_was_overwritten_holds_the_balance_back_only_until_
         worker.shutdown().await;
     }
 }
+
+/// A worker that joins just after its peer's beat asks that peer for its share; the peer reads
+/// its own record between beats (a third of a beat apart by default) and hands the leases over
+/// then, not at its next beat, 4.5 s later.
+#[tokio::test(start_paused = true)]
+async fn a_join_just_after_the_holders_beat_has_its_share_within_a_third_of_a_beat() {
+    let store = InMemoryStore::new();
+    let shards: Vec<LeaseKey> = (0..4).map(|i| key(&format!("s{i}"))).collect();
+    let start = |id: &str| {
+        Worker::builder(Arc::new(store.clone()), WorkerId::new(id).unwrap())
+            .config(config())
+            .shards(shards.clone())
+            .start()
+    };
+    let began = Instant::now();
+    let (a, a_events) = start("a").await.unwrap();
+    let _a_held = reporting(a_events);
+    // a beats every 4.5 s from its start: b starts 50 ms after a's second beat.
+    let beat = config().effective_renew_interval();
+    tokio::time::sleep_until(began + beat * 2 + Duration::from_millis(50)).await;
+    let joined = Instant::now();
+    let (b, b_events) = start("b").await.unwrap();
+    let b_held = reporting(b_events);
+    let by = joined + Duration::from_secs(10);
+    while b_held.lock().unwrap().len() < 2 && Instant::now() < by {
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    let took = Instant::now() - joined;
+    assert!(
+        took <= Duration::from_millis(2500),
+        "b held {:?} {took:?} after it started",
+        b_held.lock().unwrap()
+    );
+    for worker in [b, a] {
+        worker.shutdown().await;
+    }
+}

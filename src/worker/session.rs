@@ -326,11 +326,13 @@ impl Closed {
     }
 }
 
-/// While leases may be given to this worker any moment (an expectation notice): reads its
-/// own record every `handoff_poll_interval` (eventually consistent), and returns as soon as it
-/// holds a notice not yet handled, so that the loop beats at once and gets it. Pending
-/// otherwise.
+/// Reads this worker's own record between beats (eventually consistent), and returns as soon
+/// as it holds a notice not yet handled, so that the loop beats at once and gets it: every
+/// [`notice_poll_interval`](crate::WorkerConfig::notice_poll_interval) (a joiner's handoff
+/// request waits that long, not a whole beat), and every `handoff_poll_interval` while leases
+/// may be given to this worker any moment (an expectation notice). Pending when neither.
 async fn expected(shared: &SessionLoop, notices: &Mutex<Notices>) {
+    let standing = shared.config.effective_notice_poll_interval();
     loop {
         let until = *shared
             .beats
@@ -338,21 +340,23 @@ async fn expected(shared: &SessionLoop, notices: &Mutex<Notices>) {
             .lock()
             .unwrap_or_else(|e| e.into_inner());
         let now = shared.now();
-        match until {
-            Some(until) if now < until => {}
+        let poll = match until {
+            Some(until) if now < until => shared.config.handoff_poll_interval,
             _ => {
-                *shared
-                    .beats
-                    .expecting
-                    .lock()
-                    .unwrap_or_else(|e| e.into_inner()) = None;
-                return std::future::pending().await;
+                if until.is_some() {
+                    *shared
+                        .beats
+                        .expecting
+                        .lock()
+                        .unwrap_or_else(|e| e.into_inner()) = None;
+                }
+                match standing {
+                    Some(poll) => poll,
+                    None => return std::future::pending().await,
+                }
             }
-        }
-        shared
-            .clock
-            .sleep_until(now + shared.config.handoff_poll_interval)
-            .await;
+        };
+        shared.clock.sleep_until(now + poll).await;
         let deadline = shared.now() + shared.config.store_timeout;
         if let Ok(Some(member)) = shared.store.get_member(&shared.id, false, deadline).await {
             let notices = lock(notices);
