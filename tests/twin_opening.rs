@@ -5,12 +5,16 @@
 //! to a lease duration after that beat began; the twin must not start them before (paused
 //! time, in-memory store behind fault switches).
 
-use std::sync::Arc;
+use std::collections::VecDeque;
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
+use async_trait::async_trait;
+use shardlease::lease::Snapshot;
 use shardlease::store::fault::FaultyStore;
+use shardlease::store::layer::{Request, Response, StoreLayer};
 use shardlease::store::memory::InMemoryStore;
-use shardlease::store::LeaseStore;
+use shardlease::store::{LeaseStore, StoreResult};
 use shardlease::worker::LeaseEvent;
 use shardlease::{LeaseKey, Worker, WorkerId};
 use tokio::time::Instant;
@@ -95,6 +99,74 @@ async fn a_twin_whose_read_was_answered_late_waits_for_the_last_beat_it_did_not_
         "the twin started the lease {:?} before the first process stopped working on it",
         stopped - started
     );
+    twin.shutdown().await;
+    drop(first);
+}
+
+/// Serves the eventually consistent scans from a replica that lags: the snapshots of `stale`,
+/// one per scan, then the table's own.
+struct LaggingScans {
+    inner: InMemoryStore,
+    stale: Mutex<VecDeque<Snapshot>>,
+}
+
+#[async_trait]
+impl StoreLayer for LaggingScans {
+    async fn call(&self, request: &Request, deadline: Instant) -> StoreResult<Response> {
+        if matches!(request, Request::Snapshot { eventually: true }) {
+            if let Some(stale) = self.stale.lock().unwrap().pop_front() {
+                return Ok(Response::Snapshot(stale));
+            }
+        }
+        request.send_to(&self.inner, deadline).await
+    }
+}
+
+/// A twin's opening replaces the record of a process that holds the leases, and the twin's
+/// first two scans come from a replica that does not show the leases yet: nothing in them
+/// brought another round, and the leases waited for the slow scan (50 s), where the session the
+/// opening replaced is over a lease after it (found by the campaign with twins and stale
+/// reads: a lease unprocessed 21.3 s after the heal, over a bound of 21.2 s). The twin looks
+/// again when that session is over, and takes them.
+#[tokio::test(start_paused = true)]
+async fn a_twin_whose_scans_lag_takes_the_replaced_sessions_leases_a_lease_after_its_opening() {
+    let inner = InMemoryStore::new();
+    let id = WorkerId::new("a").unwrap();
+    let keys = vec![LeaseKey::new("s0").unwrap(), LeaseKey::new("s1").unwrap()];
+    let empty = inner.snapshot(far()).await.unwrap();
+    let (first, _first_events) = Worker::builder(Arc::new(inner.clone()), id.clone())
+        .shards(keys.clone())
+        .start()
+        .await
+        .unwrap();
+    tokio::time::sleep(Duration::from_secs(20)).await;
+
+    let lagging = LaggingScans {
+        inner: inner.clone(),
+        stale: Mutex::new(VecDeque::from(vec![empty.clone(), empty])),
+    };
+    let opened = Instant::now();
+    let (twin, mut twin_events) = Worker::builder(Arc::new(lagging), id)
+        .shards(keys)
+        .start()
+        .await
+        .expect("the twin starts");
+    let mut held = 0;
+    let by = opened + Duration::from_secs(20);
+    while held < 2 {
+        match tokio::time::timeout_at(by, twin_events.recv()).await {
+            Ok(Some(LeaseEvent::Acquired(grant))) => {
+                held += 1;
+                std::mem::forget(grant);
+            }
+            Ok(Some(_)) => {}
+            Ok(None) => panic!("the twin stopped"),
+            Err(_) => panic!(
+                "the twin held {held} of 2 leases {:?} after its opening",
+                Instant::now() - opened
+            ),
+        }
+    }
     twin.shutdown().await;
     drop(first);
 }

@@ -453,6 +453,14 @@ impl Taker {
         if moved {
             next = next.min(now + config.effective_renew_interval() / 2);
         }
+        // The sessions this process's opening replaced are over a lease after it: their
+        // leases may be taken then, whatever this round's scan showed of them (a lagging
+        // replica may not show them at all, and nothing else would bring a round).
+        if let Some((over, _)) = self.parts.own.predecessors() {
+            if over > now {
+                next = next.min(over);
+            }
+        }
         if self.unproven {
             next = next.min(now + config.effective_renew_interval());
         }
