@@ -195,11 +195,24 @@ fn lose_session(shared: &SessionLoop, why: &str) {
     shared.session_lost(why);
 }
 
-/// Notices being handled, and those handled and not yet named as seen in a beat.
+/// Notices being handled, those handled and not yet named as seen in a beat, and those that
+/// could not be acted on yet (tried again with the next beat's answer).
 #[derive(Default)]
 struct Notices {
     in_progress: HashSet<String>,
     handled: Vec<String>,
+    deferred: HashSet<String>,
+}
+
+impl Notices {
+    /// Whether `notice`, read in this worker's record between beats, is one it has not seen:
+    /// worth a beat now. One that could not be acted on waits for the next beat, or a read
+    /// between beats would beat again every time it read it.
+    fn is_new(&self, notice: &String) -> bool {
+        !self.in_progress.contains(notice)
+            && !self.handled.contains(notice)
+            && !self.deferred.contains(notice)
+    }
 }
 
 pub(crate) async fn run(shared: Arc<SessionLoop>, cancel: CancellationToken) {
@@ -360,11 +373,7 @@ async fn expected(shared: &SessionLoop, notices: &Mutex<Notices>) {
         let deadline = shared.now() + shared.config.store_timeout;
         if let Ok(Some(member)) = shared.store.get_member(&shared.id, false, deadline).await {
             let notices = lock(notices);
-            let new = member
-                .notices
-                .iter()
-                .any(|n| !notices.in_progress.contains(n) && !notices.handled.contains(n));
-            if new {
+            if member.notices.iter().any(|n| notices.is_new(n)) {
                 return;
             }
         }
@@ -499,12 +508,16 @@ async fn open_again(
 fn dispatch(shared: &Arc<SessionLoop>, notices: &Arc<Mutex<Notices>>, member: Member) {
     let fresh: Vec<String> = {
         let mut notices = lock(notices);
+        notices.deferred.retain(|n| member.notices.contains(n));
         let fresh: Vec<String> = member
             .notices
             .into_iter()
             .filter(|n| !notices.in_progress.contains(n) && !notices.handled.contains(n))
             .collect();
         notices.in_progress.extend(fresh.iter().cloned());
+        for notice in &fresh {
+            notices.deferred.remove(notice);
+        }
         fresh
     };
     if fresh.is_empty() {
@@ -533,6 +546,8 @@ fn dispatch(shared: &Arc<SessionLoop>, notices: &Arc<Mutex<Notices>>, member: Me
                         notices.in_progress.remove(&notice);
                         if handled {
                             notices.handled.push(notice);
+                        } else {
+                            notices.deferred.insert(notice);
                         }
                     }
                     .in_current_span(),
