@@ -488,20 +488,57 @@ async fn a_join_just_after_the_holders_beat_has_its_share_within_a_third_of_a_be
     }
 }
 
-/// Counts the beats of one worker sent through it.
+/// Counts the beats and the scans of one worker sent through it.
 struct CountedBeats {
     inner: InMemoryStore,
     beats: Arc<AtomicU64>,
+    scans: Arc<AtomicU64>,
+}
+
+impl CountedBeats {
+    fn new(inner: &InMemoryStore) -> Self {
+        Self {
+            inner: inner.clone(),
+            beats: Arc::default(),
+            scans: Arc::default(),
+        }
+    }
 }
 
 #[async_trait]
 impl StoreLayer for CountedBeats {
     async fn call(&self, request: &Request, deadline: Instant) -> StoreResult<Response> {
-        if matches!(request, Request::Beat { .. }) {
-            self.beats.fetch_add(1, Ordering::Relaxed);
-        }
+        match request {
+            Request::Beat { .. } => self.beats.fetch_add(1, Ordering::Relaxed),
+            Request::Snapshot { .. } => self.scans.fetch_add(1, Ordering::Relaxed),
+            _ => 0,
+        };
         request.send_to(&self.inner, deadline).await
     }
+}
+
+/// A worker alone at rest scans only for the slow scan: nothing looks again a lease after its
+/// session opened unless that opening replaced another process's session (then its leases
+/// may be taken: `tests/twin_opening.rs`).
+#[tokio::test(start_paused = true)]
+async fn a_worker_at_rest_scans_only_for_the_slow_scan() {
+    let store = InMemoryStore::new();
+    let counted = CountedBeats::new(&store);
+    let scans = counted.scans.clone();
+    let (a, a_events) = Worker::builder(Arc::new(counted), WorkerId::new("a").unwrap())
+        .config(config())
+        .shards(vec![key("s0"), key("s1")])
+        .start()
+        .await
+        .unwrap();
+    let _held = reporting(a_events);
+    tokio::time::sleep(Duration::from_secs(5)).await;
+    let before = scans.load(Ordering::Relaxed);
+    // The slow scan comes 50 s after the start's last round.
+    tokio::time::sleep(Duration::from_secs(40)).await;
+    let during = scans.load(Ordering::Relaxed) - before;
+    assert_eq!(during, 0, "{during} scans at rest between 5 s and 45 s");
+    a.shutdown().await;
 }
 
 /// A notice that cannot be acted on yet (a handoff asked of a lease still held back by the
@@ -513,11 +550,8 @@ async fn a_notice_that_cannot_be_acted_on_yet_does_not_bring_a_beat_at_every_rea
     let store = InMemoryStore::new();
     let shards: Vec<LeaseKey> = (0..2).map(|i| key(&format!("s{i}"))).collect();
     let config = config().quiet_period(Duration::from_secs(30));
-    let beats = Arc::new(AtomicU64::new(0));
-    let counted = CountedBeats {
-        inner: store.clone(),
-        beats: beats.clone(),
-    };
+    let counted = CountedBeats::new(&store);
+    let beats = counted.beats.clone();
     let (a, a_events) = Worker::builder(Arc::new(counted), WorkerId::new("a").unwrap())
         .config(config.clone())
         .shards(shards.clone())

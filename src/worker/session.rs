@@ -373,7 +373,8 @@ async fn expected(shared: &SessionLoop, notices: &Mutex<Notices>) {
         let deadline = shared.now() + shared.config.store_timeout;
         if let Ok(Some(member)) = shared.store.get_member(&shared.id, false, deadline).await {
             let notices = lock(notices);
-            if member.notices.iter().any(|n| notices.is_new(n)) {
+            if let Some(notice) = member.notices.iter().find(|n| notices.is_new(n)) {
+                tracing::debug!(notice = %notice_text(notice), "a notice between beats: beating now");
                 return;
             }
         }

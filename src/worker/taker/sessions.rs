@@ -456,8 +456,8 @@ impl Taker {
         // The sessions this process's opening replaced are over a lease after it: their
         // leases may be taken then, whatever this round's scan showed of them (a lagging
         // replica may not show them at all, and nothing else would bring a round).
-        if let Some((over, _)) = self.parts.own.predecessors() {
-            if over > now {
+        if let Some((over, replaced)) = self.parts.own.predecessors() {
+            if !replaced.is_empty() && over > now {
                 next = next.min(over);
             }
         }
