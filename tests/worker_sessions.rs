@@ -1,6 +1,8 @@
-//! The session protocol on paused time over the in-memory store: a lease deleted or taken by
+//! The session protocol on paused time over the in-memory store. A lease deleted or taken by
 //! hand under its holder is noticed by the fleet's slow scan and dropped by the holder, which
-//! renews nothing any more and so would otherwise never learn of it.
+//! renews nothing any more and so would otherwise never learn of it. Notices read between
+//! beats (a join's handoff request), what a worker at rest sends, and a load figure missing
+//! from its holder's record.
 
 use std::collections::BTreeSet;
 use std::sync::atomic::{AtomicU64, Ordering};

@@ -23,7 +23,13 @@ pub(crate) struct Session {
     /// When the opening (or adoption) that made this session the record's started, and the
     /// sessions of this id it read in the record on the way (see [`OwnSession::opened`]).
     pub opened: Option<(Instant, Vec<Incarnation>)>,
+    /// This process's own earlier sessions, each with the end of its validity here when it
+    /// ended (see [`OwnSession::ended`]); the latest few.
+    pub earlier: Vec<(Incarnation, Instant)>,
 }
+
+/// How many of its own ended sessions a process remembers (see [`OwnSession::ended`]).
+const EARLIER: usize = 4;
 
 /// This process's session, shared by the loops that read it (see the module's doc).
 pub(crate) struct OwnSession {
@@ -42,6 +48,7 @@ impl OwnSession {
                 valid_until: now,
                 heartbeat: 0,
                 opened: None,
+                earlier: Vec::new(),
             }),
         }
     }
@@ -122,5 +129,30 @@ impl OwnSession {
     /// The session ended under this process.
     pub fn close(&self) {
         self.lock().open = false;
+    }
+
+    /// Session `incarnation` of this process ended (a beat refused): every lease it held was
+    /// lost here at once, and none was valid past the validity it had then. Nobody else works
+    /// on that session's leases (an incarnation is one process's), so this process may take
+    /// them back from then on, without the lease duration another observer waits.
+    pub fn ended(&self, incarnation: Incarnation) {
+        let mut session = self.lock();
+        let until = session.valid_until;
+        session.earlier.retain(|(i, _)| *i != incarnation);
+        session.earlier.push((incarnation, until));
+        if session.earlier.len() > EARLIER {
+            session.earlier.remove(0);
+        }
+    }
+
+    /// When a lease of this process's own earlier session `incarnation` may be taken back
+    /// (see [`OwnSession::ended`]); `None` when it is no session of this process's.
+    pub fn earlier_over(&self, incarnation: Incarnation) -> Option<Instant> {
+        let session = self.lock();
+        session
+            .earlier
+            .iter()
+            .find(|(i, _)| *i == incarnation)
+            .map(|(_, until)| *until)
     }
 }

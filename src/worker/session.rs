@@ -192,6 +192,7 @@ fn beaten(shared: &Holder, own: &OwnSession, start: Instant, heartbeat: u64) {
 /// once.
 fn lose_session(shared: &SessionLoop, why: &str) {
     shared.own.close();
+    shared.own.ended(shared.incarnation());
     shared.session_lost(why);
 }
 

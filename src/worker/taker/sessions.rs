@@ -168,6 +168,15 @@ impl Taker {
                                 .is_some_and(|i| replaced.contains(&i))
                     })
                     .map(|(at, _)| (*at).max(now));
+                // A session of this process's own that ended here: its leases were lost here
+                // at once, and nobody else works on them.
+                let own_earlier = (*owner == self.shared.id)
+                    .then_some(lease.owner_incarnation)
+                    .flatten()
+                    .and_then(|i| self.parts.own.earlier_over(i));
+                if let Some(at) = own_earlier {
+                    return at.max(now);
+                }
                 let capped = |at: Instant| over.map_or(at, |over| at.min(over));
                 if has_record {
                     return capped(far);
