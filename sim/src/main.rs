@@ -110,8 +110,9 @@ struct RunArgs {
     #[arg(long, value_name = "MODEL", default_value = "lognormal", value_parser = LatencyModel::parse)]
     latency_model: LatencyModel,
     /// The library's lease duration in seconds, fractions allowed (1.5): the intervals the
-    /// library derives from it follow it as its defaults do (the beat every 45 %, a failed
-    /// taker round retried after a half, the drift allowance a twentieth); those it does not
+    /// library derives from it follow it as its defaults do (the beat every 45 %, the reads
+    /// of a worker's own record between beats every third of a beat, a failed taker round
+    /// retried after a half, the drift allowance a twentieth); those it does not
     /// derive keep their defaults (slow scan 50 s, store timeout 5 s, handoff poll 250 ms,
     /// handoff and shutdown timeouts 30 s). A value WorkerConfig::validate refuses is
     /// refused with its message. The KCL model (--policy kcl) does not follow it: it keeps
