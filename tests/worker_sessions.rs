@@ -368,6 +368,15 @@ fn reporting(mut events: LeaseEvents) -> Arc<Mutex<BTreeSet<LeaseKey>>> {
     held
 }
 
+/// Waits until the application of `held` holds `n` leases, or until `by`; returns when it
+/// stopped waiting (checked every 10 ms).
+async fn holding(held: &Mutex<BTreeSet<LeaseKey>>, n: usize, by: Instant) -> Instant {
+    while held.lock().unwrap().len() < n && Instant::now() < by {
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    Instant::now()
+}
+
 /// Balance by load: a beat of b's process carrying an older report (a twin's beat, or a late
 /// one of its own) leaves one of b's leases without a figure in b's record. Until a figure
 /// comes, or the wait for one ends, held leases do not move for balance; b's figures did not
@@ -437,11 +446,7 @@ async fn a_lease_whose_figure_was_overwritten_holds_the_balance_back_only_until_
     let c_held = reporting(c_events);
     // The wait for a figure is two publish intervals (20 s) from the join's rounds, then a
     // handoff at its holder's next beat; the slow scan would come 50 s after the last round.
-    let by = joined + Duration::from_secs(40);
-    while c_held.lock().unwrap().len() < 2 && Instant::now() < by {
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
-    let took = Instant::now() - joined;
+    let took = holding(&c_held, 2, joined + Duration::from_secs(40)).await - joined;
     assert!(
         c_held.lock().unwrap().len() >= 2,
         "c holds {:?} {took:?} after it started",
@@ -475,11 +480,7 @@ async fn a_join_just_after_the_holders_beat_has_its_share_within_a_third_of_a_be
     let joined = Instant::now();
     let (b, b_events) = start("b").await.unwrap();
     let b_held = reporting(b_events);
-    let by = joined + Duration::from_secs(10);
-    while b_held.lock().unwrap().len() < 2 && Instant::now() < by {
-        tokio::time::sleep(Duration::from_millis(10)).await;
-    }
-    let took = Instant::now() - joined;
+    let took = holding(&b_held, 2, joined + Duration::from_secs(10)).await - joined;
     assert!(
         took <= Duration::from_millis(2500),
         "b held {:?} {took:?} after it started",

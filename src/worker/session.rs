@@ -206,13 +206,17 @@ struct Notices {
 }
 
 impl Notices {
+    /// Whether `notice`, in a beat's answer, is still to be acted on: neither being handled
+    /// nor handled (one that could not be acted on yet is tried again).
+    fn unhandled(&self, notice: &String) -> bool {
+        !self.in_progress.contains(notice) && !self.handled.contains(notice)
+    }
+
     /// Whether `notice`, read in this worker's record between beats, is one it has not seen:
     /// worth a beat now. One that could not be acted on waits for the next beat, or a read
     /// between beats would beat again every time it read it.
     fn is_new(&self, notice: &String) -> bool {
-        !self.in_progress.contains(notice)
-            && !self.handled.contains(notice)
-            && !self.deferred.contains(notice)
+        self.unhandled(notice) && !self.deferred.contains(notice)
     }
 }
 
@@ -514,7 +518,7 @@ fn dispatch(shared: &Arc<SessionLoop>, notices: &Arc<Mutex<Notices>>, member: Me
         let fresh: Vec<String> = member
             .notices
             .into_iter()
-            .filter(|n| !notices.in_progress.contains(n) && !notices.handled.contains(n))
+            .filter(|n| notices.unhandled(n))
             .collect();
         notices.in_progress.extend(fresh.iter().cloned());
         for notice in &fresh {
