@@ -25,10 +25,74 @@ enum Item {
     Member(Member),
 }
 
+/// How to measure the items a table holds, for one that keeps their total size (see
+/// [`InMemoryStore::with_item_sizes`]): a simulator bills its reads by it.
+#[derive(Debug, Clone, Copy)]
+pub struct ItemSizes {
+    /// The size of a lease's item.
+    pub lease: fn(&Lease) -> usize,
+    /// The size of a membership record's item.
+    pub member: fn(&Member) -> usize,
+}
+
+impl ItemSizes {
+    fn of(&self, item: &Item) -> usize {
+        match item {
+            Item::Lease(lease) => (self.lease)(lease),
+            Item::Member(member) => (self.member)(member),
+        }
+    }
+}
+
+/// The items, each with its size when the table measures them (0 when it does not).
+#[derive(Debug, Default)]
+struct Table {
+    items: BTreeMap<String, (Item, usize)>,
+    sizes: Option<ItemSizes>,
+    /// The items' total size: kept by every write, so that neither a listing nor the table's
+    /// extent measures an item again.
+    bytes: usize,
+}
+
+impl Table {
+    fn size(&self, item: &Item) -> usize {
+        self.sizes.map_or(0, |sizes| sizes.of(item))
+    }
+
+    fn get(&self, key: &str) -> Option<&Item> {
+        self.items.get(key).map(|(item, _)| item)
+    }
+
+    fn insert(&mut self, key: String, item: Item) {
+        let size = self.size(&item);
+        self.bytes += size;
+        if let Some((_, old)) = self.items.insert(key, (item, size)) {
+            self.bytes -= old;
+        }
+    }
+
+    fn remove(&mut self, key: &str) -> Option<Item> {
+        let (item, size) = self.items.remove(key)?;
+        self.bytes -= size;
+        Some(item)
+    }
+
+    /// Applies `change` to the item at `key` (if any), measuring it again.
+    fn change<R>(&mut self, key: &str, change: impl FnOnce(&mut Item) -> R) -> Option<R> {
+        let sizes = self.sizes;
+        let (item, size) = self.items.get_mut(key)?;
+        let result = change(item);
+        let new = sizes.map_or(0, |s| s.of(item));
+        self.bytes = self.bytes - *size + new;
+        *size = new;
+        Some(result)
+    }
+}
+
 /// A lease table in memory. Cheap to clone; clones share the table.
 #[derive(Debug, Clone)]
 pub struct InMemoryStore {
-    items: Arc<Mutex<BTreeMap<String, Item>>>,
+    items: Arc<Mutex<Table>>,
     page_size: usize,
 }
 
@@ -76,25 +140,64 @@ impl InMemoryStore {
         self
     }
 
-    /// How many items the table holds, and their total size as measured by `lease_size` and
-    /// `member_size` (a simulator bills a scan by it without copying the table).
-    pub fn extent(
-        &self,
-        lease_size: impl Fn(&Lease) -> usize,
-        member_size: impl Fn(&Member) -> usize,
-    ) -> (usize, usize) {
-        let items = self.lock();
-        let bytes = items
-            .values()
-            .map(|item| match item {
-                Item::Lease(lease) => lease_size(lease),
-                Item::Member(member) => member_size(member),
-            })
-            .sum();
-        (items.len(), bytes)
+    /// Keeps the total size of the items as `sizes` measures them, from now on (the items
+    /// already there are measured once): see [`extent`](Self::extent) and
+    /// [`list_page_measured`](Self::list_page_measured). Shared by every clone.
+    #[must_use]
+    pub fn with_item_sizes(self, sizes: ItemSizes) -> Self {
+        {
+            let mut table = self.lock();
+            table.sizes = Some(sizes);
+            let mut bytes = 0;
+            for (item, size) in table.items.values_mut() {
+                *size = sizes.of(item);
+                bytes += *size;
+            }
+            table.bytes = bytes;
+        }
+        self
     }
 
-    fn lock(&self) -> MutexGuard<'_, BTreeMap<String, Item>> {
+    /// How many items the table holds, and their total size by its
+    /// [`ItemSizes`](Self::with_item_sizes) (0 without): a simulator bills a scan by it
+    /// without copying or measuring the table.
+    pub fn extent(&self) -> (usize, usize) {
+        let table = self.lock();
+        (table.items.len(), table.bytes)
+    }
+
+    /// A page as [`list_page`](LeaseStore::list_page) lists it, and the total size of its
+    /// items by the table's [`ItemSizes`](Self::with_item_sizes) (0 without), measured as
+    /// they are copied.
+    pub fn list_page_measured(&self, from: Option<&PageToken>) -> (Page, usize) {
+        use std::ops::Bound::{Excluded, Unbounded};
+        let table = self.lock();
+        let start = match from {
+            Some(token) => Excluded(token.0.as_str()),
+            None => Unbounded,
+        };
+        let mut page = Page {
+            leases: Vec::with_capacity(self.page_size.min(table.items.len())),
+            ..Page::default()
+        };
+        let mut bytes = 0;
+        let mut last: Option<&str> = None;
+        for (key, (item, size)) in table.items.range::<str, _>((start, Unbounded)) {
+            if last.is_some() && page.leases.len() + page.members.len() == self.page_size {
+                page.next = last.map(|key| PageToken(key.to_owned()));
+                break;
+            }
+            bytes += size;
+            match item {
+                Item::Lease(lease) => page.leases.push(lease.clone()),
+                Item::Member(member) => page.members.push(member.clone()),
+            }
+            last = Some(key);
+        }
+        (page, bytes)
+    }
+
+    fn lock(&self) -> MutexGuard<'_, Table> {
         // A panic while holding the lock cannot leave an item half-written (every change is a
         // single assignment), so a poisoned lock is still consistent.
         self.items.lock().unwrap_or_else(|e| e.into_inner())
@@ -109,17 +212,18 @@ impl InMemoryStore {
         condition: impl FnOnce(&Lease) -> bool,
         change: impl FnOnce(&mut Lease),
     ) -> Outcome<Lease> {
-        let mut items = self.lock();
-        match items.get_mut(key.as_str()) {
-            Some(Item::Lease(lease)) if lease.nonce == nonce && condition(lease) => {
+        let mut table = self.lock();
+        let outcome = table.change(key.as_str(), |item| match item {
+            Item::Lease(lease) if lease.nonce == nonce && condition(lease) => {
                 change(lease);
                 Outcome::Done(lease.clone())
             }
-            Some(Item::Lease(lease)) => Outcome::LostRace {
+            Item::Lease(lease) => Outcome::LostRace {
                 current: Some(lease.clone()),
             },
-            _ => Outcome::LostRace { current: None },
-        }
+            Item::Member(_) => Outcome::LostRace { current: None },
+        });
+        outcome.unwrap_or(Outcome::LostRace { current: None })
     }
 }
 
@@ -131,17 +235,18 @@ impl InMemoryStore {
         incarnation: Incarnation,
         change: impl FnOnce(&mut Member),
     ) -> Outcome<Member> {
-        let mut items = self.lock();
-        match items.get_mut(&member_key(worker)) {
-            Some(Item::Member(member)) if member.incarnation == Some(incarnation) => {
+        let mut table = self.lock();
+        let outcome = table.change(&member_key(worker), |item| match item {
+            Item::Member(member) if member.incarnation == Some(incarnation) => {
                 change(member);
                 Outcome::Done(member.clone())
             }
-            Some(Item::Member(member)) => Outcome::LostRace {
+            Item::Member(member) => Outcome::LostRace {
                 current: Some(member.clone()),
             },
-            _ => Outcome::LostRace { current: None },
-        }
+            Item::Lease(_) => Outcome::LostRace { current: None },
+        });
+        outcome.unwrap_or(Outcome::LostRace { current: None })
     }
 }
 
@@ -165,9 +270,9 @@ fn change_owner(lease: &mut Lease, to: Option<WorkerId>, incarnation: Option<Inc
 #[async_trait]
 impl LeaseStore for InMemoryStore {
     async fn create(&self, lease: NewLease, _deadline: Instant) -> StoreResult<Outcome<Lease>> {
-        let mut items = self.lock();
+        let mut table = self.lock();
         let key = lease.key.as_str().to_owned();
-        Ok(match items.get(&key) {
+        Ok(match table.get(&key) {
             Some(Item::Lease(current)) => Outcome::LostRace {
                 current: Some(current.clone()),
             },
@@ -175,7 +280,7 @@ impl LeaseStore for InMemoryStore {
             None => {
                 let mut lease = lease.into_lease();
                 lease.nonce = super::new_nonce();
-                items.insert(key, Item::Lease(lease.clone()));
+                table.insert(key, Item::Lease(lease.clone()));
                 Outcome::Done(lease)
             }
         })
@@ -191,11 +296,12 @@ impl LeaseStore for InMemoryStore {
     async fn list_members(&self, _deadline: Instant) -> StoreResult<Vec<Member>> {
         use std::ops::Bound::{Included, Unbounded};
         let prefix = member_key_prefix();
-        let items = self.lock();
-        Ok(items
+        let table = self.lock();
+        Ok(table
+            .items
             .range::<str, _>((Included(prefix.as_str()), Unbounded))
             .take_while(|(key, _)| key.starts_with(&prefix))
-            .filter_map(|(_, item)| match item {
+            .filter_map(|(_, (item, _))| match item {
                 Item::Member(member) => Some(member.clone()),
                 Item::Lease(_) => None,
             })
@@ -203,29 +309,7 @@ impl LeaseStore for InMemoryStore {
     }
 
     async fn list_page(&self, from: Option<PageToken>, _deadline: Instant) -> StoreResult<Page> {
-        use std::ops::Bound::{Excluded, Unbounded};
-        let items = self.lock();
-        let start = match &from {
-            Some(token) => Excluded(token.0.as_str()),
-            None => Unbounded,
-        };
-        let mut page = Page {
-            leases: Vec::with_capacity(self.page_size.min(items.len())),
-            ..Page::default()
-        };
-        let mut last: Option<&str> = None;
-        for (key, item) in items.range::<str, _>((start, Unbounded)) {
-            if last.is_some() && page.leases.len() + page.members.len() == self.page_size {
-                page.next = last.map(|key| PageToken(key.to_owned()));
-                break;
-            }
-            match item {
-                Item::Lease(lease) => page.leases.push(lease.clone()),
-                Item::Member(member) => page.members.push(member.clone()),
-            }
-            last = Some(key);
-        }
-        Ok(page)
+        Ok(self.list_page_measured(from.as_ref()).0)
     }
 
     async fn renew(
@@ -348,14 +432,14 @@ impl LeaseStore for InMemoryStore {
         observed_tenure: u64,
         _deadline: Instant,
     ) -> StoreResult<Outcome<Lease>> {
-        let mut items = self.lock();
-        Ok(match items.get(key.as_str()) {
+        let mut table = self.lock();
+        Ok(match table.get(key.as_str()) {
             Some(Item::Lease(l))
                 if l.nonce == nonce
                     && l.counter == observed_counter
                     && l.tenure == observed_tenure =>
             {
-                match items.remove(key.as_str()) {
+                match table.remove(key.as_str()) {
                     Some(Item::Lease(lease)) => Outcome::Done(lease),
                     _ => Outcome::LostRace { current: None },
                 }
@@ -376,22 +460,26 @@ impl LeaseStore for InMemoryStore {
         _deadline: Instant,
     ) -> StoreResult<Outcome<Member>> {
         check_report("heartbeat", worker, report)?;
-        let mut items = self.lock();
-        let item = items.entry(member_key(worker)).or_insert_with(|| {
-            Item::Member(Member {
-                worker: worker.clone(),
-                heartbeat: 0,
-                incarnation: None,
-                load: None,
-                weight: None,
-                lease_loads: Default::default(),
-                halted: Default::default(),
-                capacity: None,
-                notices: Default::default(),
-                session: false,
-            })
-        });
-        Ok(match item {
+        let mut table = self.lock();
+        let key = member_key(worker);
+        if !table.items.contains_key(&key) {
+            table.insert(
+                key.clone(),
+                Item::Member(Member {
+                    worker: worker.clone(),
+                    heartbeat: 0,
+                    incarnation: None,
+                    load: None,
+                    weight: None,
+                    lease_loads: Default::default(),
+                    halted: Default::default(),
+                    capacity: None,
+                    notices: Default::default(),
+                    session: false,
+                }),
+            );
+        }
+        let outcome = table.change(&key, |item| match item {
             Item::Member(member) => {
                 member.heartbeat += 1;
                 member.session = false;
@@ -401,7 +489,8 @@ impl LeaseStore for InMemoryStore {
                 Outcome::Done(member.clone())
             }
             Item::Lease(_) => Outcome::LostRace { current: None },
-        })
+        });
+        Ok(outcome.unwrap_or(Outcome::LostRace { current: None }))
     }
 
     async fn remove_member(
@@ -410,11 +499,11 @@ impl LeaseStore for InMemoryStore {
         observed_heartbeat: Option<u64>,
         _deadline: Instant,
     ) -> StoreResult<Outcome<Member>> {
-        let mut items = self.lock();
+        let mut table = self.lock();
         let key = member_key(worker);
-        Ok(match items.get(&key) {
+        Ok(match table.get(&key) {
             Some(Item::Member(m)) if observed_heartbeat.is_none_or(|hb| hb == m.heartbeat) => {
-                match items.remove(&key) {
+                match table.remove(&key) {
                     Some(Item::Member(member)) => Outcome::Done(member),
                     _ => Outcome::LostRace { current: None },
                 }
@@ -462,9 +551,9 @@ impl LeaseStore for InMemoryStore {
         replacing: Option<&Member>,
         _deadline: Instant,
     ) -> StoreResult<Outcome<Member>> {
-        let mut items = self.lock();
+        let mut table = self.lock();
         let key = member_key(worker);
-        let heartbeat = match (items.get(&key), replacing) {
+        let heartbeat = match (table.get(&key), replacing) {
             (None, None) => 1,
             // The record it names is gone: nothing to replace (as DynamoDB's condition fails).
             (None, Some(_)) => return Ok(Outcome::LostRace { current: None }),
@@ -493,7 +582,7 @@ impl LeaseStore for InMemoryStore {
             notices: Default::default(),
             session: true,
         };
-        items.insert(key, Item::Member(member.clone()));
+        table.insert(key, Item::Member(member.clone()));
         Ok(Outcome::Done(member))
     }
 
@@ -524,13 +613,13 @@ impl LeaseStore for InMemoryStore {
         observed_heartbeat: u64,
         _deadline: Instant,
     ) -> StoreResult<Outcome<Member>> {
-        let mut items = self.lock();
+        let mut table = self.lock();
         let key = member_key(worker);
-        Ok(match items.get(&key) {
+        Ok(match table.get(&key) {
             Some(Item::Member(m))
                 if m.incarnation == Some(incarnation) && m.heartbeat == observed_heartbeat =>
             {
-                match items.remove(&key) {
+                match table.remove(&key) {
                     Some(Item::Member(member)) => Outcome::Done(member),
                     _ => Outcome::LostRace { current: None },
                 }
@@ -552,5 +641,202 @@ impl LeaseStore for InMemoryStore {
         Ok(self.update_session(worker, incarnation, |member| {
             member.notices.extend(notices.iter().cloned());
         }))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn lease_size(lease: &Lease) -> usize {
+        lease.key.as_str().len()
+            + lease.checkpoint.as_ref().map_or(0, String::len)
+            + lease.owner.as_ref().map_or(0, |o| o.as_str().len())
+            + lease.counter as usize
+    }
+
+    fn member_size(member: &Member) -> usize {
+        member.worker.as_str().len() + member.heartbeat as usize + 10 * member.notices.len()
+    }
+
+    const SIZES: ItemSizes = ItemSizes {
+        lease: lease_size,
+        member: member_size,
+    };
+
+    /// The sizes of every item, measured from a listing.
+    async fn measured(store: &InMemoryStore) -> usize {
+        let snapshot = store.snapshot(far()).await.unwrap();
+        snapshot.leases.iter().map(lease_size).sum::<usize>()
+            + snapshot.members.iter().map(member_size).sum::<usize>()
+    }
+
+    fn done<T>(outcome: Outcome<T>) -> T {
+        match outcome {
+            Outcome::Done(value) => value,
+            Outcome::LostRace { .. } => panic!("the write was refused"),
+        }
+    }
+
+    fn far() -> Instant {
+        Instant::now() + std::time::Duration::from_secs(60)
+    }
+
+    #[tokio::test]
+    async fn the_total_size_follows_every_write() {
+        let store = InMemoryStore::new().with_page_size(2);
+        let key = |k: &str| LeaseKey::new(k).unwrap();
+        let a = WorkerId::new("worker-a").unwrap();
+        let b = WorkerId::new("worker-b").unwrap();
+        // Items written before the table measures them are measured once.
+        done(
+            store
+                .create(NewLease::new(key("s-1")), far())
+                .await
+                .unwrap(),
+        );
+        let store = store.with_item_sizes(SIZES);
+        let check = |step: &'static str| {
+            let store = store.clone();
+            async move {
+                let (items, bytes) = store.extent();
+                assert_eq!(bytes, measured(&store).await, "after {step}");
+                let snapshot = store.snapshot(far()).await.unwrap();
+                assert_eq!(items, snapshot.leases.len() + snapshot.members.len());
+            }
+        };
+        check("measuring").await;
+        let second = store
+            .create(NewLease::new(key("s-2")), far())
+            .await
+            .unwrap();
+        let Outcome::Done(second) = second else {
+            panic!("created")
+        };
+        check("a create").await;
+        let incarnation = Incarnation::new(7);
+        let taken = done(
+            store
+                .take(&key("s-2"), second.nonce, &a, incarnation, 0, far())
+                .await
+                .unwrap(),
+        );
+        check("a take").await;
+        done(
+            store
+                .checkpoint(
+                    &key("s-2"),
+                    taken.nonce,
+                    &a,
+                    taken.tenure,
+                    1,
+                    "at-42",
+                    far(),
+                )
+                .await
+                .unwrap(),
+        );
+        check("a checkpoint").await;
+        done(
+            store
+                .open_session(&b, incarnation, None, None, far())
+                .await
+                .unwrap(),
+        );
+        check("a session opened").await;
+        done(
+            store
+                .notify(&b, incarnation, &["s-2".to_owned()], far())
+                .await
+                .unwrap(),
+        );
+        check("a notice").await;
+        done(
+            store
+                .beat(&b, incarnation, None, None, &["s-2".to_owned()], far())
+                .await
+                .unwrap(),
+        );
+        check("a beat").await;
+        done(
+            store
+                .heartbeat(&a, incarnation, None, None, far())
+                .await
+                .unwrap(),
+        );
+        done(
+            store
+                .heartbeat(&a, incarnation, None, None, far())
+                .await
+                .unwrap(),
+        );
+        check("two heartbeats").await;
+        done(store.remove_member(&a, None, far()).await.unwrap());
+        check("a record removed").await;
+        let current = store.get(&key("s-2"), far()).await.unwrap().unwrap();
+        done(
+            store
+                .delete(
+                    &key("s-2"),
+                    current.nonce,
+                    current.counter,
+                    current.tenure,
+                    far(),
+                )
+                .await
+                .unwrap(),
+        );
+        check("a delete").await;
+        let member = store.get_member(&b, true, far()).await.unwrap().unwrap();
+        done(
+            store
+                .end_session(&b, incarnation, member.heartbeat, far())
+                .await
+                .unwrap(),
+        );
+        check("a session ended").await;
+    }
+
+    #[tokio::test]
+    async fn a_measured_page_is_the_size_of_its_items() {
+        let store = InMemoryStore::new()
+            .with_page_size(3)
+            .with_item_sizes(SIZES);
+        for i in 0..8 {
+            let key = LeaseKey::new(format!("s-{i}")).unwrap();
+            done(store.create(NewLease::new(key), far()).await.unwrap());
+        }
+        let worker = WorkerId::new("worker-a").unwrap();
+        done(
+            store
+                .open_session(&worker, Incarnation::new(1), None, None, far())
+                .await
+                .unwrap(),
+        );
+        let (mut from, mut total, mut pages) = (None, 0, 0);
+        loop {
+            let (page, bytes) = store.list_page_measured(from.as_ref());
+            let expected = page.leases.iter().map(lease_size).sum::<usize>()
+                + page.members.iter().map(member_size).sum::<usize>();
+            assert_eq!(bytes, expected);
+            total += bytes;
+            pages += 1;
+            match page.next {
+                Some(next) => from = Some(next),
+                None => break,
+            }
+        }
+        assert_eq!(pages, 3);
+        assert_eq!(total, store.extent().1);
+        // Without item sizes, nothing is measured.
+        let plain = InMemoryStore::new();
+        done(
+            plain
+                .create(NewLease::new(LeaseKey::new("s-1").unwrap()), far())
+                .await
+                .unwrap(),
+        );
+        assert_eq!(plain.extent(), (1, 0));
+        assert_eq!(plain.list_page_measured(None).1, 0);
     }
 }

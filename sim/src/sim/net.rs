@@ -13,7 +13,7 @@ use rand::{Rng, SeedableRng};
 use shardlease::lease::{Lease, Member};
 use shardlease::store::dynamodb::{lease_item_size, member_item_size};
 use shardlease::store::layer::{Request, Response, StoreLayer};
-use shardlease::store::memory::InMemoryStore;
+use shardlease::store::memory::{InMemoryStore, ItemSizes};
 use shardlease::store::{snapshot_by_pages, StoreResult};
 use shardlease::store::{LeaseStore, Outcome, Page, PageToken, RetryPolicy, StoreError};
 use shardlease::{LeaseKey, WorkerId};
@@ -165,7 +165,15 @@ impl Net {
         faults: FaultRates,
     ) -> Arc<Self> {
         Arc::new(Self {
-            table: InMemoryStore::new().with_page_size(SCAN_PAGE_ITEMS),
+            // The table keeps its items' DynamoDB sizes: a scan page is billed as it is
+            // copied, and a listing of the members by the table's size, without measuring
+            // every item again.
+            table: InMemoryStore::new()
+                .with_page_size(SCAN_PAGE_ITEMS)
+                .with_item_sizes(ItemSizes {
+                    lease: lease_item_size,
+                    member: member_item_size,
+                }),
             latency,
             faults,
             usage: Mutex::default(),
@@ -275,10 +283,7 @@ impl SimStore {
         };
         let net = Arc::clone(&self.net);
         self.send("scan", "", kind, deadline, move || {
-            let page = net.chaos.page_as_of(&net.table, from.clone(), lags);
-            let size = page.leases.iter().map(lease_item_size).sum::<usize>()
-                + page.members.iter().map(member_item_size).sum::<usize>();
-            (page, size)
+            net.chaos.page_as_of(&net.table, from.clone(), lags)
         })
         .await
     }
@@ -743,7 +748,7 @@ impl SimStore {
     /// table at the last page.
     async fn list_members(&self, deadline: Instant) -> StoreResult<Vec<Member>> {
         self.link.scans.fetch_add(1, Ordering::Relaxed);
-        let (items, bytes) = self.net.table.extent(lease_item_size, member_item_size);
+        let (items, bytes) = self.net.table.extent();
         let pages = items.div_ceil(SCAN_PAGE_ITEMS).max(1);
         let per_page = bytes / pages;
         for _ in 1..pages {
@@ -1091,21 +1096,22 @@ impl ChaosNet {
 
     /// One page of a scan from `from`, each partition `p` read from a replica `lags[p]`
     /// behind the table: the same keys' range as the live page, each item as it was then
-    /// (absent if it did not exist then, present if it existed then and is gone now).
+    /// (absent if it did not exist then, present if it existed then and is gone now); and
+    /// the page's size.
     fn page_as_of(
         &self,
         table: &InMemoryStore,
         from: Option<PageToken>,
         lags: [Duration; PARTITIONS],
-    ) -> Page {
+    ) -> (Page, usize) {
         use std::ops::Bound::{Excluded, Included, Unbounded};
-        let live = flat(now_or_never(table.list_page(from.clone(), far())));
+        let (live, bytes) = table.list_page_measured(from.as_ref());
         if lags.iter().all(Duration::is_zero) {
-            return live;
+            return (live, bytes);
         }
         let replica = self.replica.lock().unwrap();
         if replica.versions.is_empty() {
-            return live;
+            return (live, bytes);
         }
         let mut items: BTreeMap<String, Version> = BTreeMap::new();
         for lease in live.leases {
@@ -1141,7 +1147,9 @@ impl ChaosNet {
                 Version::Member(member) => page.members.push(member),
             }
         }
-        page
+        let size = page.leases.iter().map(lease_item_size).sum::<usize>()
+            + page.members.iter().map(member_item_size).sum::<usize>();
+        (page, size)
     }
 }
 

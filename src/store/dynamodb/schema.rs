@@ -277,7 +277,10 @@ const OP_TOKEN_LEN: usize = 36;
 /// Length of `updatedAt` (RFC 3339 in UTC with milliseconds).
 const UPDATED_AT_LEN: usize = 24;
 
-/// The size DynamoDB bills for a number: one byte per two significant digits, plus one.
+/// The size DynamoDB bills for a number: one byte per two significant digits, plus one. The
+/// rule as written; the sizes computed without a string ([`float_size`], [`integer_size`])
+/// are checked against it.
+#[cfg(test)]
 fn number_size(value: &str) -> usize {
     let digits = value
         .trim_start_matches('-')
@@ -286,6 +289,60 @@ fn number_size(value: &str) -> usize {
         .unwrap_or("")
         .replace('.', "");
     let significant = digits.trim_start_matches('0').trim_end_matches('0').len();
+    significant.max(1).div_ceil(2) + 1
+}
+
+/// [`number_size`] of a float as it is written (its `Display`), counted as it is formatted,
+/// without a string (a simulated beat measures every load figure of its record).
+fn float_size(value: f64) -> usize {
+    use std::fmt::Write;
+
+    /// Counts the significant digits of the text written to it as [`number_size`] does:
+    /// leading minus signs, the exponent and the points left out, then leading and trailing
+    /// zeros.
+    #[derive(Default)]
+    struct Digits {
+        /// Past the leading minus signs.
+        signed: bool,
+        exponent: bool,
+        /// Bytes from the first one that is not a leading zero.
+        counted: usize,
+        /// Zeros since the last other byte.
+        zeros: usize,
+    }
+
+    impl Write for Digits {
+        fn write_str(&mut self, text: &str) -> std::fmt::Result {
+            for c in text.chars() {
+                if self.exponent {
+                    break;
+                }
+                if c == '-' && !self.signed {
+                    continue;
+                }
+                self.signed = true;
+                match c {
+                    'e' | 'E' => self.exponent = true,
+                    '.' => {}
+                    '0' if self.counted == 0 => {}
+                    '0' => {
+                        self.counted += 1;
+                        self.zeros += 1;
+                    }
+                    _ => {
+                        self.counted += c.len_utf8();
+                        self.zeros = 0;
+                    }
+                }
+            }
+            Ok(())
+        }
+    }
+
+    let mut digits = Digits::default();
+    // Writing to `Digits` cannot fail.
+    let _ = write!(digits, "{value}");
+    let significant = digits.counted - digits.zeros;
     significant.max(1).div_ceil(2) + 1
 }
 
@@ -337,7 +394,7 @@ pub fn lease_item_size(lease: &Lease) -> usize {
         size += string(HANDOFF_TO, to.as_str().len());
     }
     if let Some(load) = lease.load {
-        size += LEASE_LOAD.len() + number_size(&load.to_string());
+        size += LEASE_LOAD.len() + float_size(load);
     }
     if !lease.parents.is_empty() {
         // A list costs 3 bytes plus one byte and the size of each element.
@@ -368,13 +425,13 @@ pub fn member_item_size(member: &Member) -> usize {
         size += MEMBER_INCARNATION.len() + integer_size(incarnation.get());
     }
     if let Some(load) = member.load {
-        size += MEMBER_LOAD.len() + number_size(&load.to_string());
+        size += MEMBER_LOAD.len() + float_size(load);
     }
     if let Some(capacity) = member.capacity {
         size += CAPACITY.len() + integer_size(u64::from(capacity));
     }
     if let Some(weight) = member.weight {
-        size += WEIGHT.len() + number_size(&weight.to_string());
+        size += WEIGHT.len() + float_size(weight);
     }
     if !member.lease_loads.is_empty() {
         // A map costs 3 bytes plus, for each element, one byte, its name and its value.
@@ -383,7 +440,7 @@ pub fn member_item_size(member: &Member) -> usize {
             + member
                 .lease_loads
                 .iter()
-                .map(|(key, load)| 1 + key.as_str().len() + number_size(&load.to_string()))
+                .map(|(key, load)| 1 + key.as_str().len() + float_size(*load))
                 .sum::<usize>();
     }
     if !member.halted.is_empty() {
@@ -693,6 +750,35 @@ mod tests {
         ] {
             assert_eq!(
                 integer_size(value),
+                number_size(&value.to_string()),
+                "{value}"
+            );
+        }
+        for value in [
+            0.0,
+            -0.0,
+            1.0,
+            -1.0,
+            0.125,
+            -0.125,
+            10.5,
+            100.0,
+            1e-7,
+            -3.0e-12,
+            1e21,
+            1.5e300,
+            f64::MAX,
+            f64::MIN_POSITIVE,
+            f64::EPSILON,
+            123_456.789,
+            0.1 + 0.2,
+            2.0 / 3.0,
+            f64::INFINITY,
+            f64::NEG_INFINITY,
+            f64::NAN,
+        ] {
+            assert_eq!(
+                float_size(value),
                 number_size(&value.to_string()),
                 "{value}"
             );

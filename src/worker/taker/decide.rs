@@ -314,50 +314,55 @@ pub(crate) fn fleet_view(
     members.sort_by(|a, b| a.worker.cmp(&b.worker));
     let reported: FastMap<&WorkerId, &Member> = members.iter().map(|m| (&m.worker, *m)).collect();
     let loads = Loads::read(&members, &reported, figures, now);
-    let leases = snapshot
-        .leases
-        .iter()
-        .zip(statuses)
-        .zip(expiry)
-        .filter(|((_, status), _)| **status == LeaseStatus::Ready)
-        // A lease whose session may still live but is not counted live (not yet fenced, or
-        // without a record for less than a lease duration) is nobody's to plan with until it
-        // is.
-        .filter(|((lease, _), at)| {
-            !alive(lease, **at, now) || lease.owner.as_ref().is_some_and(|o| live.contains_key(o))
-        })
-        .filter_map(|((lease, _), at)| {
-            let holder = match &lease.owner {
-                Some(owner) if alive(lease, *at, now) && live.contains_key(owner) => {
-                    match &lease.handoff_to {
-                        Some(to) if live.contains_key(to) => Holder::Moving {
-                            from: owner.clone(),
-                            to: to.clone(),
-                        },
-                        _ => Holder::Held(owner.clone()),
+    // Sized for every lease at once: grown by doubling, the vector of 100,000 views was
+    // copied again and again.
+    let mut leases = Vec::with_capacity(snapshot.leases.len());
+    leases.extend(
+        snapshot
+            .leases
+            .iter()
+            .zip(statuses)
+            .zip(expiry)
+            .filter(|((_, status), _)| **status == LeaseStatus::Ready)
+            // A lease whose session may still live but is not counted live (not yet fenced, or
+            // without a record for less than a lease duration) is nobody's to plan with until it
+            // is.
+            .filter(|((lease, _), at)| {
+                !alive(lease, **at, now)
+                    || lease.owner.as_ref().is_some_and(|o| live.contains_key(o))
+            })
+            .filter_map(|((lease, _), at)| {
+                let holder = match &lease.owner {
+                    Some(owner) if alive(lease, *at, now) && live.contains_key(owner) => {
+                        match &lease.handoff_to {
+                            Some(to) if live.contains_key(to) => Holder::Moving {
+                                from: owner.clone(),
+                                to: to.clone(),
+                            },
+                            _ => Holder::Held(owner.clone()),
+                        }
+                    }
+                    _ => Holder::Available,
+                };
+                // Halted by its holder's application: it stays where it is, out of the balance
+                // (it would fail wherever it went), until its holder lets it go or dies.
+                if let Holder::Held(owner) = &holder {
+                    if reported
+                        .get(owner)
+                        .is_some_and(|m| m.halted.contains(&lease.key))
+                    {
+                        return None;
                     }
                 }
-                _ => Holder::Available,
-            };
-            // Halted by its holder's application: it stays where it is, out of the balance
-            // (it would fail wherever it went), until its holder lets it go or dies.
-            if let Holder::Held(owner) = &holder {
-                if reported
-                    .get(owner)
-                    .is_some_and(|m| m.halted.contains(&lease.key))
-                {
-                    return None;
-                }
-            }
-            let (load, settled) = loads.figure(lease);
-            Some(LeaseView {
-                key: lease.key.clone(),
-                settled: holder == Holder::Available || settled,
-                holder,
-                load,
-            })
-        })
-        .collect();
+                let (load, settled) = loads.figure(lease);
+                Some(LeaseView {
+                    key: lease.key.clone(),
+                    settled: holder == Holder::Available || settled,
+                    holder,
+                    load,
+                })
+            }),
+    );
     let workers = live
         .iter()
         .map(|(id, capacity)| {
