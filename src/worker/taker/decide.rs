@@ -67,7 +67,7 @@ pub(crate) struct Judge<'a> {
     pub identity: &'a Identity,
     /// When each lease of the round may be started by others (its owner's session surely
     /// over); a lease whose session lives is absent.
-    pub expiry: &'a HashMap<LeaseKey, Instant>,
+    pub expiry: &'a FastMap<LeaseKey, Instant>,
     pub now: Instant,
 }
 
@@ -717,7 +717,7 @@ mod tests {
         me: WorkerId,
         config: WorkerConfig,
         identity: Identity,
-        expiry: HashMap<LeaseKey, Instant>,
+        expiry: FastMap<LeaseKey, Instant>,
         now: Instant,
     }
 
@@ -727,7 +727,7 @@ mod tests {
                 me: id("a"),
                 config: WorkerConfig::default(),
                 identity: Identity::new(id("a"), MINE),
-                expiry: HashMap::new(),
+                expiry: FastMap::default(),
                 now: Instant::now(),
             }
         }

@@ -32,6 +32,7 @@ use super::take::{Job, Unacknowledged};
 use crate::balance::{BalancePolicy, Move};
 use crate::expiry::ExpiryTracker;
 use crate::lease::{ByKey, Incarnation, Lease, LeaseKey, Member, Snapshot, WorkerId};
+use crate::fasthash::FastMap;
 use crate::lifecycle;
 use crate::store::StoreError;
 use decide::Live;
@@ -76,7 +77,7 @@ pub(crate) struct Taker {
     replaced: HashMap<(WorkerId, Option<Incarnation>), Instant>,
     /// When each lease of the last round may be started by others (its owner's
     /// session surely over); a lease whose session lives is absent.
-    expiry: HashMap<LeaseKey, Instant>,
+    expiry: FastMap<LeaseKey, Instant>,
     /// The predecessor this worker last told that it joined next to it.
     announced_to: Option<WorkerId>,
     /// The live workers of the last round, to see the fleet change.
@@ -131,7 +132,7 @@ impl Taker {
             identity,
             ended: ExpiryTracker::new(duration),
             replaced: HashMap::new(),
-            expiry: HashMap::new(),
+            expiry: FastMap::default(),
             announced_to: None,
             last_fleet: Vec::new(),
             joining: None,
