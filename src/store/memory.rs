@@ -92,7 +92,7 @@ impl Table {
 /// A lease table in memory. Cheap to clone; clones share the table.
 #[derive(Debug, Clone)]
 pub struct InMemoryStore {
-    items: Arc<Mutex<Table>>,
+    table: Arc<Mutex<Table>>,
     page_size: usize,
 }
 
@@ -128,7 +128,7 @@ impl InMemoryStore {
     /// An empty table.
     pub fn new() -> Self {
         Self {
-            items: Arc::default(),
+            table: Arc::default(),
             page_size: DEFAULT_PAGE_SIZE,
         }
     }
@@ -167,8 +167,8 @@ impl InMemoryStore {
     }
 
     /// A page as [`list_page`](LeaseStore::list_page) lists it, and the total size of its
-    /// items by the table's [`ItemSizes`](Self::with_item_sizes) (0 without), measured as
-    /// they are copied.
+    /// items by the table's [`ItemSizes`](Self::with_item_sizes) (0 without), from the sizes
+    /// kept since each item was written.
     pub fn list_page_measured(&self, from: Option<&PageToken>) -> (Page, usize) {
         use std::ops::Bound::{Excluded, Unbounded};
         let table = self.lock();
@@ -200,7 +200,7 @@ impl InMemoryStore {
     fn lock(&self) -> MutexGuard<'_, Table> {
         // A panic while holding the lock cannot leave an item half-written (every change is a
         // single assignment), so a poisoned lock is still consistent.
-        self.items.lock().unwrap_or_else(|e| e.into_inner())
+        self.table.lock().unwrap_or_else(|e| e.into_inner())
     }
 
     /// Applies `change` to the lease at `key` if it is the item `nonce` and `condition` holds
