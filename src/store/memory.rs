@@ -462,7 +462,7 @@ impl LeaseStore for InMemoryStore {
         check_report("heartbeat", worker, report)?;
         let mut table = self.lock();
         let key = member_key(worker);
-        if !table.items.contains_key(&key) {
+        if table.get(&key).is_none() {
             table.insert(
                 key.clone(),
                 Item::Member(Member {

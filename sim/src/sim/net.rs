@@ -165,8 +165,8 @@ impl Net {
         faults: FaultRates,
     ) -> Arc<Self> {
         Arc::new(Self {
-            // The table keeps its items' DynamoDB sizes: a scan page is billed as it is
-            // copied, and a listing of the members by the table's size, without measuring
+            // The table keeps its items' DynamoDB sizes, measured when each is written: a
+            // scan page and a listing of the members are billed from them, without measuring
             // every item again.
             table: InMemoryStore::new()
                 .with_page_size(SCAN_PAGE_ITEMS)
