@@ -8,8 +8,6 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::fmt;
 use std::sync::Arc;
 
-use crate::fasthash::FastMap;
-
 /// Prefix reserved for the library's own items in the lease table (membership records).
 /// Lease keys and worker ids may not start with it.
 pub const RESERVED_PREFIX: &str = "shardlease#";
@@ -496,8 +494,42 @@ pub struct Snapshot {
     pub malformed: usize,
 }
 
-/// The leases of one scan by key (a round looks up every lease's parents and takes in it).
-pub(crate) type ByKey<'a> = FastMap<&'a LeaseKey, &'a Lease>;
+/// The leases of one scan by key (a round looks up the leases it takes, gives and remembers
+/// in it, a listing the parents of its leases): binary search over the leases in key order, as
+/// a listing has them, so that a round builds no map of every lease (at 100,000 leases that
+/// was a tenth of a round's work). Leases out of order are indexed in order first.
+pub(crate) struct ByKey<'a>(Sorted<'a>);
+
+enum Sorted<'a> {
+    Leases(&'a [Lease]),
+    Index(Vec<&'a Lease>),
+}
+
+impl<'a> ByKey<'a> {
+    /// `leases` by key; each key once (a table holds one item per key).
+    pub(crate) fn new(leases: &'a [Lease]) -> Self {
+        if leases.windows(2).all(|w| w[0].key < w[1].key) {
+            return Self(Sorted::Leases(leases));
+        }
+        let mut index: Vec<&Lease> = leases.iter().collect();
+        index.sort_by(|a, b| a.key.cmp(&b.key));
+        Self(Sorted::Index(index))
+    }
+
+    /// The lease of `key`, if the leases have it.
+    pub(crate) fn get(&self, key: &LeaseKey) -> Option<&'a Lease> {
+        match &self.0 {
+            Sorted::Leases(leases) => leases
+                .binary_search_by(|l| l.key.cmp(key))
+                .ok()
+                .map(|at| &leases[at]),
+            Sorted::Index(index) => index
+                .binary_search_by(|l| l.key.cmp(key))
+                .ok()
+                .map(|at| index[at]),
+        }
+    }
+}
 
 #[cfg(test)]
 mod tests {
@@ -526,6 +558,24 @@ mod tests {
             Err(InvalidId::ControlCharacter { .. })
         ));
         assert!(LeaseKey::new("x".repeat(MAX_KEY_LEN)).is_ok());
+    }
+
+    /// A listing's leases are found by key whether or not they come in key order.
+    #[test]
+    fn leases_are_found_by_key_in_any_order() {
+        let lease = |name: &str| NewLease::new(LeaseKey::new(name).unwrap()).into_lease();
+        let in_order: Vec<Lease> = ["a", "b", "c", "d"].into_iter().map(lease).collect();
+        let shuffled: Vec<Lease> = ["c", "a", "d", "b"].into_iter().map(lease).collect();
+        for leases in [&in_order, &shuffled] {
+            let by_key = ByKey::new(leases);
+            for name in ["a", "b", "c", "d"] {
+                let key = LeaseKey::new(name).unwrap();
+                assert_eq!(by_key.get(&key).map(|l| &l.key), Some(&key));
+            }
+            assert!(by_key.get(&LeaseKey::new("e").unwrap()).is_none());
+            assert!(by_key.get(&LeaseKey::new("0").unwrap()).is_none());
+        }
+        assert!(ByKey::new(&[]).get(&LeaseKey::new("a").unwrap()).is_none());
     }
 
     #[test]

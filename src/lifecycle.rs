@@ -57,10 +57,10 @@ pub fn statuses(leases: &[Lease]) -> Vec<LeaseStatus> {
     if leases.iter().all(|l| l.parents.is_empty()) {
         return leases.iter().map(|lease| status(lease, |_| None)).collect();
     }
-    let by_key: ByKey<'_> = leases.iter().map(|l| (&l.key, l)).collect();
+    let by_key = ByKey::new(leases);
     leases
         .iter()
-        .map(|lease| status(lease, |k| by_key.get(k).copied()))
+        .map(|lease| status(lease, |k| by_key.get(k)))
         .collect()
 }
 

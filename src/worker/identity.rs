@@ -274,7 +274,7 @@ mod tests {
         ours.owner = Some(me());
         ours.owner_incarnation = Some(MINE);
         let view = [moved, ours.clone()];
-        let view: ByKey<'_> = view.iter().map(|l| (&l.key, l)).collect();
+        let view = ByKey::new(&view);
         id.settle(&view, t0 + second, horizon);
         assert_eq!(id.unanswered_since(&taken_away.key, taken_away.nonce), None);
         assert_eq!(

@@ -253,7 +253,7 @@ pub(crate) fn move_jobs(
         let Some(lease) = by_key.get(key).filter(|_| !acted.contains(key)) else {
             continue;
         };
-        let lease = (*lease).clone();
+        let lease = lease.clone();
         // A take of a lease whose owner is alive is a steal (a policy like KCL's): the owner
         // may still be working. It is asked as a handoff instead, which the owner completes
         // once its application let go (or gives up when told the handoff is late). A take
@@ -846,7 +846,7 @@ mod tests {
     fn a_take_of_a_live_owners_lease_is_asked_as_a_handoff() {
         let round = Round::new();
         let theirs = lease("k", Some(("b", Some(THEIRS))));
-        let by_key: ByKey<'_> = [(&theirs.key, &theirs)].into_iter().collect();
+        let by_key = ByKey::new(std::slice::from_ref(&theirs));
         let moves = vec![Move::Take(key("k"))];
         let jobs = move_jobs(&round.judge(), moves, &by_key, &HashSet::new());
         assert!(matches!(&jobs[..], [Job::Request { from, .. }] if *from == id("b")));
@@ -857,7 +857,7 @@ mod tests {
         let mut round = Round::new();
         round.expiry.insert(key("k"), round.now);
         let theirs = lease("k", Some(("b", Some(THEIRS))));
-        let by_key: ByKey<'_> = [(&theirs.key, &theirs)].into_iter().collect();
+        let by_key = ByKey::new(std::slice::from_ref(&theirs));
         let moves = vec![Move::Take(key("k"))];
         let jobs = move_jobs(&round.judge(), moves, &by_key, &HashSet::new());
         let quiet = Report::Quiet;
@@ -868,7 +868,7 @@ mod tests {
     fn a_handoff_of_a_lease_given_and_not_yet_taken_is_not_asked() {
         let round = Round::new();
         let given = lease("k", Some(("b", None)));
-        let by_key: ByKey<'_> = [(&given.key, &given)].into_iter().collect();
+        let by_key = ByKey::new(std::slice::from_ref(&given));
         let moves = vec![Move::RequestHandoff {
             key: key("k"),
             from: id("b"),

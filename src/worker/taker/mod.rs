@@ -204,7 +204,7 @@ impl Taker {
         // Observed at the end of the scan: every value read was written before now, so no
         // owner's validity (counted from before its write) can outlast now + lease duration.
         let now = self.shared.now();
-        let by_key: ByKey<'_> = snapshot.leases.iter().map(|l| (&l.key, l)).collect();
+        let by_key = ByKey::new(&snapshot.leases);
         self.begin_round(&by_key, now);
         tracing::debug!(
             leases = snapshot.leases.len(),
