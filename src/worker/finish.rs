@@ -8,6 +8,7 @@ use tracing::Instrument;
 
 use super::event::LeaseEvent;
 use super::metrics;
+use super::parts::{Receiver, Told};
 use super::state::{Finish, Holder};
 use crate::lease::{Lease, LeaseKey, WorkerId};
 use crate::store::Outcome;
@@ -312,16 +313,38 @@ pub(crate) async fn place(shared: &Holder, lease: Lease, deadline: Instant) {
                 tracing::warn!(lease_key = %lease.key, error = %err, "could not give a released lease; a placement round places it");
                 if err.is_ambiguous() {
                     // The give may have landed: only its receiver would take it up.
-                    let notice = [lease.key.as_str().to_owned()];
-                    shared
-                        .notify(&receiver.worker, receiver.incarnation, &notice, deadline)
-                        .await;
+                    tell_given(shared, &receiver, &lease.key, deadline).await;
                 }
                 break;
             }
         }
     }
     shared.rescan.notify_one();
+}
+
+/// Tells `receiver` of `key`, which a give whose answer was lost may have given to it. While
+/// the store does not answer, tells it again every quarter of a beat, for up to a lease
+/// duration: a round here would not (a lease given and not yet taken is its receiver's to
+/// start), and the worker doing the chores tells again only at a round of its own, which may
+/// be the slow scan (the lease waited 38 s after the faults ended:
+/// `a_lease_given_while_the_store_fails_is_told_once_it_answers` in
+/// `sim/tests/campaign_holes.rs`). A notice that did not name a lease given to its reader is
+/// read and dropped.
+async fn tell_given(shared: &Holder, receiver: &Receiver, key: &LeaseKey, deadline: Instant) {
+    let notice = [key.as_str().to_owned()];
+    let tell = |deadline| shared.tell(&receiver.worker, receiver.incarnation, &notice, deadline);
+    if tell(deadline).await != Told::Failed {
+        return;
+    }
+    let until = shared.now() + shared.config.lease_duration;
+    let pause = shared.config.effective_renew_interval() / 4;
+    while shared.now() + pause < until {
+        shared.clock.sleep_until(shared.now() + pause).await;
+        let deadline = (shared.now() + shared.config.store_timeout).min(until);
+        if tell(deadline).await != Told::Failed {
+            return;
+        }
+    }
 }
 
 /// How many times a retiring owner re-reads and deletes before it leaves the lease to the

@@ -56,6 +56,18 @@ impl Base {
         notices: &[String],
         deadline: Instant,
     ) -> bool {
+        self.tell(worker, incarnation, notices, deadline).await == Told::Yes
+    }
+
+    /// [`notify`](Self::notify), telling a session that is gone apart from a store that did
+    /// not answer.
+    pub async fn tell(
+        &self,
+        worker: &WorkerId,
+        incarnation: Incarnation,
+        notices: &[String],
+        deadline: Instant,
+    ) -> Told {
         // Each notice is told apart by a nonce: the same lease named again before the receiver
         // acknowledged the first notice must not be removed with it.
         let notices: Vec<String> = notices.iter().map(|text| with_nonce(text)).collect();
@@ -67,7 +79,7 @@ impl Base {
                 .notify(worker, incarnation, &notices, deadline)
                 .await
             {
-                Ok(Outcome::Done(_)) => return true,
+                Ok(Outcome::Done(_)) => return Told::Yes,
                 // A later session of the id (a restart this worker had not seen yet) is told
                 // instead: what a notice names is read from the table by whoever gets it, and
                 // a lease given to the id is that session's to take. Told nothing, it would
@@ -78,7 +90,7 @@ impl Base {
                     current: Some(member),
                 }) if !retold && member.session && member.incarnation != Some(incarnation) => {
                     let Some(later) = member.incarnation else {
-                        return false;
+                        return Told::Gone;
                     };
                     tracing::info!(to = %worker, session = %later, "that session is gone: telling the id's current one");
                     incarnation = later;
@@ -86,16 +98,27 @@ impl Base {
                 }
                 Ok(Outcome::LostRace { .. }) => {
                     tracing::info!(to = %worker, "no notice left: that session is gone");
-                    return false;
+                    return Told::Gone;
                 }
                 Err(err) => {
                     metrics::store_error(&self.id, "notify");
                     tracing::warn!(to = %worker, error = %err, "could not leave a notice");
-                    return false;
+                    return Told::Failed;
                 }
             }
         }
     }
+}
+
+/// What became of a notice (see [`Base::tell`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Told {
+    /// It is in the session's record.
+    Yes,
+    /// The session is gone: nobody is there to tell.
+    Gone,
+    /// The store did not answer: it may or may not be there.
+    Failed,
 }
 
 /// One state of a session record: the incarnation that wrote it and its heartbeat.
