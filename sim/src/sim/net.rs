@@ -59,7 +59,7 @@ pub struct Latencies {
     pub read: Latency,
     /// Conditional writes.
     pub write: Latency,
-    /// One `Scan` page (up to 1,000 items here).
+    /// One `Scan` page (up to [`SCAN_PAGE_ITEMS`] items here).
     pub scan: Latency,
 }
 
