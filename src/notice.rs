@@ -13,27 +13,9 @@ pub(crate) fn member_notice(worker: &WorkerId) -> String {
 
 /// The worker a [`member_notice`] names.
 pub(crate) fn member_of_notice(notice: &str) -> Option<WorkerId> {
-    worker_after(notice, "member#")
-}
-
-/// A joining notice: `shardlease#joined#<worker id>` tells the receiver that that worker's
-/// session opened right after it in id order, so that it watches the newcomer. Unlike a
-/// [`member_notice`], it brings a round only when the receiver's last round did not show that
-/// worker alive: a round that showed it already watches by it (a fleet that starts together
-/// would otherwise scan the whole table once more per worker).
-pub(crate) fn joined_notice(worker: &WorkerId) -> String {
-    format!("{}joined#{worker}", crate::lease::RESERVED_PREFIX)
-}
-
-/// The worker a [`joined_notice`] names.
-pub(crate) fn joined_of_notice(notice: &str) -> Option<WorkerId> {
-    worker_after(notice, "joined#")
-}
-
-fn worker_after(notice: &str, kind: &str) -> Option<WorkerId> {
     let worker = notice
         .strip_prefix(crate::lease::RESERVED_PREFIX)?
-        .strip_prefix(kind)?;
+        .strip_prefix("member#")?;
     WorkerId::new(worker).ok()
 }
 

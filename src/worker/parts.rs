@@ -20,7 +20,7 @@ use std::collections::HashMap;
 use std::sync::atomic::AtomicBool;
 use std::sync::{Arc, Mutex, MutexGuard};
 
-use tokio::sync::{mpsc, watch, Notify};
+use tokio::sync::{mpsc, watch};
 use tokio::time::Instant;
 
 use super::event::{LeaseEvent, LeaseEvents, Unread};
@@ -266,50 +266,27 @@ impl Receivers {
 /// read if its scan does not show them (see `Taker::see_announced`). Written by the session
 /// loop, which reads the notices; taken by the taker.
 #[derive(Default)]
-pub(crate) struct Announced {
-    workers: Mutex<Vec<WorkerId>>,
-    /// Wakes the taker for a worker that joined next to this one (see
-    /// [`joined_notice`](crate::notice::joined_notice)).
-    joined: Notify,
-}
+pub(crate) struct Announced(Mutex<Vec<WorkerId>>);
 
 impl Announced {
     /// A worker announced itself.
     pub fn push(&self, worker: WorkerId) {
-        self.lock().push(worker);
-    }
-
-    /// A worker joined next to this one: the taker looks at it, with a round unless its last
-    /// round showed it alive already (see [`unseen`](Self::unseen)).
-    pub fn joined(&self, worker: WorkerId) {
-        self.push(worker);
-        self.joined.notify_one();
-    }
-
-    /// Until a worker [joined](Self::joined).
-    pub async fn woken(&self) {
-        self.joined.notified().await;
-    }
-
-    /// Forgets the workers announced that `seen` says the last round showed alive, and
-    /// whether any others remain (they need a round).
-    pub fn unseen(&self, seen: impl Fn(&WorkerId) -> bool) -> bool {
-        let mut workers = self.lock();
-        workers.retain(|w| !seen(w));
-        !workers.is_empty()
+        self.0
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .push(worker);
     }
 
     /// The workers announced since the last call, taken.
     pub fn take(&self) -> Vec<WorkerId> {
-        std::mem::take(&mut *self.lock())
+        std::mem::take(&mut *self.0.lock().unwrap_or_else(|e| e.into_inner()))
     }
 
     /// Announced workers a round could not read, for the next one.
     pub fn put_back(&self, workers: Vec<WorkerId>) {
-        self.lock().extend(workers);
-    }
-
-    fn lock(&self) -> MutexGuard<'_, Vec<WorkerId>> {
-        self.workers.lock().unwrap_or_else(|e| e.into_inner())
+        self.0
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .extend(workers);
     }
 }

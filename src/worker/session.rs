@@ -32,7 +32,7 @@ use super::take::{take, Answer, Report, Unacknowledged};
 use crate::clock::timeout_at;
 use crate::expiry::ExpiryTracker;
 use crate::lease::{Incarnation, Lease, LeaseKey, Member, WorkerId, RESERVED_PREFIX};
-use crate::notice::{joined_of_notice, member_of_notice, DRAIN_PREFIX};
+use crate::notice::{member_of_notice, DRAIN_PREFIX};
 use crate::store::{Outcome, StoreError};
 
 /// The session loop's wake-ups, and the departure an operator asked for: used by the session
@@ -591,12 +591,6 @@ async fn handle(shared: &Arc<SessionLoop>, notice: &str) -> bool {
         shared
             .beats
             .drain_if_asked(&shared.id, shared.incarnation(), [&notice.to_owned()]);
-        return true;
-    }
-    if let Some(worker) = joined_of_notice(notice) {
-        // A worker joined next to this one: the taker watches it, with a round unless its last
-        // round showed it alive.
-        shared.announced.joined(worker);
         return true;
     }
     if notice.starts_with(RESERVED_PREFIX) {

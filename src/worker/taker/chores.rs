@@ -12,7 +12,6 @@ use super::{incarnations, Taker};
 use crate::balance::{FleetView, Move};
 use crate::lease::{Incarnation, Lease, LeaseKey, Snapshot, WorkerId};
 use crate::lifecycle::LeaseStatus;
-use crate::notice::joined_notice;
 use crate::worker::state::{member_notice, EXPECT_NOTICE};
 
 impl Taker {
@@ -164,7 +163,7 @@ impl Taker {
         };
         if let Some(incarnation) = incarnations.get(&predecessor).copied() {
             let deadline = self.shared.now() + self.shared.config.store_timeout;
-            let notice = [joined_notice(&self.shared.id)];
+            let notice = [member_notice(&self.shared.id)];
             self.shared
                 .notify(&predecessor, incarnation, &notice, deadline)
                 .await;

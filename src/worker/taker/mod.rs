@@ -160,14 +160,6 @@ impl Taker {
                 _ = cancel.cancelled() => return,
                 _ = self.shared.clock.sleep_until(wake) => {}
                 _ = self.shared.rescan.notified() => next_round = self.shared.now(),
-                _ = self.parts.announced.woken() => {
-                    // A worker the last round showed alive is watched already, if it is next
-                    // to this one.
-                    let fleet = &self.last_fleet;
-                    if self.parts.announced.unseen(|w| fleet.binary_search(w).is_ok()) {
-                        next_round = self.shared.now();
-                    }
-                }
             }
             if self.shared.now() < next_round {
                 tokio::select! {
