@@ -1,8 +1,8 @@
 //! The session protocol on paused time over the in-memory store. A lease deleted or taken by
 //! hand under its holder is noticed by the fleet's slow scan and dropped by the holder, which
 //! renews nothing any more and so would otherwise never learn of it. Notices read between
-//! beats (a join's handoff request), what a worker at rest sends, and a load figure missing
-//! from its holder's record.
+//! beats (a join's handoff request), what a worker at rest sends, a load figure missing
+//! from its holder's record, and a give whose answer and notice were lost.
 
 use std::collections::BTreeSet;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -14,7 +14,7 @@ use async_trait::async_trait;
 use shardlease::lease::{Incarnation, Lease, LoadReport};
 use shardlease::store::layer::{Request, Response, StoreLayer};
 use shardlease::store::memory::InMemoryStore;
-use shardlease::store::{LeaseStore, StoreResult};
+use shardlease::store::{LeaseStore, StoreError, StoreResult};
 use shardlease::worker::{LeaseEvent, LeaseEvents};
 use shardlease::{LeaseKey, Worker, WorkerConfig, WorkerId};
 use tokio::time::Instant;
@@ -580,4 +580,100 @@ async fn a_notice_that_cannot_be_acted_on_yet_does_not_bring_a_beat_at_every_rea
     for worker in [b, a] {
         worker.shutdown().await;
     }
+}
+
+/// Applies every give of one worker and answers it as lost, and refuses its notices, while
+/// the store fails (`from` to `heal`).
+struct LostGives {
+    inner: InMemoryStore,
+    from: Instant,
+    heal: Instant,
+}
+
+#[async_trait]
+impl StoreLayer for LostGives {
+    async fn call(&self, request: &Request, deadline: Instant) -> StoreResult<Response> {
+        let failing = (self.from..self.heal).contains(&Instant::now());
+        let lost = |operation| StoreError::Transient {
+            operation,
+            key: "the test's".into(),
+            ambiguous: true,
+            source: "no answer".into(),
+        };
+        match request {
+            Request::Give { .. } if failing => {
+                request.send_to(&self.inner, deadline).await?;
+                Err(lost("give"))
+            }
+            Request::Notify { .. } if failing => Err(lost("notify")),
+            _ => request.send_to(&self.inner, deadline).await,
+        }
+    }
+}
+
+/// b's application drops a lease while the store fails: b gives it to a, the give lands but
+/// its answer is lost, and so is the notice to a. A round of b leaves a lease given and not
+/// taken to its receiver, and a, which does the chores, has no round before its slow scan:
+/// a started it 50 s later. b now tells a again while the store fails, and a starts the lease
+/// within a beat of the heal (the campaign's schedule 7595227211966863648 at ccdf8bd).
+#[tokio::test(start_paused = true)]
+async fn a_lease_given_while_the_store_fails_is_told_once_it_answers() {
+    let store = InMemoryStore::new();
+    let start = Instant::now();
+    let heal = start + Duration::from_secs(25);
+    let (a, a_events) = Worker::builder(Arc::new(store.clone()), WorkerId::new("a").unwrap())
+        .config(config())
+        .shards(vec![key("s0"), key("s1")])
+        .start()
+        .await
+        .unwrap();
+    let lossy = LostGives {
+        inner: store.clone(),
+        from: start + Duration::from_secs(15),
+        heal,
+    };
+    let (b, mut b_events) = Worker::builder(Arc::new(lossy), WorkerId::new("b").unwrap())
+        .config(config())
+        .shards(vec![key("s0"), key("s1")])
+        .start()
+        .await
+        .unwrap();
+    let a_held = reporting(a_events);
+    let (drop_grants, mut dropped) = tokio::sync::oneshot::channel::<()>();
+    tokio::spawn(async move {
+        let mut grants = Vec::new();
+        let mut armed = true;
+        loop {
+            tokio::select! {
+                event = b_events.recv() => match event {
+                    Some(LeaseEvent::Acquired(grant)) => grants.push(grant),
+                    Some(_) => {}
+                    None => return,
+                },
+                // Dropped without a finish: b releases the lease and gives it on.
+                _ = &mut dropped, if armed => {
+                    armed = false;
+                    grants.clear();
+                }
+            }
+        }
+    });
+    tokio::time::sleep_until(start + Duration::from_secs(14)).await;
+    assert_eq!(
+        a_held.lock().unwrap().len(),
+        1,
+        "balanced before the faults"
+    );
+    let dropped_key = held_by(&store, "b").await.key;
+    tokio::time::sleep_until(start + Duration::from_secs(16)).await;
+    drop_grants.send(()).unwrap();
+    let by = heal + config().effective_renew_interval();
+    let at = holding(&a_held, 2, by).await;
+    assert!(
+        a_held.lock().unwrap().contains(&dropped_key),
+        "a did not start {dropped_key:?} within a beat of the heal (by {:?} after the start)",
+        at - start
+    );
+    a.shutdown().await;
+    b.shutdown().await;
 }

@@ -405,17 +405,3 @@ fn a_process_takes_its_own_ended_sessions_leases_back_when_it_opens_again() {
     let (seed, faults) = (14896694939824624162, "all");
     assert_replays_clean(seed, faults);
 }
-
-/// w00004's application panicked on shard-0000009; the give of the released lease to w00005
-/// went unanswered and so did the notice to w00005, while the store still failed. The give had
-/// landed. A round of the giver does not tell a lease's receiver (given and not yet taken, the
-/// lease is its receiver's to start), and the worker doing the chores tells again only at a
-/// round of its own, here its slow scan: `unprocessed at 122.642 s: 1 of 11 leases not
-/// processed within 21.2 s of the heal (of an operator's move on them): shard-0000009`, taken
-/// at 139.0 s. The giver now tells the receiver again while the store does not answer, for up
-/// to a lease duration: taken at 103.0 s. Found by `--campaign 10000 --seed 42` at ccdf8bd.
-#[test]
-fn a_lease_given_while_the_store_fails_is_told_once_it_answers() {
-    let (seed, faults) = (7595227211966863648, "all");
-    assert_replays_clean(seed, faults);
-}

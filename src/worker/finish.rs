@@ -328,7 +328,7 @@ pub(crate) async fn place(shared: &Holder, lease: Lease, deadline: Instant) {
 /// start), and the worker doing the chores tells again only at a round of its own, which may
 /// be the slow scan (the lease waited 38 s after the faults ended:
 /// `a_lease_given_while_the_store_fails_is_told_once_it_answers` in
-/// `sim/tests/campaign_holes.rs`). A notice that did not name a lease given to its reader is
+/// `tests/worker_sessions.rs`). A notice that did not name a lease given to its reader is
 /// read and dropped.
 async fn tell_given(shared: &Holder, receiver: &Receiver, key: &LeaseKey, deadline: Instant) {
     let notice = [key.as_str().to_owned()];
