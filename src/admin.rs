@@ -663,7 +663,7 @@ impl std::fmt::Display for LeaseState {
 }
 
 /// The state of each of `leases` (a whole table's, for the parents to be found), in order.
-pub fn lease_states(leases: &[Lease]) -> Vec<LeaseState> {
+pub fn lease_states<L: std::borrow::Borrow<Lease>>(leases: &[L]) -> Vec<LeaseState> {
     crate::lifecycle::statuses(leases)
         .into_iter()
         .map(|status| match status {

@@ -4,6 +4,7 @@
 //! values of these types, and every change to them goes through a
 //! [`LeaseStore`](crate::store::LeaseStore) conditional write.
 
+use std::borrow::Borrow;
 use std::collections::{BTreeMap, BTreeSet};
 use std::fmt;
 use std::sync::Arc;
@@ -486,8 +487,9 @@ pub struct InvalidLoadReport {
 /// be decoded (they are logged and skipped, never overwritten).
 #[derive(Debug, Clone, Default, PartialEq)]
 pub struct Snapshot {
-    /// Every lease, in key order.
-    pub leases: Vec<Lease>,
+    /// Every lease, in key order. Shared, not copied: a store that keeps its items in memory
+    /// lists them without copying one, and a round hands its reading on without copying it.
+    pub leases: Vec<Arc<Lease>>,
     /// Every membership record, in worker id order.
     pub members: Vec<Member>,
     /// Items that could not be decoded and were skipped.
@@ -498,21 +500,21 @@ pub struct Snapshot {
 /// in it, a listing the parents of its leases): binary search over the leases in key order, as
 /// a listing has them, so that a round builds no map of every lease (at 100,000 leases that
 /// was a tenth of a round's work). Leases out of order are indexed in order first.
-pub(crate) struct ByKey<'a>(Sorted<'a>);
+pub(crate) struct ByKey<'a, L = Arc<Lease>>(Sorted<'a, L>);
 
-enum Sorted<'a> {
-    Leases(&'a [Lease]),
-    Index(Vec<&'a Lease>),
+enum Sorted<'a, L> {
+    Leases(&'a [L]),
+    Index(Vec<&'a L>),
 }
 
-impl<'a> ByKey<'a> {
+impl<'a, L: Borrow<Lease>> ByKey<'a, L> {
     /// `leases` by key; each key once (a table holds one item per key).
-    pub(crate) fn new(leases: &'a [Lease]) -> Self {
-        if leases.windows(2).all(|w| w[0].key < w[1].key) {
+    pub(crate) fn new(leases: &'a [L]) -> Self {
+        if leases.windows(2).all(|w| key_of(&w[0]) < key_of(&w[1])) {
             return Self(Sorted::Leases(leases));
         }
-        let mut index: Vec<&Lease> = leases.iter().collect();
-        index.sort_by(|a, b| a.key.cmp(&b.key));
+        let mut index: Vec<&L> = leases.iter().collect();
+        index.sort_by(|a, b| key_of(*a).cmp(key_of(*b)));
         Self(Sorted::Index(index))
     }
 
@@ -520,15 +522,19 @@ impl<'a> ByKey<'a> {
     pub(crate) fn get(&self, key: &LeaseKey) -> Option<&'a Lease> {
         match &self.0 {
             Sorted::Leases(leases) => leases
-                .binary_search_by(|l| l.key.cmp(key))
+                .binary_search_by(|l| key_of(l).cmp(key))
                 .ok()
-                .map(|at| &leases[at]),
+                .map(|at| leases[at].borrow()),
             Sorted::Index(index) => index
-                .binary_search_by(|l| l.key.cmp(key))
+                .binary_search_by(|l| key_of(*l).cmp(key))
                 .ok()
-                .map(|at| index[at]),
+                .map(|at| index[at].borrow()),
         }
     }
+}
+
+fn key_of<L: Borrow<Lease>>(lease: &L) -> &LeaseKey {
+    &lease.borrow().key
 }
 
 #[cfg(test)]
@@ -575,7 +581,9 @@ mod tests {
             assert!(by_key.get(&LeaseKey::new("e").unwrap()).is_none());
             assert!(by_key.get(&LeaseKey::new("0").unwrap()).is_none());
         }
-        assert!(ByKey::new(&[]).get(&LeaseKey::new("a").unwrap()).is_none());
+        assert!(ByKey::<Lease>::new(&[])
+            .get(&LeaseKey::new("a").unwrap())
+            .is_none());
     }
 
     #[test]

@@ -14,7 +14,9 @@
 //!
 //! [`SHARD_END`]: crate::lease::SHARD_END
 
+use std::borrow::Borrow;
 use std::collections::{BTreeMap, HashMap, HashSet};
+use std::sync::Arc;
 use std::time::Duration;
 
 use tokio::time::Instant;
@@ -53,27 +55,42 @@ pub fn status<'a>(lease: &Lease, find: impl Fn(&LeaseKey) -> Option<&'a Lease>) 
 }
 
 /// The status of every lease of a table listing, in the same order.
-pub fn statuses(leases: &[Lease]) -> Vec<LeaseStatus> {
-    if leases.iter().all(|l| l.parents.is_empty()) {
-        return leases.iter().map(|lease| status(lease, |_| None)).collect();
+pub fn statuses<L: Borrow<Lease>>(leases: &[L]) -> Vec<LeaseStatus> {
+    if leases.iter().all(|l| l.borrow().parents.is_empty()) {
+        return leases
+            .iter()
+            .map(|lease| status(lease.borrow(), |_| None))
+            .collect();
     }
     let by_key = ByKey::new(leases);
     leases
         .iter()
-        .map(|lease| status(lease, |k| by_key.get(k)))
+        .map(|lease| status(lease.borrow(), |k| by_key.get(k)))
         .collect()
 }
 
 /// What the discoverer sees of the table.
-#[derive(Debug, Clone, Copy)]
-pub struct TableState<'a> {
+///
+/// `L` is how the leases are held: a [`Snapshot`](crate::lease::Snapshot) shares them
+/// (`Arc<Lease>`), a test may own them.
+#[derive(Debug)]
+pub struct TableState<'a, L = Arc<Lease>> {
     /// Every lease.
-    pub leases: &'a [Lease],
+    pub leases: &'a [L],
     /// Leases whose owner is alive in the observer's judgement (not expired).
     pub owner_alive: &'a HashSet<LeaseKey>,
     /// Items of the listing that could not be decoded.
     pub malformed: usize,
 }
+
+// Copied whatever holds the leases (a derive would ask `L: Copy`).
+impl<L> Clone for TableState<'_, L> {
+    fn clone(&self) -> Self {
+        *self
+    }
+}
+
+impl<L> Copy for TableState<'_, L> {}
 
 /// Why the discoverer deletes a lease.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -189,8 +206,8 @@ impl Discovery {
     /// Remembers the checkpoints of a table listing read at `now`, and forgets those of
     /// leases that have been out of the table (and, for the discoverer, out of the source)
     /// for the grace period.
-    pub fn observe(&mut self, leases: &[Lease], now: Instant) {
-        for lease in leases {
+    pub fn observe<L: Borrow<Lease>>(&mut self, leases: &[L], now: Instant) {
+        for lease in leases.iter().map(Borrow::borrow) {
             match self.known.get_mut(&lease.key) {
                 Some(known) => {
                     known.seen = now;
@@ -257,7 +274,12 @@ impl Discovery {
     }
 
     /// Decides the writes that bring the table in line with `shards`.
-    pub fn plan(&mut self, shards: &[Shard], table: TableState<'_>, now: Instant) -> DiscoveryPlan {
+    pub fn plan<L: Borrow<Lease>>(
+        &mut self,
+        shards: &[Shard],
+        table: TableState<'_, L>,
+        now: Instant,
+    ) -> DiscoveryPlan {
         let graph = Graph::new(shards, table.leases);
         let mut plan = DiscoveryPlan::default();
 
@@ -300,13 +322,13 @@ impl Discovery {
         }
         plan.creates = waves.into_values().collect();
 
-        for lease in table.leases {
+        for lease in table.leases.iter().map(Borrow::borrow) {
             let alive = table.owner_alive.contains(&lease.key) && lease.owner.is_some();
             if lease.is_retiring() && !alive {
                 // Its owner died while retiring it (nobody else may take a retiring lease):
                 // finish the retirement. A shard listed again gets a new lease next round.
                 plan.actions.push(DiscoveryAction::Delete {
-                    lease: lease.clone(),
+                    lease: Lease::clone(lease),
                     reason: DeleteReason::Vanished,
                 });
                 continue;
@@ -324,12 +346,12 @@ impl Discovery {
                 }
                 if !alive {
                     plan.actions.push(DiscoveryAction::Delete {
-                        lease: lease.clone(),
+                        lease: Lease::clone(lease),
                         reason: DeleteReason::Vanished,
                     });
                 } else if lease.handoff_to.is_none() {
                     plan.actions.push(DiscoveryAction::Retire {
-                        lease: lease.clone(),
+                        lease: Lease::clone(lease),
                     });
                 }
                 // Otherwise a handoff or the retirement is in progress: wait for it.
@@ -337,7 +359,7 @@ impl Discovery {
             }
             if lease.is_finished() && !alive && graph.children_started(&lease.key) {
                 plan.actions.push(DiscoveryAction::Delete {
-                    lease: lease.clone(),
+                    lease: Lease::clone(lease),
                     reason: DeleteReason::ParentDone,
                 });
             }
@@ -368,7 +390,7 @@ struct Graph<'a> {
 }
 
 impl<'a> Graph<'a> {
-    fn new(shards: &'a [Shard], leases: &'a [Lease]) -> Self {
+    fn new<L: Borrow<Lease>>(shards: &'a [Shard], leases: &'a [L]) -> Self {
         let mut by_key = BTreeMap::new();
         for shard in shards {
             if by_key.insert(&shard.key, shard).is_some() {
@@ -382,7 +404,8 @@ impl<'a> Graph<'a> {
             .chain(
                 leases
                     .iter()
-                    .flat_map(|l| l.parents.iter().map(move |p| (p, &l.key))),
+                    .map(Borrow::borrow)
+                    .flat_map(|l: &Lease| l.parents.iter().map(move |p| (p, &l.key))),
             );
         for (parent, child) in links {
             if parent == child {
@@ -395,7 +418,10 @@ impl<'a> Graph<'a> {
         }
         Self {
             shards: by_key,
-            leases: leases.iter().map(|l| (&l.key, l)).collect(),
+            leases: leases
+                .iter()
+                .map(|l| (&l.borrow().key, l.borrow()))
+                .collect(),
             children,
         }
     }
@@ -507,7 +533,7 @@ mod tests {
         lease
     }
 
-    fn table<'a>(leases: &'a [Lease], alive: &'a HashSet<LeaseKey>) -> TableState<'a> {
+    fn table<'a>(leases: &'a [Lease], alive: &'a HashSet<LeaseKey>) -> TableState<'a, Lease> {
         TableState {
             leases,
             owner_alive: alive,
@@ -784,7 +810,7 @@ mod tests {
         let none = HashSet::new();
         let plan = discovery.plan(&shards, table(&[], &none), at(2000));
         assert_eq!(plan.creates[0][0].checkpoint.as_deref(), Some("7"));
-        discovery.observe(&[], at(2030));
+        discovery.observe::<Lease>(&[], at(2030));
         let plan = discovery.plan(&shards, table(&[], &none), at(2030));
         assert_eq!(plan.creates[0][0].checkpoint.as_deref(), Some("7"));
     }
@@ -883,7 +909,7 @@ mod tests {
         let shards = vec![shard("p", &[]), shard("c", &["p"]), shard("x", &[])];
         let none = HashSet::new();
         let state = TableState {
-            leases: &[],
+            leases: &[] as &[Lease],
             owner_alive: &none,
             malformed: 1,
         };

@@ -161,7 +161,11 @@ async fn items_of(client: &Client, table: &str) -> Vec<Item> {
 async fn leases_of(store: &DynamoStore) -> Vec<Lease> {
     let snapshot = store.snapshot(deadline()).await.unwrap();
     assert_eq!(snapshot.malformed, 0);
-    snapshot.leases
+    snapshot
+        .leases
+        .into_iter()
+        .map(std::sync::Arc::unwrap_or_clone)
+        .collect()
 }
 
 /// (key, checkpoint, parents) of the leases the KCL table must become, parents first.

@@ -316,7 +316,11 @@ impl Fleet {
     async fn lease(&self, key: &str) -> Option<Lease> {
         let deadline = Instant::now() + Duration::from_secs(5);
         let snapshot = self.store.snapshot(deadline).await.unwrap();
-        snapshot.leases.into_iter().find(|l| l.key.as_str() == key)
+        snapshot
+            .leases
+            .into_iter()
+            .find(|l| l.key.as_str() == key)
+            .map(std::sync::Arc::unwrap_or_clone)
     }
 }
 

@@ -77,6 +77,7 @@ async fn held_by(store: &InMemoryStore, worker: &str) -> Lease {
         .leases
         .into_iter()
         .find(|l| l.owner.as_ref().is_some_and(|o| o.as_str() == worker))
+        .map(std::sync::Arc::unwrap_or_clone)
         .unwrap_or_else(|| panic!("{worker} holds a lease"))
 }
 

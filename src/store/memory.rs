@@ -21,7 +21,8 @@ pub const DEFAULT_PAGE_SIZE: usize = 1000;
 
 #[derive(Debug, Clone)]
 enum Item {
-    Lease(Lease),
+    // Shared with the listings that hold it: a write copies it only while one does.
+    Lease(Arc<Lease>),
     Member(Member),
 }
 
@@ -215,11 +216,12 @@ impl InMemoryStore {
         let mut table = self.lock();
         let outcome = table.change(key.as_str(), |item| match item {
             Item::Lease(lease) if lease.nonce == nonce && condition(lease) => {
-                change(lease);
-                Outcome::Done(lease.clone())
+                // Copied first if a listing still holds the item as it was.
+                change(Arc::make_mut(lease));
+                Outcome::Done(Lease::clone(lease))
             }
             Item::Lease(lease) => Outcome::LostRace {
-                current: Some(lease.clone()),
+                current: Some(Lease::clone(lease)),
             },
             Item::Member(_) => Outcome::LostRace { current: None },
         });
@@ -274,13 +276,13 @@ impl LeaseStore for InMemoryStore {
         let key = lease.key.as_str().to_owned();
         Ok(match table.get(&key) {
             Some(Item::Lease(current)) => Outcome::LostRace {
-                current: Some(current.clone()),
+                current: Some(Lease::clone(current)),
             },
             Some(Item::Member(_)) => Outcome::LostRace { current: None },
             None => {
                 let mut lease = lease.into_lease();
                 lease.nonce = super::new_nonce();
-                table.insert(key, Item::Lease(lease.clone()));
+                table.insert(key, Item::Lease(Arc::new(lease.clone())));
                 Outcome::Done(lease)
             }
         })
@@ -288,7 +290,7 @@ impl LeaseStore for InMemoryStore {
 
     async fn get(&self, key: &LeaseKey, _deadline: Instant) -> StoreResult<Option<Lease>> {
         Ok(match self.lock().get(key.as_str()) {
-            Some(Item::Lease(lease)) => Some(lease.clone()),
+            Some(Item::Lease(lease)) => Some(Lease::clone(lease)),
             _ => None,
         })
     }
@@ -440,12 +442,12 @@ impl LeaseStore for InMemoryStore {
                     && l.tenure == observed_tenure =>
             {
                 match table.remove(key.as_str()) {
-                    Some(Item::Lease(lease)) => Outcome::Done(lease),
+                    Some(Item::Lease(lease)) => Outcome::Done(Arc::unwrap_or_clone(lease)),
                     _ => Outcome::LostRace { current: None },
                 }
             }
             Some(Item::Lease(l)) => Outcome::LostRace {
-                current: Some(l.clone()),
+                current: Some(Lease::clone(l)),
             },
             _ => Outcome::LostRace { current: None },
         })
@@ -667,7 +669,7 @@ mod tests {
     /// The sizes of every item, measured from a listing.
     async fn measured(store: &InMemoryStore) -> usize {
         let snapshot = store.snapshot(far()).await.unwrap();
-        snapshot.leases.iter().map(lease_size).sum::<usize>()
+        snapshot.leases.iter().map(|l| lease_size(l)).sum::<usize>()
             + snapshot.members.iter().map(member_size).sum::<usize>()
     }
 
@@ -816,7 +818,7 @@ mod tests {
         let (mut from, mut total, mut pages) = (None, 0, 0);
         loop {
             let (page, bytes) = store.list_page_measured(from.as_ref());
-            let expected = page.leases.iter().map(lease_size).sum::<usize>()
+            let expected = page.leases.iter().map(|l| lease_size(l)).sum::<usize>()
                 + page.members.iter().map(member_size).sum::<usize>();
             assert_eq!(bytes, expected);
             total += bytes;

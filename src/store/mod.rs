@@ -148,6 +148,8 @@ pub mod redis;
 pub use error::{BoxError, Misconfiguration, StoreError, StoreResult};
 pub use retry::{Jitter, RetryPolicy};
 
+use std::sync::Arc;
+
 use async_trait::async_trait;
 use tokio::time::Instant;
 
@@ -240,8 +242,8 @@ impl PageToken {
 /// One page of a listing.
 #[derive(Debug, Clone, Default, PartialEq)]
 pub struct Page {
-    /// Leases on this page.
-    pub leases: Vec<Lease>,
+    /// Leases on this page (see [`Snapshot::leases`]).
+    pub leases: Vec<Arc<Lease>>,
     /// Membership records on this page.
     pub members: Vec<Member>,
     /// Items on this page that could not be decoded (logged and skipped).

@@ -148,6 +148,8 @@ impl Identity {
 
 #[cfg(test)]
 mod tests {
+    use std::sync::Arc;
+
     use super::*;
     use crate::lease::NewLease;
 
@@ -273,7 +275,7 @@ mod tests {
         ours.counter += 1;
         ours.owner = Some(me());
         ours.owner_incarnation = Some(MINE);
-        let view = [moved, ours.clone()];
+        let view = [Arc::new(moved), Arc::new(ours.clone())];
         let view = ByKey::new(&view);
         id.settle(&view, t0 + second, horizon);
         assert_eq!(id.unanswered_since(&taken_away.key, taken_away.nonce), None);

@@ -258,7 +258,7 @@ impl Finish {
 /// The taker's reading of the table at the end of one round.
 #[derive(Debug, Default)]
 pub(crate) struct TableView {
-    pub leases: Vec<Lease>,
+    pub leases: Vec<Arc<Lease>>,
     /// Leases whose owner this worker judges alive; empty unless `discoverer` or `standby`
     /// (nobody else lists the source).
     pub owner_alive: HashSet<LeaseKey>,

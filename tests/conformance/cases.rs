@@ -1057,7 +1057,7 @@ pub async fn listing_pages_through_many_small_pages<T: Target>(target: &T, test:
         let page = store.list_page(from, deadline()).await.unwrap();
         pages += 1;
         assert!(page.leases.len() <= 7, "a page holds at most its limit");
-        seen.extend(page.leases.into_iter().map(|l| l.key));
+        seen.extend(page.leases.into_iter().map(|l| l.key.clone()));
         match page.next {
             Some(next) => from = Some(next),
             None => break,

@@ -281,7 +281,7 @@ async fn scan(store: &dyn LeaseStore) -> StoreResult<Vec<Lease>> {
     let mut from = None;
     loop {
         let page = store.list_page_eventually(from, deadline).await?;
-        leases.extend(page.leases);
+        leases.extend(page.leases.into_iter().map(Arc::unwrap_or_clone));
         match page.next {
             Some(next) => from = Some(next),
             None => return Ok(leases),

@@ -867,7 +867,7 @@ pub enum Aimed {
 /// One item of the table, as a replica holds it.
 #[derive(Debug, Clone, PartialEq)]
 enum Version {
-    Lease(Lease),
+    Lease(Arc<Lease>),
     Member(Member),
 }
 
@@ -893,7 +893,9 @@ impl Target<'_> {
 
     fn read(&self, table: &InMemoryStore) -> Option<Version> {
         match self {
-            Target::Lease(key) => flat(now_or_never(table.get(key, far()))).map(Version::Lease),
+            Target::Lease(key) => {
+                flat(now_or_never(table.get(key, far()))).map(|l| Version::Lease(Arc::new(l)))
+            }
             Target::Member(worker) => {
                 flat(now_or_never(table.get_member(worker, true, far()))).map(Version::Member)
             }
@@ -1147,7 +1149,11 @@ impl ChaosNet {
                 Version::Member(member) => page.members.push(member),
             }
         }
-        let size = page.leases.iter().map(lease_item_size).sum::<usize>()
+        let size = page
+            .leases
+            .iter()
+            .map(|l| lease_item_size(l))
+            .sum::<usize>()
             + page.members.iter().map(member_item_size).sum::<usize>();
         (page, size)
     }
@@ -1617,7 +1623,7 @@ mod tests {
             counter,
             ..NewLease::new(key).into_lease()
         };
-        Some(Version::Lease(lease))
+        Some(Version::Lease(Arc::new(lease)))
     }
 
     #[tokio::test(start_paused = true)]

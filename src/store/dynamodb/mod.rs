@@ -968,7 +968,7 @@ impl DynamoStore {
         let mut page = Page::default();
         for item in out.items() {
             match schema::decode(item) {
-                Ok(Decoded::Lease(lease, _)) => page.leases.push(lease),
+                Ok(Decoded::Lease(lease, _)) => page.leases.push(Arc::new(lease)),
                 Ok(Decoded::Member(member, _)) => page.members.push(member),
                 Err(err) => {
                     page.malformed += 1;

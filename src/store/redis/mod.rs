@@ -327,7 +327,7 @@ impl RedisStore {
         for (key, flat) in items {
             match self.listed(&key, flat) {
                 Listed::Item(item) => match *item {
-                    Decoded::Lease(lease, _) => page.leases.push(lease),
+                    Decoded::Lease(lease, _) => page.leases.push(Arc::new(lease)),
                     Decoded::Member(member, _) => page.members.push(member),
                 },
                 Listed::Gone => {}

@@ -113,8 +113,8 @@ pub(crate) fn decide_actions<H>(
     let mut room = (judge.config.max_leases_per_worker as usize).saturating_sub(held.len());
     let mut decided = Decided::default();
     for (lease, status) in snapshot.leases.iter().zip(statuses) {
-        let held_here = held.contains_key(&lease.key);
         if let Some(pending) = pending.get(&lease.key) {
+            let held_here = held.contains_key(&lease.key);
             decide_pending(judge, lease, held_here, pending, &mut decided);
             continue;
         }
@@ -122,18 +122,25 @@ pub(crate) fn decide_actions<H>(
         // else.
         let on_its_way = lease.handoff_to.as_ref().is_some_and(|to| to != judge.me);
         let ready = *status == LeaseStatus::Ready;
-        if held_here || on_its_way || !ready || room == 0 {
+        if on_its_way || !ready || room == 0 {
             continue;
         }
-        let action = match judge.identity.ownership(lease) {
-            Ownership::Ours => Action::Resume(lease.clone()),
+        let ownership = judge.identity.ownership(lease);
+        // Held here only if this id's: the others' leases (nearly all) are not looked up.
+        if ownership == Ownership::Other || held.contains_key(&lease.key) {
+            continue;
+        }
+        let action = match ownership {
+            Ownership::Ours => Action::Resume(Lease::clone(lease)),
             // Given to this id: one session per id, so it is this one's.
-            Ownership::Foreign if lease.owner_incarnation.is_none() => Action::Given(lease.clone()),
+            Ownership::Foreign if lease.owner_incarnation.is_none() => {
+                Action::Given(Lease::clone(lease))
+            }
             // Another process with this id works on it: never taken before its session is
             // surely over. That session may be the one that replaced this process's own, and
             // a take from it would leave the table naming a session that, once fenced, nobody
             // waits on, while the other process still works on the lease.
-            Ownership::Foreign if judge.expired(&lease.key) => Action::Foreign(lease.clone()),
+            Ownership::Foreign if judge.expired(&lease.key) => Action::Foreign(Lease::clone(lease)),
             Ownership::Foreign | Ownership::Other => continue,
         };
         room -= 1;
@@ -316,6 +323,10 @@ pub(crate) fn fleet_view(
     let loads = Loads::read(&members, &reported, figures, now);
     // Sized for every lease at once: grown by doubling, the vector of 100,000 views was
     // copied again and again.
+    // Asked of every lease: nobody's record names a halted lease most of the time.
+    let any_halted = members.iter().any(|m| !m.halted.is_empty());
+    // Sized for every lease at once: grown by doubling, the vector of 100,000 views was
+    // copied again and again.
     let mut leases = Vec::with_capacity(snapshot.leases.len());
     leases.extend(
         snapshot
@@ -324,32 +335,36 @@ pub(crate) fn fleet_view(
             .zip(statuses)
             .zip(expiry)
             .filter(|((_, status), _)| **status == LeaseStatus::Ready)
-            // A lease whose session may still live but is not counted live (not yet fenced, or
-            // without a record for less than a lease duration) is nobody's to plan with until it
-            // is.
-            .filter(|((lease, _), at)| {
-                !alive(lease, **at, now)
-                    || lease.owner.as_ref().is_some_and(|o| live.contains_key(o))
-            })
             .filter_map(|((lease, _), at)| {
-                let holder = match &lease.owner {
-                    Some(owner) if alive(lease, *at, now) && live.contains_key(owner) => {
-                        match &lease.handoff_to {
-                            Some(to) if live.contains_key(to) => Holder::Moving {
-                                from: owner.clone(),
-                                to: to.clone(),
-                            },
-                            _ => Holder::Held(owner.clone()),
-                        }
-                    }
-                    _ => Holder::Available,
+                // Each lease's owner is looked up once: a round asks it of every lease.
+                let alive = alive(lease, *at, now);
+                let live_owner = lease
+                    .owner
+                    .as_ref()
+                    .filter(|owner| alive && live.contains_key(*owner));
+                // A lease whose session may still live but is not counted live (not yet
+                // fenced, or without a record for less than a lease duration) is nobody's to
+                // plan with until it is.
+                if alive && live_owner.is_none() {
+                    return None;
+                }
+                let holder = match live_owner {
+                    Some(owner) => match &lease.handoff_to {
+                        Some(to) if live.contains_key(to) => Holder::Moving {
+                            from: owner.clone(),
+                            to: to.clone(),
+                        },
+                        _ => Holder::Held(owner.clone()),
+                    },
+                    None => Holder::Available,
                 };
                 // Halted by its holder's application: it stays where it is, out of the balance
                 // (it would fail wherever it went), until its holder lets it go or dies.
                 if let Holder::Held(owner) = &holder {
-                    if reported
-                        .get(owner)
-                        .is_some_and(|m| m.halted.contains(&lease.key))
+                    if any_halted
+                        && reported
+                            .get(owner)
+                            .is_some_and(|m| m.halted.contains(&lease.key))
                     {
                         return None;
                     }
@@ -415,9 +430,11 @@ impl<'a> Loads<'a> {
     /// holder published the figure itself (a renewal's figure is its holder's too), or nobody
     /// published one although its holder has had the time to.
     fn figure(&self, lease: &Lease) -> (Option<f64>, bool) {
+        // No record publishes a figure when `anyone` has none: no holder's record is looked up.
         let own = lease
             .owner
             .as_ref()
+            .filter(|_| !self.anyone.is_empty())
             .and_then(|o| self.reported.get(o))
             .and_then(|m| m.lease_loads.get(&lease.key))
             .copied();
@@ -663,6 +680,7 @@ mod tests {
     //! The decisions on plain data, without a runtime or a store.
 
     use std::collections::BTreeSet;
+    use std::sync::Arc;
 
     use super::*;
     use crate::lease::NewLease;
@@ -706,7 +724,7 @@ mod tests {
 
     fn snapshot(leases: Vec<Lease>, members: Vec<Member>) -> Snapshot {
         Snapshot {
-            leases,
+            leases: leases.into_iter().map(Arc::new).collect(),
             members,
             malformed: 0,
         }
@@ -846,6 +864,7 @@ mod tests {
     fn a_take_of_a_live_owners_lease_is_asked_as_a_handoff() {
         let round = Round::new();
         let theirs = lease("k", Some(("b", Some(THEIRS))));
+        let theirs = Arc::new(theirs);
         let by_key = ByKey::new(std::slice::from_ref(&theirs));
         let moves = vec![Move::Take(key("k"))];
         let jobs = move_jobs(&round.judge(), moves, &by_key, &HashSet::new());
@@ -857,6 +876,7 @@ mod tests {
         let mut round = Round::new();
         round.expiry.insert(key("k"), round.now);
         let theirs = lease("k", Some(("b", Some(THEIRS))));
+        let theirs = Arc::new(theirs);
         let by_key = ByKey::new(std::slice::from_ref(&theirs));
         let moves = vec![Move::Take(key("k"))];
         let jobs = move_jobs(&round.judge(), moves, &by_key, &HashSet::new());
@@ -868,6 +888,7 @@ mod tests {
     fn a_handoff_of_a_lease_given_and_not_yet_taken_is_not_asked() {
         let round = Round::new();
         let given = lease("k", Some(("b", None)));
+        let given = Arc::new(given);
         let by_key = ByKey::new(std::slice::from_ref(&given));
         let moves = vec![Move::RequestHandoff {
             key: key("k"),

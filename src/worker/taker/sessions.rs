@@ -141,7 +141,6 @@ impl Taker {
                 let Some(owner) = &lease.owner else {
                     return now;
                 };
-                let session = (owner.clone(), lease.owner_incarnation);
                 if let Some(incarnation) = lease.owner_incarnation {
                     if fenced.contains(owner, incarnation) {
                         still_fenced.insert((owner.clone(), incarnation));
@@ -181,6 +180,7 @@ impl Taker {
                 if has_record {
                     return capped(far);
                 }
+                let session = (owner.clone(), lease.owner_incarnation);
                 named.insert(session.clone());
                 capped(self.ended.observe(&session, NO_RECORD, now))
             })

@@ -41,6 +41,7 @@ pub(super) mod format;
 
 use std::collections::{BTreeSet, HashMap};
 use std::fmt;
+use std::sync::Arc;
 use std::time::Duration;
 
 use aws_sdk_dynamodb::Client;
@@ -399,7 +400,11 @@ async fn destination(to: &DynamoStore) -> StoreResult<HashMap<LeaseKey, Lease>> 
     let mut from = None;
     loop {
         let page = to.list_page(from, Instant::now() + CALL_TIMEOUT).await?;
-        leases.extend(page.leases.into_iter().map(|l| (l.key.clone(), l)));
+        leases.extend(
+            page.leases
+                .into_iter()
+                .map(|l| (l.key.clone(), Arc::unwrap_or_clone(l))),
+        );
         match page.next {
             Some(next) => from = Some(next),
             None => return Ok(leases),
