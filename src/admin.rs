@@ -618,6 +618,7 @@ fn receiver(snapshot: &crate::lease::Snapshot) -> Option<&Member> {
     snapshot
         .members
         .iter()
+        .map(|m| &**m)
         .filter(|m| m.session && m.capacity != Some(0))
         .min_by_key(|m| {
             let held = snapshot

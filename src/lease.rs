@@ -490,8 +490,8 @@ pub struct Snapshot {
     /// Every lease, in key order. Shared, not copied: a store that keeps its items in memory
     /// lists them without copying one, and a round hands its reading on without copying it.
     pub leases: Vec<Arc<Lease>>,
-    /// Every membership record, in worker id order.
-    pub members: Vec<Member>,
+    /// Every membership record, in worker id order (shared, as the leases are).
+    pub members: Vec<Arc<Member>>,
     /// Items that could not be decoded and were skipped.
     pub malformed: usize,
 }

@@ -172,7 +172,7 @@ pub enum Response {
     /// [`get_member`](LeaseStore::get_member).
     FoundMember(Option<Member>),
     /// [`list_members`](LeaseStore::list_members).
-    Members(Vec<Member>),
+    Members(Vec<Arc<Member>>),
     /// A whole listing.
     Snapshot(Snapshot),
 }
@@ -735,7 +735,7 @@ impl<L: StoreLayer> LeaseStore for L {
         answer!(self, Request::ListPage { from, eventually }, deadline, Page)
     }
 
-    async fn list_members(&self, deadline: Instant) -> StoreResult<Vec<Member>> {
+    async fn list_members(&self, deadline: Instant) -> StoreResult<Vec<Arc<Member>>> {
         answer!(self, Request::ListMembers, deadline, Members)
     }
 

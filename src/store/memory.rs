@@ -23,7 +23,7 @@ pub const DEFAULT_PAGE_SIZE: usize = 1000;
 enum Item {
     // Shared with the listings that hold it: a write copies it only while one does.
     Lease(Arc<Lease>),
-    Member(Member),
+    Member(Arc<Member>),
 }
 
 /// How to measure the items a table holds, for one that keeps their total size (see
@@ -240,11 +240,11 @@ impl InMemoryStore {
         let mut table = self.lock();
         let outcome = table.change(&member_key(worker), |item| match item {
             Item::Member(member) if member.incarnation == Some(incarnation) => {
-                change(member);
-                Outcome::Done(member.clone())
+                change(Arc::make_mut(member));
+                Outcome::Done(Member::clone(member))
             }
             Item::Member(member) => Outcome::LostRace {
-                current: Some(member.clone()),
+                current: Some(Member::clone(member)),
             },
             Item::Lease(_) => Outcome::LostRace { current: None },
         });
@@ -295,7 +295,7 @@ impl LeaseStore for InMemoryStore {
         })
     }
 
-    async fn list_members(&self, _deadline: Instant) -> StoreResult<Vec<Member>> {
+    async fn list_members(&self, _deadline: Instant) -> StoreResult<Vec<Arc<Member>>> {
         use std::ops::Bound::{Included, Unbounded};
         let prefix = member_key_prefix();
         let table = self.lock();
@@ -467,7 +467,7 @@ impl LeaseStore for InMemoryStore {
         if table.get(&key).is_none() {
             table.insert(
                 key.clone(),
-                Item::Member(Member {
+                Item::Member(Arc::new(Member {
                     worker: worker.clone(),
                     heartbeat: 0,
                     incarnation: None,
@@ -478,11 +478,12 @@ impl LeaseStore for InMemoryStore {
                     capacity: None,
                     notices: Default::default(),
                     session: false,
-                }),
+                })),
             );
         }
         let outcome = table.change(&key, |item| match item {
             Item::Member(member) => {
+                let member = Arc::make_mut(member);
                 member.heartbeat += 1;
                 member.session = false;
                 member.incarnation = Some(incarnation);
@@ -506,12 +507,12 @@ impl LeaseStore for InMemoryStore {
         Ok(match table.get(&key) {
             Some(Item::Member(m)) if observed_heartbeat.is_none_or(|hb| hb == m.heartbeat) => {
                 match table.remove(&key) {
-                    Some(Item::Member(member)) => Outcome::Done(member),
+                    Some(Item::Member(member)) => Outcome::Done(Arc::unwrap_or_clone(member)),
                     _ => Outcome::LostRace { current: None },
                 }
             }
             Some(Item::Member(m)) => Outcome::LostRace {
-                current: Some(m.clone()),
+                current: Some(Member::clone(m)),
             },
             _ => Outcome::LostRace { current: None },
         })
@@ -540,7 +541,7 @@ impl LeaseStore for InMemoryStore {
         _deadline: Instant,
     ) -> StoreResult<Option<Member>> {
         Ok(match self.lock().get(&member_key(worker)) {
-            Some(Item::Member(member)) => Some(member.clone()),
+            Some(Item::Member(member)) => Some(Member::clone(member)),
             _ => None,
         })
     }
@@ -567,7 +568,7 @@ impl LeaseStore for InMemoryStore {
             }
             (Some(Item::Member(current)), _) => {
                 return Ok(Outcome::LostRace {
-                    current: Some(current.clone()),
+                    current: Some(Member::clone(current)),
                 })
             }
             (Some(Item::Lease(_)), _) => return Ok(Outcome::LostRace { current: None }),
@@ -584,7 +585,7 @@ impl LeaseStore for InMemoryStore {
             notices: Default::default(),
             session: true,
         };
-        table.insert(key, Item::Member(member.clone()));
+        table.insert(key, Item::Member(Arc::new(member.clone())));
         Ok(Outcome::Done(member))
     }
 
@@ -622,12 +623,12 @@ impl LeaseStore for InMemoryStore {
                 if m.incarnation == Some(incarnation) && m.heartbeat == observed_heartbeat =>
             {
                 match table.remove(&key) {
-                    Some(Item::Member(member)) => Outcome::Done(member),
+                    Some(Item::Member(member)) => Outcome::Done(Arc::unwrap_or_clone(member)),
                     _ => Outcome::LostRace { current: None },
                 }
             }
             Some(Item::Member(m)) => Outcome::LostRace {
-                current: Some(m.clone()),
+                current: Some(Member::clone(m)),
             },
             _ => Outcome::LostRace { current: None },
         })
@@ -670,7 +671,11 @@ mod tests {
     async fn measured(store: &InMemoryStore) -> usize {
         let snapshot = store.snapshot(far()).await.unwrap();
         snapshot.leases.iter().map(|l| lease_size(l)).sum::<usize>()
-            + snapshot.members.iter().map(member_size).sum::<usize>()
+            + snapshot
+                .members
+                .iter()
+                .map(|m| member_size(m))
+                .sum::<usize>()
     }
 
     fn done<T>(outcome: Outcome<T>) -> T {
@@ -819,7 +824,7 @@ mod tests {
         loop {
             let (page, bytes) = store.list_page_measured(from.as_ref());
             let expected = page.leases.iter().map(|l| lease_size(l)).sum::<usize>()
-                + page.members.iter().map(member_size).sum::<usize>();
+                + page.members.iter().map(|m| member_size(m)).sum::<usize>();
             assert_eq!(bytes, expected);
             total += bytes;
             pages += 1;

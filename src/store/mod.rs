@@ -244,8 +244,8 @@ impl PageToken {
 pub struct Page {
     /// Leases on this page (see [`Snapshot::leases`]).
     pub leases: Vec<Arc<Lease>>,
-    /// Membership records on this page.
-    pub members: Vec<Member>,
+    /// Membership records on this page (shared, as the leases are).
+    pub members: Vec<Arc<Member>>,
     /// Items on this page that could not be decoded (logged and skipped).
     pub malformed: usize,
     /// Where the next page starts; `None` on the last page.
@@ -471,7 +471,7 @@ pub trait LeaseStore: Send + Sync + 'static {
     /// them apart can list them without reading (or copying) every lease. By default, a
     /// [`snapshot`](Self::snapshot)'s members (on DynamoDB the read costs the same either
     /// way: a scan is billed by what it reads, filtered or not).
-    async fn list_members(&self, deadline: Instant) -> StoreResult<Vec<Member>> {
+    async fn list_members(&self, deadline: Instant) -> StoreResult<Vec<Arc<Member>>> {
         Ok(self.snapshot(deadline).await?.members)
     }
 

@@ -15,6 +15,7 @@
 //! cannot both miss each other: whichever writes its record second sees the first one's in
 //! its second look; the earlier build makes the same check the other way round).
 
+use std::sync::Arc;
 use std::time::Duration;
 
 use tokio::time::Instant;
@@ -43,7 +44,7 @@ impl From<StoreError> for Refusal {
 pub(crate) async fn others(
     store: &dyn LeaseStore,
     deadline: Instant,
-) -> Result<Vec<Member>, StoreError> {
+) -> Result<Vec<Arc<Member>>, StoreError> {
     let members = store.list_members(deadline).await?;
     Ok(members
         .into_iter()
@@ -84,7 +85,7 @@ pub(crate) async fn before_start(
             && now.incarnation == seen.incarnation
             && now.session == seen.session;
         if !unchanged {
-            live.push(seen.worker);
+            live.push(seen.worker.clone());
             continue;
         }
         // Conditioned on the heartbeat seen: a record that moves meanwhile stays.
@@ -96,7 +97,7 @@ pub(crate) async fn before_start(
                 tracing::warn!(worker = %seen.worker, "cleared the membership record of a stopped worker of an earlier build");
             }
             Outcome::LostRace { current: None } => {}
-            Outcome::LostRace { current: Some(_) } => live.push(seen.worker),
+            Outcome::LostRace { current: Some(_) } => live.push(seen.worker.clone()),
         }
     }
     if live.is_empty() {
@@ -113,6 +114,8 @@ pub(crate) async fn after_start(store: &dyn LeaseStore, deadline: Instant) -> Re
     if found.is_empty() {
         Ok(())
     } else {
-        Err(Refusal::Live(found.into_iter().map(|m| m.worker).collect()))
+        Err(Refusal::Live(
+            found.into_iter().map(|m| m.worker.clone()).collect(),
+        ))
     }
 }

@@ -1,6 +1,7 @@
 //! The cases of the conformance suite, generic over the backend.
 
 use std::collections::{BTreeMap, BTreeSet};
+use std::sync::Arc;
 use std::time::Duration;
 
 use shardlease::lease::{CheckpointWrite, Incarnation};
@@ -479,7 +480,7 @@ pub async fn the_owner_incarnation_follows_every_change_of_owner<T: Target>(
     );
     assert_eq!((member.heartbeat, member.incarnation), (2, Some(second)));
     let snapshot = store.snapshot(deadline()).await.unwrap();
-    assert_eq!(snapshot.members, vec![member]);
+    assert_eq!(snapshot.members, vec![Arc::new(member)]);
 }
 
 pub async fn release_leaves_the_lease_unowned<T: Target>(target: &T, test: &str) {
@@ -990,7 +991,7 @@ pub async fn heartbeat_creates_and_refreshes_membership<T: Target>(target: &T, t
         (2, Some(0.5), None)
     );
     let snapshot = store.snapshot(deadline()).await.unwrap();
-    assert_eq!(snapshot.members, vec![second]);
+    assert_eq!(snapshot.members, vec![Arc::new(second)]);
     assert!(snapshot.leases.is_empty());
 }
 
@@ -1110,7 +1111,7 @@ pub async fn listing_separates_leases_from_members<T: Target>(target: &T, test: 
         .await
         .unwrap()
         .into_iter()
-        .map(|m| m.worker)
+        .map(|m| m.worker.clone())
         .collect();
     ids.sort();
     assert_eq!(ids, [a, b], "every member");
@@ -1515,7 +1516,7 @@ pub async fn beats_return_notices_until_they_are_seen<T: Target>(target: &T, tes
     assert!(beaten.notices.is_empty());
     assert_eq!(beaten.heartbeat, 4);
     let snapshot = store.snapshot(deadline()).await.unwrap();
-    assert_eq!(snapshot.members, vec![beaten]);
+    assert_eq!(snapshot.members, vec![Arc::new(beaten)]);
 }
 
 pub async fn end_session_is_conditional_on_incarnation_and_heartbeat<T: Target>(
@@ -1691,7 +1692,7 @@ pub async fn a_load_report_round_trips_through_heartbeat_and_beat<T: Target>(
     assert_eq!(beat.capacity, Some(2));
     assert_eq!(read_member(&store, &b).await, beat);
     let snapshot = store.snapshot(deadline()).await.unwrap();
-    let listed: Vec<_> = snapshot.members.iter().map(figures).collect();
+    let listed: Vec<_> = snapshot.members.iter().map(|m| figures(m)).collect();
     assert_eq!(listed, [reported(&first), reported(&second)]);
 }
 

@@ -746,7 +746,7 @@ impl SimStore {
     /// DynamoDB lists one kind of item only by a scan with a filter, which reads (and bills)
     /// every page of the table: so does this, page by page, with the members taken from the
     /// table at the last page.
-    async fn list_members(&self, deadline: Instant) -> StoreResult<Vec<Member>> {
+    async fn list_members(&self, deadline: Instant) -> StoreResult<Vec<Arc<Member>>> {
         self.link.scans.fetch_add(1, Ordering::Relaxed);
         let (items, bytes) = self.net.table.extent();
         let pages = items.div_ceil(SCAN_PAGE_ITEMS).max(1);
@@ -868,7 +868,7 @@ pub enum Aimed {
 #[derive(Debug, Clone, PartialEq)]
 enum Version {
     Lease(Arc<Lease>),
-    Member(Member),
+    Member(Arc<Member>),
 }
 
 /// The item a write changes.
@@ -896,9 +896,8 @@ impl Target<'_> {
             Target::Lease(key) => {
                 flat(now_or_never(table.get(key, far()))).map(|l| Version::Lease(Arc::new(l)))
             }
-            Target::Member(worker) => {
-                flat(now_or_never(table.get_member(worker, true, far()))).map(Version::Member)
-            }
+            Target::Member(worker) => flat(now_or_never(table.get_member(worker, true, far())))
+                .map(|m| Version::Member(Arc::new(m))),
         }
     }
 }
@@ -1088,7 +1087,7 @@ impl ChaosNet {
             let replica = self.replica.lock().unwrap();
             if let Some(versions) = replica.versions.get(&member_key(worker)) {
                 return match version_at(versions, Instant::now().checked_sub(lag)) {
-                    Some(Version::Member(member)) => Some(member),
+                    Some(Version::Member(member)) => Some(Arc::unwrap_or_clone(member)),
                     _ => None,
                 };
             }
@@ -1154,7 +1153,11 @@ impl ChaosNet {
             .iter()
             .map(|l| lease_item_size(l))
             .sum::<usize>()
-            + page.members.iter().map(member_item_size).sum::<usize>();
+            + page
+                .members
+                .iter()
+                .map(|m| member_item_size(m))
+                .sum::<usize>();
         (page, size)
     }
 }
@@ -1287,7 +1290,7 @@ impl Recognised for Outcome<Member> {
 
 impl Recognised for Option<Lease> {}
 impl Recognised for Option<Member> {}
-impl Recognised for Vec<Member> {}
+impl Recognised for Vec<Arc<Member>> {}
 impl Recognised for Page {}
 impl Recognised for () {}
 

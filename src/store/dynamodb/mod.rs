@@ -969,7 +969,7 @@ impl DynamoStore {
         for item in out.items() {
             match schema::decode(item) {
                 Ok(Decoded::Lease(lease, _)) => page.leases.push(Arc::new(lease)),
-                Ok(Decoded::Member(member, _)) => page.members.push(member),
+                Ok(Decoded::Member(member, _)) => page.members.push(Arc::new(member)),
                 Err(err) => {
                     page.malformed += 1;
                     self.malformed_seen.fetch_add(1, Ordering::Relaxed);

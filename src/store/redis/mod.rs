@@ -328,7 +328,7 @@ impl RedisStore {
             match self.listed(&key, flat) {
                 Listed::Item(item) => match *item {
                     Decoded::Lease(lease, _) => page.leases.push(Arc::new(lease)),
-                    Decoded::Member(member, _) => page.members.push(member),
+                    Decoded::Member(member, _) => page.members.push(Arc::new(member)),
                 },
                 Listed::Gone => {}
                 Listed::Malformed => page.malformed += 1,
@@ -546,7 +546,7 @@ impl LeaseStore for RedisStore {
         self.page(from, deadline).await
     }
 
-    async fn list_members(&self, deadline: Instant) -> StoreResult<Vec<Member>> {
+    async fn list_members(&self, deadline: Instant) -> StoreResult<Vec<Arc<Member>>> {
         let prefix = schema::member_key_prefix();
         // Every member key starts with the prefix: they sort between it and the prefix with
         // its last byte ('#') raised by one ('$').
@@ -565,7 +565,7 @@ impl LeaseStore for RedisStore {
             for (key, flat) in items {
                 if let Listed::Item(item) = self.listed(&key, flat) {
                     if let Decoded::Member(member, _) = *item {
-                        members.push(member);
+                        members.push(Arc::new(member));
                     }
                 }
             }

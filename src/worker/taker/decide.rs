@@ -317,7 +317,7 @@ pub(crate) fn fleet_view(
     figures: &Figures<'_>,
     now: Instant,
 ) -> FleetView {
-    let mut members: Vec<&Member> = snapshot.members.iter().collect();
+    let mut members: Vec<&Member> = snapshot.members.iter().map(|m| &**m).collect();
     members.sort_by(|a, b| a.worker.cmp(&b.worker));
     let reported: FastMap<&WorkerId, &Member> = members.iter().map(|m| (&m.worker, *m)).collect();
     let loads = Loads::read(&members, &reported, figures, now);
@@ -657,7 +657,8 @@ pub(crate) fn receivers(
     incarnations: &HashMap<&WorkerId, Incarnation>,
     me: &WorkerId,
 ) -> Vec<Receiver> {
-    let mut counts: HashMap<&WorkerId, u32> = HashMap::new();
+    // Counted over every lease: the fast hasher, not the standard one.
+    let mut counts: FastMap<&WorkerId, u32> = FastMap::default();
     for lease in &view.leases {
         if let Holder::Held(w) | Holder::Moving { to: w, .. } = &lease.holder {
             *counts.entry(w).or_default() += 1;
@@ -725,7 +726,7 @@ mod tests {
     fn snapshot(leases: Vec<Lease>, members: Vec<Member>) -> Snapshot {
         Snapshot {
             leases: leases.into_iter().map(Arc::new).collect(),
-            members,
+            members: members.into_iter().map(Arc::new).collect(),
             malformed: 0,
         }
     }

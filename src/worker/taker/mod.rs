@@ -476,8 +476,8 @@ fn put_member(snapshot: &mut Snapshot, worker: &WorkerId, read: Option<Member>) 
         .get(at)
         .is_some_and(|m| m.worker == *worker);
     match (read, shown) {
-        (Some(member), true) => snapshot.members[at] = member,
-        (Some(member), false) => snapshot.members.insert(at, member),
+        (Some(member), true) => snapshot.members[at] = Arc::new(member),
+        (Some(member), false) => snapshot.members.insert(at, Arc::new(member)),
         (None, true) => {
             snapshot.members.remove(at);
         }

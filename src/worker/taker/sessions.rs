@@ -158,18 +158,18 @@ impl Taker {
                 // A session of this worker's id that this one's opening replaced is over a
                 // lease duration after that (`OwnSession::predecessors`), even while an eventually
                 // consistent scan still shows its record: its leases wait no longer than that.
+                let mine = *owner == self.shared.id;
                 let over = predecessors
                     .as_ref()
                     .filter(|(_, replaced)| {
-                        *owner == self.shared.id
-                            && lease
-                                .owner_incarnation
-                                .is_some_and(|i| replaced.contains(&i))
+                        mine && lease
+                            .owner_incarnation
+                            .is_some_and(|i| replaced.contains(&i))
                     })
                     .map(|(at, _)| (*at).max(now));
                 // A session of this process's own that ended here: its leases were lost here
                 // at once, and nobody else works on them.
-                let own_earlier = (*owner == self.shared.id)
+                let own_earlier = mine
                     .then_some(lease.owner_incarnation)
                     .flatten()
                     .and_then(|i| self.parts.own.earlier_over(i));
