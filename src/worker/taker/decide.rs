@@ -321,8 +321,6 @@ pub(crate) fn fleet_view(
     members.sort_by(|a, b| a.worker.cmp(&b.worker));
     let reported: FastMap<&WorkerId, &Member> = members.iter().map(|m| (&m.worker, *m)).collect();
     let loads = Loads::read(&members, &reported, figures, now);
-    // Sized for every lease at once: grown by doubling, the vector of 100,000 views was
-    // copied again and again.
     // Asked of every lease: nobody's record names a halted lease most of the time.
     let any_halted = members.iter().any(|m| !m.halted.is_empty());
     // Sized for every lease at once: grown by doubling, the vector of 100,000 views was
@@ -864,8 +862,7 @@ mod tests {
     #[test]
     fn a_take_of_a_live_owners_lease_is_asked_as_a_handoff() {
         let round = Round::new();
-        let theirs = lease("k", Some(("b", Some(THEIRS))));
-        let theirs = Arc::new(theirs);
+        let theirs = Arc::new(lease("k", Some(("b", Some(THEIRS)))));
         let by_key = ByKey::new(std::slice::from_ref(&theirs));
         let moves = vec![Move::Take(key("k"))];
         let jobs = move_jobs(&round.judge(), moves, &by_key, &HashSet::new());
@@ -876,8 +873,7 @@ mod tests {
     fn a_take_of_a_lease_whose_session_is_over_is_a_take() {
         let mut round = Round::new();
         round.expiry.insert(key("k"), round.now);
-        let theirs = lease("k", Some(("b", Some(THEIRS))));
-        let theirs = Arc::new(theirs);
+        let theirs = Arc::new(lease("k", Some(("b", Some(THEIRS)))));
         let by_key = ByKey::new(std::slice::from_ref(&theirs));
         let moves = vec![Move::Take(key("k"))];
         let jobs = move_jobs(&round.judge(), moves, &by_key, &HashSet::new());
@@ -888,8 +884,7 @@ mod tests {
     #[test]
     fn a_handoff_of_a_lease_given_and_not_yet_taken_is_not_asked() {
         let round = Round::new();
-        let given = lease("k", Some(("b", None)));
-        let given = Arc::new(given);
+        let given = Arc::new(lease("k", Some(("b", None))));
         let by_key = ByKey::new(std::slice::from_ref(&given));
         let moves = vec![Move::RequestHandoff {
             key: key("k"),
