@@ -13,10 +13,29 @@ pub(crate) fn member_notice(worker: &WorkerId) -> String {
 
 /// The worker a [`member_notice`] names.
 pub(crate) fn member_of_notice(notice: &str) -> Option<WorkerId> {
+    worker_named(notice, "member#")
+}
+
+/// The worker named by a notice of `kind` (`member#`, `joined#`).
+fn worker_named(notice: &str, kind: &str) -> Option<WorkerId> {
     let worker = notice
         .strip_prefix(crate::lease::RESERVED_PREFIX)?
-        .strip_prefix("member#")?;
+        .strip_prefix(kind)?;
     WorkerId::new(worker).ok()
+}
+
+/// An announcement: `shardlease#joined#<worker id>` tells the receiver that that worker joined
+/// among the next two after it in id order, so that it watches that worker's session. Unlike a
+/// [`member_notice`] it asks for nothing else: a receiver that watches that worker already
+/// (it saw the record first) does nothing. (A version that does not know it reads it as a
+/// membership notice naming nobody: it looks again at the fleet.)
+pub(crate) fn joined_notice(worker: &WorkerId) -> String {
+    format!("{}joined#{worker}", crate::lease::RESERVED_PREFIX)
+}
+
+/// The worker a [`joined_notice`] names.
+pub(crate) fn joined_of_notice(notice: &str) -> Option<WorkerId> {
+    worker_named(notice, "joined#")
 }
 
 /// A revocation: `shardlease#revoke#<lease key>` tells the owner of a lease asked for in a
@@ -59,4 +78,25 @@ pub(crate) const DRAIN_PREFIX: &str = "shardlease#drain#";
 /// receiver acknowledged the first is not removed with it.
 pub(crate) fn with_nonce(text: &str) -> String {
     format!("{text}{NOTICE_SEPARATOR}{:x}", crate::store::new_nonce())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn an_announcement_and_a_membership_notice_name_their_worker_and_are_told_apart() {
+        let worker = WorkerId::new("w-7").unwrap();
+        let joined = joined_notice(&worker);
+        let member = member_notice(&worker);
+        assert_eq!(joined, "shardlease#joined#w-7");
+        assert_eq!(
+            joined_of_notice(notice_text(&with_nonce(&joined))),
+            Some(worker.clone())
+        );
+        assert_eq!(member_of_notice(&member), Some(worker));
+        assert_eq!(member_of_notice(&joined), None);
+        assert_eq!(joined_of_notice(&member), None);
+        assert_eq!(joined_of_notice("shard-1"), None);
+    }
 }

@@ -430,6 +430,7 @@ fn spawn_loops(
         beats: Arc::clone(&beats),
         announced: Arc::clone(&announced),
         unacknowledged: Arc::clone(&unacknowledged),
+        watched: ring.watched.subscribe(),
     };
     loops.spawn(
         session::run(Arc::new(session), heartbeat_cancel.clone()).instrument(span("session")),

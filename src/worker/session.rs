@@ -13,7 +13,7 @@
 use std::collections::HashSet;
 use std::sync::{Arc, Mutex};
 
-use tokio::sync::{Notify, Semaphore};
+use tokio::sync::{watch, Notify, Semaphore};
 use tokio::task::JoinSet;
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
@@ -32,7 +32,7 @@ use super::take::{take, Answer, Report, Unacknowledged};
 use crate::clock::timeout_at;
 use crate::expiry::ExpiryTracker;
 use crate::lease::{Incarnation, Lease, LeaseKey, Member, WorkerId, RESERVED_PREFIX};
-use crate::notice::{member_of_notice, DRAIN_PREFIX};
+use crate::notice::{joined_of_notice, member_of_notice, DRAIN_PREFIX};
 use crate::store::{Outcome, StoreError};
 
 /// The session loop's wake-ups, and the departure an operator asked for: used by the session
@@ -85,6 +85,9 @@ pub(crate) struct SessionLoop {
     pub beats: Arc<Beats>,
     pub announced: Arc<Announced>,
     pub unacknowledged: Arc<Unacknowledged>,
+    /// The sessions the watcher watches, as the taker named them (see
+    /// [`Ring::watched`](super::parts::Ring::watched)).
+    pub watched: watch::Receiver<Vec<WorkerId>>,
 }
 
 impl std::ops::Deref for SessionLoop {
@@ -591,6 +594,17 @@ async fn handle(shared: &Arc<SessionLoop>, notice: &str) -> bool {
         shared
             .beats
             .drain_if_asked(&shared.id, shared.incarnation(), [&notice.to_owned()]);
+        return true;
+    }
+    if let Some(worker) = joined_of_notice(notice) {
+        // A worker joined next to this one. Watched already (its record was there before this
+        // worker's last round: every worker of a deployment starting at once), nothing
+        // changes here: no round. Else a round watches it, reading it if its scan does not
+        // show it yet.
+        if !shared.watched.borrow().contains(&worker) {
+            shared.announced.push(worker);
+            shared.rescan.notify_one();
+        }
         return true;
     }
     if notice.starts_with(RESERVED_PREFIX) {

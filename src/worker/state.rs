@@ -167,7 +167,8 @@ pub(crate) struct Took {
 }
 
 pub(crate) use crate::notice::{
-    drain_notice, member_notice, notice_text, revoke_notice, EXPECT_NOTICE, REVOKE_PREFIX,
+    drain_notice, joined_notice, member_notice, notice_text, revoke_notice, EXPECT_NOTICE,
+    REVOKE_PREFIX,
 };
 
 /// The worker as a holder of leases: the leases held here, the incarnation whose takes hold

@@ -12,7 +12,7 @@ use super::{incarnations, Taker};
 use crate::balance::{FleetView, Move};
 use crate::lease::{Incarnation, Lease, LeaseKey, Snapshot, WorkerId};
 use crate::lifecycle::LeaseStatus;
-use crate::worker::state::{member_notice, EXPECT_NOTICE};
+use crate::worker::state::{joined_notice, member_notice, EXPECT_NOTICE};
 
 impl Taker {
     /// On the worker doing the fleet's chores: a lease whose holder changed
@@ -126,7 +126,7 @@ impl Taker {
     /// around), tells a new predecessor that this worker joined next to it, and keeps the
     /// receivers of released leases.
     pub(super) async fn ring(&mut self, snapshot: &Snapshot, live: &Live, view: &FleetView) {
-        let (watched, predecessor) = decide::neighbours(live, &self.shared.id);
+        let (watched, watchers) = decide::neighbours(live, &self.shared.id);
         let renamed = self.parts.ring.watch_done.swap(false, Ordering::SeqCst);
         self.parts.ring.watched.send_if_modified(|current| {
             if *current == watched {
@@ -139,36 +139,42 @@ impl Taker {
             }
         });
         let incarnations = incarnations(snapshot);
-        self.announce(predecessor, &incarnations).await;
+        self.announce(watchers, &incarnations).await;
         self.tell_chores(live, &incarnations).await;
         let receivers = decide::receivers(live, view, &incarnations, &self.shared.id);
         self.shared.receivers.set(receivers);
     }
 
-    /// Tells a new `predecessor` that this worker joined next to it. Only with the session
-    /// open and valid: an announcement made while it is closed reaches a predecessor that
-    /// finds no record of this worker, watches the next one instead, and would never hear of
-    /// this worker again (the session reopening starts a round).
+    /// Tells each new one of its `watchers` (the workers before it in id order, which watch
+    /// it) that this worker joined next to it: both, or the farther one would watch the
+    /// worker after this one until a round of its own came, which at rest never does (seen
+    /// at 8 workers: one session watched once for the whole hour). Only with the session
+    /// open and valid: an announcement made while it is closed reaches a watcher that finds
+    /// no record of this worker, watches the next one instead, and would never hear of this
+    /// worker again (the session reopening starts a round).
     async fn announce(
         &mut self,
-        predecessor: Option<WorkerId>,
+        watchers: Vec<WorkerId>,
         incarnations: &HashMap<&WorkerId, Incarnation>,
     ) {
-        let open = self.parts.own.valid();
-        let Some(predecessor) = predecessor
-            .filter(|p| self.announced_to.as_ref() != Some(p))
-            .filter(|_| open)
-        else {
+        if !self.parts.own.valid() {
             return;
-        };
-        if let Some(incarnation) = incarnations.get(&predecessor).copied() {
-            let deadline = self.shared.now() + self.shared.config.store_timeout;
-            let notice = [member_notice(&self.shared.id)];
-            self.shared
-                .notify(&predecessor, incarnation, &notice, deadline)
-                .await;
-            self.announced_to = Some(predecessor);
         }
+        let deadline = self.shared.now() + self.shared.config.store_timeout;
+        let notice = [joined_notice(&self.shared.id)];
+        let mut told = Vec::with_capacity(watchers.len());
+        for watcher in watchers {
+            if !self.announced_to.contains(&watcher) {
+                let Some(incarnation) = incarnations.get(&watcher).copied() else {
+                    continue;
+                };
+                self.shared
+                    .notify(&watcher, incarnation, &notice, deadline)
+                    .await;
+            }
+            told.push(watcher);
+        }
+        self.announced_to = told;
     }
 
     /// The smallest live id does the fleet's chores (the slow scan, discovery); with no

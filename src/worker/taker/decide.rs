@@ -624,18 +624,20 @@ pub(crate) fn look_for_waiting(
 /// is still watched when the worker before it dies with it.
 pub(crate) const WATCHED: usize = 2;
 
-/// The [`WATCHED`] workers after `me` in id order among the `live` ones, nearest first, and
-/// the one before it, around (fewer in a smaller fleet; none while `me` is alone).
-pub(crate) fn neighbours(live: &Live, me: &WorkerId) -> (Vec<WorkerId>, Option<WorkerId>) {
+/// The [`WATCHED`] workers after `me` in id order among the `live` ones, and the [`WATCHED`]
+/// before it (those that watch it), nearest first, around (fewer in a smaller fleet; none
+/// while `me` is alone).
+pub(crate) fn neighbours(live: &Live, me: &WorkerId) -> (Vec<WorkerId>, Vec<WorkerId>) {
     let mut ids: Vec<&WorkerId> = live.keys().collect();
     ids.sort();
     let n = ids.len();
     let position = ids.iter().position(|w| *w == me).unwrap_or(0);
-    let successors = (1..n.min(WATCHED + 1))
-        .map(|i| ids[(position + i) % n].clone())
-        .collect();
-    let predecessor = (n > 1).then(|| ids[(position + n - 1) % n].clone());
-    (successors, predecessor)
+    let around = |step: usize| -> Vec<WorkerId> {
+        (1..n.min(WATCHED + 1))
+            .map(|i| ids[(position + step * i) % n].clone())
+            .collect()
+    };
+    (around(1), around(n - 1))
 }
 
 /// The worker that does the fleet's chores: the smallest live id not leaving.
@@ -1034,21 +1036,21 @@ mod tests {
             .collect();
         assert_eq!(
             neighbours(&live, &id("a")),
-            (vec![id("b"), id("c")], Some(id("c")))
+            (vec![id("b"), id("c")], vec![id("c"), id("b")])
         );
         assert_eq!(
             neighbours(&live, &id("c")),
-            (vec![id("a"), id("b")], Some(id("b")))
+            (vec![id("a"), id("b")], vec![id("b"), id("a")])
         );
         let four: Live = ["a", "b", "c", "d"].iter().map(|w| (id(w), None)).collect();
         assert_eq!(
             neighbours(&four, &id("c")),
-            (vec![id("d"), id("a")], Some(id("b")))
+            (vec![id("d"), id("a")], vec![id("b"), id("a")])
         );
         let two: Live = [(id("a"), None), (id("b"), None)].into_iter().collect();
-        assert_eq!(neighbours(&two, &id("b")), (vec![id("a")], Some(id("a"))));
+        assert_eq!(neighbours(&two, &id("b")), (vec![id("a")], vec![id("a")]));
         let alone: Live = [(id("a"), None)].into_iter().collect();
-        assert_eq!(neighbours(&alone, &id("a")), (vec![], None));
+        assert_eq!(neighbours(&alone, &id("a")), (vec![], vec![]));
         // A worker leaving (capacity 0) does no chores.
         let leaving: Live = [(id("a"), Some(0)), (id("b"), None)].into_iter().collect();
         assert_eq!(chores_worker(&leaving), Some(id("b")));

@@ -78,8 +78,8 @@ pub(crate) struct Taker {
     /// When each lease of the last round may be started by others (its owner's
     /// session surely over); a lease whose session lives is absent.
     expiry: FastMap<LeaseKey, Instant>,
-    /// The predecessor this worker last told that it joined next to it.
-    announced_to: Option<WorkerId>,
+    /// The workers watching this one (the two before it) that it last told it joined.
+    announced_to: Vec<WorkerId>,
     /// The live workers of the last round, to see the fleet change.
     last_fleet: Vec<WorkerId>,
     /// Since when the rounds have seen workers join, and when one last saw
@@ -133,7 +133,7 @@ impl Taker {
             ended: ExpiryTracker::new(duration),
             replaced: HashMap::new(),
             expiry: FastMap::default(),
-            announced_to: None,
+            announced_to: Vec::new(),
             last_fleet: Vec::new(),
             joining: None,
             chores: None,
@@ -214,6 +214,18 @@ impl Taker {
         // good part of a round's work).
         let placement = self.policy.assign(&view);
         let mut moves = self.policy.plan_with(&view, &self.shared.id, &placement);
+        // A first round finds the fleet "changed" from nothing, and gathers. One in which the
+        // assignment moves nothing, for this worker or anyone, held nothing back that a look
+        // again would do: the fleet it joined is balanced without it (a process started in a
+        // running fleet; each worker of a deployment resuming its own leases). What it did
+        // brings a round of its own below (`moved`), and so do its successor's announcement and a
+        // give.
+        // The worker doing the chores looks again all the same: the next look at who holds
+        // what (`notice_changes`) then sees the others' first takes while they are starting,
+        // not later, when telling each holder of them costs it a read of every lease at rest.
+        let settled_start = self.last_fleet.is_empty()
+            && placement.moves.values().all(Vec::is_empty)
+            && !self.is_smallest(&live);
         let (fleet_changed, gathering) = self.see_fleet(&live, now);
         if gathering {
             moves.retain(|step| match step {
@@ -221,12 +233,8 @@ impl Taker {
                 Move::RequestHandoff { .. } => false,
             });
         }
-        // Nothing else brings the next round: keep looking while this worker moved something
-        // or is below its share.
         let me = &self.shared.id;
-        let moved = !moves.is_empty()
-            || !actions.is_empty()
-            || placement.counts.get(me) < placement.targets.get(me);
+        let below_share = placement.counts.get(me) < placement.targets.get(me);
         self.warn(&snapshot, &statuses, &live, &expiry, now).await;
         if self.is_smallest(&live) {
             self.notice_changes(&snapshot, now).await;
@@ -234,11 +242,16 @@ impl Taker {
         self.place(&snapshot, &placement, &by_key, gathering, now)
             .await;
         self.tell_revokes(now).await;
-        self.execute(actions, moves, &by_key, now).await;
+        let settled = self.execute(actions, moves, &by_key, now).await;
+        // Nothing else brings the next round: keep looking while this worker is below its
+        // share, or moved something it has not seen through (a take lost or unanswered, a
+        // handoff asked). Takes all answered (its own leases resumed at a start) leave
+        // nothing to look at.
+        let moved = !settled || below_share;
         self.ring(&snapshot, &live, &view).await;
         let next = self.next_session_round(&snapshot, &live, &expiry, moved, now);
         // Workers joining together see each other one round later: look again soon.
-        let next = if fleet_changed || gathering {
+        let next = if (fleet_changed || gathering) && !settled_start {
             next.min(now + config.effective_renew_interval() / 8)
         } else {
             next
@@ -265,7 +278,7 @@ impl Taker {
         let incarnation = self.shared.incarnation();
         if self.identity.ownership_incarnation() != incarnation {
             // A new session: its predecessor must hear of it again.
-            self.announced_to = None;
+            self.announced_to.clear();
         }
         self.identity.set_incarnation(incarnation);
         let retire_after = self.shared.config.retire_after;

@@ -89,14 +89,16 @@ impl Taker {
     }
 
     /// Carries out this round's actions, then its moves, at most `max_concurrent_writes`
-    /// at a time, and records their answers.
+    /// at a time, and records their answers. `true` when each of them was a take whose
+    /// answer came (none skipped, lost, unanswered or waiting on another worker): nothing of
+    /// this round is left to see through.
     pub(super) async fn execute(
         &mut self,
         actions: Vec<Action>,
         moves: Vec<Move>,
         by_key: &ByKey<'_>,
         now: Instant,
-    ) {
+    ) -> bool {
         // Too slow to hold leases (see `health.rs`): whatever it took now it would lose again,
         // while its late writes kept the leases looking alive to the peers.
         let slow = self.shared.health.is_slow();
@@ -110,17 +112,21 @@ impl Taker {
                 };
                 tracing::info!(skipped = actions.len() + moves.len(), "{why}");
             }
-            return;
+            return actions.is_empty() && moves.is_empty();
         }
+        let asked = actions.len() + moves.len();
         let acted: HashSet<LeaseKey> = actions.iter().map(|a| a.key().clone()).collect();
         let mut jobs = {
             let unacknowledged = self.parts.unacknowledged.lock();
             decide::action_jobs(&self.judge(now), actions, &unacknowledged)
         };
         jobs.extend(decide::move_jobs(&self.judge(now), moves, by_key, &acted));
+        let mut taken = 0;
         for answer in self.run_jobs(jobs).await {
+            taken += usize::from(matches!(answer, Answer::Taken(_)));
             self.record(answer);
         }
+        taken == asked
     }
 
     /// Runs `jobs`, at most `max_concurrent_writes` at a time; their answers as they come.
