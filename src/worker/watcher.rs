@@ -191,8 +191,8 @@ async fn watch(watches: Arc<Watches>, target: WorkerId) -> WorkerId {
                 // removed the record, and its round is placing the leases right now. A round
                 // here at once saw only some of those gives and planned by that: two workers
                 // placing from two views moved leases between survivors for nothing
-                // (`sessions_fail_over_within_a_lease_and_a_beat_and_move_the_minimum` in
-                // `sim/tests/simulate.rs`, seed 7: two moves at rest).
+                // (`sessions_back_from_a_cut_off_ask_for_nothing_before_their_session_is_valid`
+                // in `sim/tests/simulate.rs`: more moves than the minimum).
                 tracing::info!(worker = %target, "the watched session's record is gone");
                 if !watches.nearest(&target) {
                     let interval = parts.base.config.effective_renew_interval();

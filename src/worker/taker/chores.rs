@@ -123,8 +123,8 @@ impl Taker {
     }
 
     /// Names the sessions this worker watches (the next live ids after its own,
-    /// around), tells a new predecessor that this worker joined next to it, and keeps the
-    /// receivers of released leases.
+    /// around), tells the new ones of the workers that watch it that this worker joined next
+    /// to them, and keeps the receivers of released leases.
     pub(super) async fn ring(&mut self, snapshot: &Snapshot, live: &Live, view: &FleetView) {
         let (watched, watchers) = decide::neighbours(live, &self.shared.id);
         let renamed = self.parts.ring.watch_done.swap(false, Ordering::SeqCst);

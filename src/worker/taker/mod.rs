@@ -218,9 +218,8 @@ impl Taker {
         // assignment moves nothing, for this worker or anyone, held nothing back that a look
         // again would do: the fleet it joined is balanced without it (a process started in a
         // running fleet; each worker of a deployment resuming its own leases). What it did
-        // brings a round of its own below (`moved`), and so do its successor's announcement and a
-        // give.
-        // The worker doing the chores looks again all the same: the next look at who holds
+        // brings a round of its own below (`moved`), and so do a give and an announcement of a
+        // worker it does not watch yet. The worker doing the chores looks again all the same: the next look at who holds
         // what (`notice_changes`) then sees the others' first takes while they are starting,
         // not later, when telling each holder of them costs it a read of every lease at rest.
         let settled_start = self.last_fleet.is_empty()
@@ -277,7 +276,7 @@ impl Taker {
     fn begin_round(&mut self, by_key: &ByKey<'_>, now: Instant) {
         let incarnation = self.shared.incarnation();
         if self.identity.ownership_incarnation() != incarnation {
-            // A new session: its predecessor must hear of it again.
+            // A new session: its watchers must hear of it again.
             self.announced_to.clear();
         }
         self.identity.set_incarnation(incarnation);
